@@ -1,0 +1,1 @@
+"""Prometheus exporter for Triton's dynamic batcher."""

@@ -1,0 +1,1 @@
+"""On-demand load runs against Triton, with every request accounted for."""

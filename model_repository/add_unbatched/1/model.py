@@ -1,0 +1,1 @@
+../../batch_add_model/1/model.py

@@ -1,0 +1,1 @@
+"""Local launcher for the batching observability stack (Triton, exporter, Prometheus, ...)."""

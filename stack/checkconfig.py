@@ -1,0 +1,146 @@
+"""Validate every model of a Triton model repository before the server sees it.
+
+Parsing uses the real ModelConfig protobuf that Triton itself uses
+(``tritonclient.grpc.model_config_pb2``), so a syntax error is reported with
+the line and column Triton would complain about. On top of the syntax, the
+batching rules a config can break without Triton refusing it are checked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+ERROR = "error"
+WARNING = "warning"
+
+Add = Callable[..., None]  # add(message, severity=ERROR): records one finding
+
+
+@dataclass(frozen=True)
+class Finding:
+    model: str
+    path: Path
+    severity: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = str(self.path)
+        if self.line is not None:
+            where += f":{self.line}:{self.column or 1}"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass
+class ModelCheck:
+    name: str
+    folder: Path
+    config: model_config_pb2.ModelConfig | None
+    findings: list[Finding]
+
+
+def parse_config(text: str) -> model_config_pb2.ModelConfig:
+    """Parse config.pbtxt text; raises text_format.ParseError."""
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def check_model(folder: Path) -> ModelCheck:
+    name = folder.name
+    path = folder / "config.pbtxt"
+    found: list[Finding] = []
+
+    def add(message: str, severity: str = ERROR, **where: int | None) -> None:
+        found.append(Finding(name, path, severity, message, **where))
+
+    if not path.is_file():
+        add(
+            "config.pbtxt is missing: every model folder needs one (Triton's auto-complete "
+            "is not used by this stack)"
+        )
+        return ModelCheck(name, folder, None, found)
+    try:
+        config = parse_config(path.read_text())
+    except text_format.ParseError as exc:
+        add(_parse_message(exc), line=exc.GetLine(), column=exc.GetColumn())
+        return ModelCheck(name, folder, None, found)
+
+    if config.name and config.name != name:
+        add(
+            f'name "{config.name}" does not match the folder name "{name}": Triton refuses '
+            "to load it; rename one of them"
+        )
+    _check_batching(config, add)
+    _check_versions(folder, config, add)
+    return ModelCheck(name, folder, config, found)
+
+
+def _parse_message(exc: text_format.ParseError) -> str:
+    # "3:50 : 'text': Value out of range: -5" -> the part after the position.
+    message = re.sub(r"^\d+:\d+ : ", "", str(exc))
+    if "Value out of range: -" in message:
+        return (
+            f"negative value ({message}): delays, timeouts and sizes "
+            "cannot be negative; use 0 or more"
+        )
+    return f"syntax error: {message}"
+
+
+def _check_batching(config: model_config_pb2.ModelConfig, add: Add) -> None:
+    mbs = config.max_batch_size
+    if mbs < 0:
+        add(f"max_batch_size is {mbs}: use 0 (no batching) or a positive size")
+    if not config.HasField("dynamic_batching"):
+        return
+    dyn = config.dynamic_batching
+    if mbs == 0:
+        add(
+            "dynamic_batching is set but max_batch_size is 0: the batcher can never form a "
+            "batch; set max_batch_size > 0 or remove dynamic_batching"
+        )
+    preferred = list(dyn.preferred_batch_size)
+    bad = [p for p in preferred if p <= 0]
+    if bad:
+        add(f"preferred_batch_size {bad} must be positive")
+    if mbs > 0 and preferred and max(preferred) > mbs:
+        add(
+            f"preferred_batch_size {max(preferred)} is larger than max_batch_size {mbs}: "
+            "a preferred size above the maximum can never form; lower it or raise "
+            "max_batch_size"
+        )
+    if len(set(preferred)) != len(preferred):
+        add(f"preferred_batch_size {preferred} lists a size twice", WARNING)
+    if mbs == 1:
+        add("max_batch_size is 1: dynamic batching cannot merge requests", WARNING)
+
+
+def _check_versions(folder: Path, config: model_config_pb2.ModelConfig, add: Add) -> None:
+    versions = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+    if not versions:
+        add(f"no version folder (e.g. {folder.name}/1/): Triton has nothing to load")
+        return
+    if config.backend == "python":
+        filename = config.default_model_filename or "model.py"
+        for version in versions:
+            if not (version / filename).is_file():
+                add(f"{version.name}/{filename} is missing: the python backend needs it")
+
+
+def check_repository(repository: Path) -> list[ModelCheck]:
+    if not repository.is_dir():
+        raise FileNotFoundError(f"model repository {repository} does not exist")
+    return [
+        check_model(folder)
+        for folder in sorted(repository.iterdir())
+        if folder.is_dir() and not folder.name.startswith((".", "_"))
+    ]
+
+
+def errors(checks: list[ModelCheck]) -> list[Finding]:
+    return [f for c in checks for f in c.findings if f.severity == ERROR]

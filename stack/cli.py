@@ -1,0 +1,176 @@
+"""python -m stack up | down | status | check-config"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from stack import checkconfig
+from stack.errors import StackError
+from stack.services import service_table
+from stack.settings import PORTS, Settings, SettingsError, from_env, parse_port
+from stack.supervisor import Supervisor
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stack",
+        description="Run the Triton dynamic-batching observability stack on this machine.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", type=Path, help="logs, configs and data (STACK_STATE_DIR)")
+    common.add_argument(
+        "--model-repository", type=Path, help="Triton model repository (STACK_MODEL_REPOSITORY)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", parents=[common], help="start every service, wait until healthy")
+    up.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once everything is healthy; `down` stops it later",
+    )
+    up.add_argument("--host", help="address every service binds (STACK_HOST, 127.0.0.1)")
+    for name, (default, var) in PORTS.items():
+        up.add_argument(
+            f"--{name.replace('_', '-')}-port",
+            dest=f"port_{name}",
+            metavar="PORT",
+            help=f"{name.replace('_', ' ')} port ({var}, {default})",
+        )
+    up.add_argument(
+        "--scrape-interval",
+        type=float,
+        metavar="SECONDS",
+        help="Prometheus scrape and rule interval (STACK_SCRAPE_INTERVAL, 5)",
+    )
+    up.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="SERVICE",
+        help="leave a service out (repeatable)",
+    )
+
+    sub.add_parser("down", parents=[common], help="stop a detached stack")
+    status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser(
+        "check-config",
+        parents=[common],
+        help="validate every model's config.pbtxt (exit 2 on errors)",
+    )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = from_env()
+    if args.state_dir:
+        settings = replace(settings, state_dir=args.state_dir.resolve())
+    if args.model_repository:
+        settings = replace(settings, model_repository=args.model_repository.resolve())
+    if getattr(args, "host", None):
+        settings = replace(settings, host=args.host)
+    ports = {
+        name: parse_port(value, f"--{name.replace('_', '-')}-port")
+        for name in PORTS
+        if (value := getattr(args, f"port_{name}", None)) is not None
+    }
+    settings = settings.with_ports(**ports)
+    if getattr(args, "scrape_interval", None) is not None:
+        if args.scrape_interval <= 0:
+            raise SettingsError("--scrape-interval must be a positive number of seconds")
+        settings = replace(settings, scrape_interval_s=args.scrape_interval)
+    if getattr(args, "skip", None):
+        known = {s.name for s in service_table(settings)}
+        unknown = set(args.skip) - known
+        if unknown:
+            raise SettingsError(
+                f"--skip: unknown service {sorted(unknown)[0]!r} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        settings = replace(settings, skip=frozenset(args.skip))
+    return settings
+
+
+def check_config(settings: Settings) -> int:
+    try:
+        checks = checkconfig.check_repository(settings.model_repository)
+    except FileNotFoundError as exc:
+        raise StackError(
+            f"{exc}: pass --model-repository or STACK_MODEL_REPOSITORY", exit_code=2
+        ) from None
+    for check in checks:
+        for finding in check.findings:
+            print(finding, file=sys.stderr)
+    problems = checkconfig.errors(checks)
+    if problems:
+        print(
+            f"check-config: {len(problems)} error(s) in {settings.model_repository}; "
+            "fix them and run again",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"check-config: {len(checks)} model(s) OK in {settings.model_repository}")
+    return 0
+
+
+def up(settings: Settings, detach: bool) -> int:
+    if check_config(settings) != 0:
+        print("up: refusing to start with configuration errors", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(settings, service_table(settings))
+    if not detach:
+        supervisor.install_signal_handlers()
+    running = supervisor.up(foreground=not detach)
+    print("\nThe stack is up:")
+    for run in running:
+        print(f"  {run.name:<13} {'  '.join(f'{k}: {v}' for k, v in run.urls.items())}")
+    print(f"Logs: {settings.logs_dir}")
+    if detach:
+        print("Stop it with: python -m stack down")
+        return 0
+    print("Ctrl-C stops it.")
+    supervisor.watch(running)
+    supervisor.down()
+    return 0
+
+
+def status(settings: Settings, as_json: bool) -> int:
+    rows = Supervisor(settings, []).status()
+    if as_json:
+        print(json.dumps({"state_dir": str(settings.state_dir), "services": rows}, indent=2))
+    elif not rows:
+        print(f"the stack is not running (no state in {settings.state_dir})")
+    else:
+        for row in rows:
+            urls = "  ".join(f"{k}: {v}" for k, v in row["urls"].items())
+            print(f"{row['name']:<13} pid {row['pid']:<8} {row['state']:<10} {urls}")
+    return 0 if rows and all(r["state"] == "healthy" for r in rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from(args)
+        if args.command == "check-config":
+            return check_config(settings)
+        if args.command == "up":
+            return up(settings, args.detach)
+        if args.command == "down":
+            stopped = Supervisor(settings, []).down()
+            print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+            return 0
+        return status(settings, args.json)
+    except SettingsError as exc:
+        parser.error(str(exc))
+    except StackError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,99 @@
+"""Prometheus, the real server (Debian's ``prometheus``), with a config the launcher writes.
+
+The launcher never touches /etc or the system service: config and data live in
+the state folder. ``config()`` is the one place the scrape configuration is
+built; the compose and Kubernetes renderings call it with their own targets.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stack.errors import StackError
+from stack.services import Service
+from stack.settings import Settings
+
+INSTALL_HINT = (
+    "install it with `apt-get install prometheus` (Debian/Ubuntu; ./stack/up does this when "
+    "run as root), or put a `prometheus` binary on PATH"
+)
+
+
+def find_binary(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise StackError(f"{name} is not installed: {hint}")
+    return path
+
+
+def config(targets: dict[str, list[str]], scrape_interval_s: float) -> dict[str, Any]:
+    """prometheus.yml as a dict: one scrape job per entry of ``targets``."""
+    interval = _duration(scrape_interval_s)
+    return {
+        "global": {
+            "scrape_interval": interval,
+            "evaluation_interval": interval,
+            # Upstream fetches in the exporter time out well before this.
+            "scrape_timeout": _duration(min(scrape_interval_s, 10.0)),
+        },
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": addrs}]}
+            for job, addrs in targets.items()
+        ],
+    }
+
+
+def _duration(seconds: float) -> str:
+    ms = int(round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def local_targets(settings: Settings) -> dict[str, list[str]]:
+    host = settings.host
+    targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
+    return targets
+
+
+def write_config(settings: Settings) -> Path:
+    folder = settings.state_dir / "prometheus"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "prometheus.yml"
+    body = config(local_targets(settings), settings.scrape_interval_s)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        "# Written by `python -m stack up`; edits are overwritten.\n"
+        + yaml.safe_dump(body, sort_keys=False)
+    )
+    tmp.replace(path)
+    return path
+
+
+def service(settings: Settings) -> Service:
+    folder = settings.state_dir / "prometheus"
+    url = settings.url("prometheus")
+    svc = Service(
+        name="prometheus",
+        argv=[],
+        health_url=f"{url}/-/ready",
+        ports=[settings.port("prometheus")],
+        urls={"ui": url},
+    )
+
+    def prepare() -> None:
+        binary = find_binary("prometheus", INSTALL_HINT)
+        cfg = write_config(settings)
+        svc.argv = [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address={settings.host}:{settings.port('prometheus')}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=7d",
+        ]
+
+    svc.prepare = prepare
+    return svc

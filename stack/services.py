@@ -1,0 +1,41 @@
+"""The service table: what `up` starts, in order, and how each one says it is healthy.
+
+Each row is built by a small function in its own module (``stack.triton``,
+``stack.prometheus``, ...). Later parts of the stack slot in by adding a row here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stack.settings import Settings
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    health_url: str
+    ports: list[int]
+    # URLs shown to the user by `up` and `status`.
+    urls: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    startup_timeout_s: float = 60.0
+    # Writes config files; runs just before the process starts.
+    prepare: Callable[[], None] | None = None
+
+
+def service_table(settings: Settings) -> list[Service]:
+    """Every service of the local stack, in start order (stopped in reverse)."""
+    # Imported here so that each row's module can import Service from this one.
+    from stack import prometheus, triton
+
+    builders: list[Callable[[Settings], Service]] = [
+        triton.service,
+        prometheus.service,
+    ]
+    table = [build(settings) for build in builders]
+    return [s for s in table if s.name not in settings.skip]

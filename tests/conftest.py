@@ -1,0 +1,33 @@
+"""Fixtures shared by every test: the real stack, started once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from stack.services import service_table
+from stack.settings import Settings
+from stack.supervisor import Supervisor
+from tests.helpers import make_settings
+
+
+@pytest.fixture(scope="session")
+def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return make_settings(tmp_path_factory.mktemp("stack"))
+
+
+@pytest.fixture(scope="session")
+def running_stack(stack_settings: Settings) -> Iterator[Settings]:
+    """Every service of the stack, started with the launcher's own code on free ports."""
+    supervisor = Supervisor(stack_settings, service_table(stack_settings), log=lambda _: None)
+    supervisor.up()
+    try:
+        yield stack_settings
+    finally:
+        supervisor.down()
+
+
+@pytest.fixture(scope="session")
+def triton_url(running_stack: Settings) -> str:
+    return running_stack.url("triton_http")
