@@ -1,0 +1,181 @@
+"""The live view's data: KPIs and chart series of one model over a window.
+
+Plain Python over a ``PromClient``; the Streamlit page caches the result of
+``fetch`` as a whole. The queries of one refresh run concurrently (they are
+independent), so a refresh costs about the slowest query, not their sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dashboard import queries as q
+from dashboard.promapi import PromClient, PrometheusError, Range, aligned_range, rate_window
+
+# KPI name -> query template. Each yields at most one series.
+KPI_QUERIES: dict[str, str] = {
+    "inferences_per_s": q.INFERENCES_PER_S,
+    "executions_per_s": q.EXECUTIONS_PER_S,
+    "average_batch_size": q.AVERAGE_BATCH_SIZE,
+    "max_batch_size": q.MAX_BATCH_SIZE,
+    "batch_efficiency": q.BATCH_EFFICIENCY,
+    "preferred_hit_ratio": q.PREFERRED_HIT_RATIO,
+    "queue_s_per_request": q.QUEUE_SECONDS_PER_REQUEST,
+    "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST,
+    "p99_request_s": q.P99_REQUEST_SECONDS,
+    "pending_requests": q.PENDING_REQUESTS,
+    "failures": q.FAILURES,
+    "requests": q.REQUESTS,
+}
+
+# Chart series name -> range query template.
+SERIES_QUERIES: dict[str, str] = {
+    "inferences_per_s": q.INFERENCES_PER_S_OVER_TIME,
+    "executions_per_s": q.EXECUTIONS_PER_S_OVER_TIME,
+    "average_batch_size": q.AVERAGE_BATCH_SIZE_OVER_TIME,
+    "queue_s_per_request": q.QUEUE_SECONDS_PER_REQUEST_OVER_TIME,
+    "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST_OVER_TIME,
+}
+
+
+@dataclass
+class LiveData:
+    """One refresh of the live view for one model."""
+
+    model: str
+    window: Range
+    kpis: dict[str, float | None]
+    # name -> frame with columns time, value (empty when Prometheus has no samples)
+    series: dict[str, pd.DataFrame]
+    # batch_size (int) -> executions in the window, sizes ascending
+    distribution: pd.DataFrame
+    preferred_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def has_traffic(self) -> bool:
+        """Did the model execute anything in the window?"""
+        executions = self.kpis.get("executions_per_s")
+        return executions is not None and executions > 0
+
+
+def fetch(
+    client: PromClient,
+    model: str,
+    window_s: float,
+    scrape_interval_s: float,
+    end: float | None = None,
+    target: str | None = None,
+) -> LiveData:
+    """Every number and series of the live view, for ``model`` over the last ``window_s``."""
+    window = aligned_range(window_s, end=end, min_step_s=scrape_interval_s)
+    return fetch_range(client, model, window, scrape_interval_s, target)
+
+
+def fetch_range(
+    client: PromClient,
+    model: str,
+    window: Range,
+    scrape_interval_s: float,
+    target: str | None = None,
+) -> LiveData:
+    """Like ``fetch``, for an explicit window (a load run's start and end)."""
+    sel = q.selector(model, target)
+    # Triton's own summaries carry no target label.
+    model_only = q.selector(model)
+    whole = _window_duration(window)
+    point = rate_window(window.step_s, scrape_interval_s)
+
+    jobs: dict[str, Callable[[], object]] = {}
+    for name, template in KPI_QUERIES.items():
+        s = model_only if template is q.P99_REQUEST_SECONDS else sel
+        jobs[f"kpi:{name}"] = _scalar_job(client, q.build(template, s, whole), window.end)
+    for name, template in SERIES_QUERIES.items():
+        jobs[f"series:{name}"] = _range_job(client, q.build(template, sel, point), window)
+    jobs["distribution"] = _instant_job(
+        client, q.build(q.BATCH_SIZE_DISTRIBUTION, sel, whole), window.end
+    )
+    jobs["preferred"] = _instant_job(client, q.build(q.PREFERRED_BATCH_SIZES, sel), window.end)
+    results = run_concurrently(jobs)
+
+    kpis = {name: _as_float(results[f"kpi:{name}"]) for name in KPI_QUERIES}
+    series = {name: _series(results[f"series:{name}"]) for name in SERIES_QUERIES}
+    return LiveData(
+        model=model,
+        window=window,
+        kpis=kpis,
+        series=series,
+        distribution=distribution_frame(_frame(results["distribution"])),
+        preferred_sizes=sorted(
+            int(v) for v in _frame(results["preferred"]).get("value", pd.Series(dtype=float))
+        ),
+    )
+
+
+def distribution_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """batch_size (int, ascending) and executions (rounded: increase() extrapolates)."""
+    if frame.empty or "batch_size" not in frame:
+        return pd.DataFrame({"batch_size": pd.Series(dtype=int), "executions": []})
+    out = pd.DataFrame(
+        {"batch_size": frame["batch_size"].astype(int), "executions": frame["value"].round(1)}
+    )
+    return out[out["executions"] > 0].sort_values("batch_size").reset_index(drop=True)
+
+
+def models(client: PromClient) -> list[str]:
+    """Models the exporter reports, sorted."""
+    frame = client.query(q.MODELS)
+    return sorted(frame["model"]) if "model" in frame else []
+
+
+def run_concurrently(jobs: dict[str, Callable[[], object]], workers: int = 8) -> dict[str, object]:
+    """Run independent queries at once; the first error is raised after all have finished."""
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        results: dict[str, object] = {}
+        for name, future in futures.items():
+            error = future.exception()
+            if error is not None:
+                raise error
+            results[name] = future.result()
+    return results
+
+
+def _window_duration(window: Range) -> str:
+    return f"{int(round(window.seconds))}s"
+
+
+def _scalar_job(client: PromClient, expr: str, at: float) -> Callable[[], object]:
+    return lambda: client.scalar(expr, at)
+
+
+def _instant_job(client: PromClient, expr: str, at: float) -> Callable[[], object]:
+    return lambda: client.query(expr, at)
+
+
+def _range_job(client: PromClient, expr: str, window: Range) -> Callable[[], object]:
+    return lambda: client.query_range(expr, window)
+
+
+def _as_float(value: object) -> float | None:
+    if value is None:
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
+def _frame(value: object) -> pd.DataFrame:
+    if not isinstance(value, pd.DataFrame):
+        raise PrometheusError(f"internal: expected a frame, got {type(value).__name__}")
+    return value
+
+
+def _series(value: object) -> pd.DataFrame:
+    frame = _frame(value)
+    if frame.empty:
+        return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "value": []})
+    return frame[["time", "value"]].reset_index(drop=True)
