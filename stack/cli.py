@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import checkconfig
+from stack import checkconfig, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.settings import PORTS, Settings, SettingsError, from_env, parse_port
@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--detach",
         action="store_true",
         help="return once everything is healthy; `down` stops it later",
+    )
+    up.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="skip the few seconds of load sent after start so the dashboard has data",
     )
     up.add_argument("--host", help="address every service binds (STACK_HOST, 127.0.0.1)")
     for name, (default, var) in PORTS.items():
@@ -118,7 +123,7 @@ def check_config(settings: Settings) -> int:
     return 0
 
 
-def up(settings: Settings, detach: bool) -> int:
+def up(settings: Settings, detach: bool, warm: bool = True) -> int:
     if check_config(settings) != 0:
         print("up: refusing to start with configuration errors", file=sys.stderr)
         return 2
@@ -126,6 +131,8 @@ def up(settings: Settings, detach: bool) -> int:
     if not detach:
         supervisor.install_signal_handlers()
     running = supervisor.up(foreground=not detach)
+    if warm and "triton" not in settings.skip:
+        warmup.run(settings)
     print("\nThe stack is up:")
     for run in running:
         print(f"  {run.name:<13} {'  '.join(f'{k}: {v}' for k, v in run.urls.items())}")
@@ -160,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check-config":
             return check_config(settings)
         if args.command == "up":
-            return up(settings, args.detach)
+            return up(settings, args.detach, warm=not args.no_warmup)
         if args.command == "down":
             stopped = Supervisor(settings, []).down()
             print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")

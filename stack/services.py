@@ -31,11 +31,13 @@ class Service:
 def service_table(settings: Settings) -> list[Service]:
     """Every service of the local stack, in start order (stopped in reverse)."""
     # Imported here so that each row's module can import Service from this one.
-    from stack import prometheus, triton
+    from stack import dashboard, prometheus, triton
 
     builders: list[Callable[[Settings], Service]] = [
         triton.service,
         prometheus.service,
+        # Last: it reads everything above.
+        dashboard.service,
     ]
     table = [build(settings) for build in builders]
     return [s for s in table if s.name not in settings.skip]

@@ -1,0 +1,72 @@
+"""The dashboard's Streamlit entry: `streamlit run dashboard/app.py`.
+
+Data sources come from DASHBOARD_* environment variables (dashboard/settings.py);
+the launcher's `dashboard` row sets them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+st.set_page_config(page_title="Triton batching", page_icon="📦", layout="wide")
+
+# `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the repository:
+# make `import dashboard` work from any checkout, installed or not.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from dashboard import settings  # noqa: E402 - set_page_config must run first
+from dashboard.views import config_view, live_view, status  # noqa: E402
+
+VIEWS = ["Live", "Load runs", "Model config"]
+DEFAULT_MODEL = "batch_add_model"
+
+
+def main() -> None:
+    try:
+        cfg = settings.from_env()
+    except settings.SettingsError as exc:
+        st.error(f"{exc}: fix the variable and restart the dashboard.")
+        return
+    st.session_state.setdefault("view", VIEWS[0])
+    st.session_state.setdefault("window", "5 minutes")
+    st.session_state.setdefault("auto_refresh", True)
+
+    with st.sidebar:
+        st.title("Triton batching")
+        view = st.radio("View", VIEWS, key="view")
+
+    if view == "Model config":
+        config_view.render(cfg)
+        return
+
+    state = status.read(cfg)
+    status.show_problems(cfg, state)
+    if view == "Load runs":
+        st.header("Load runs")
+        st.info("Load runs need the load generator (loadgen/), which this build does not have.")
+        return
+    if state.prometheus_error:
+        return
+    if not state.models:
+        status.show_no_models(cfg)
+        return
+    with st.sidebar:
+        models = state.models
+        st.session_state.setdefault(
+            "model", DEFAULT_MODEL if DEFAULT_MODEL in models else models[0]
+        )
+        if st.session_state["model"] not in models:
+            st.session_state["model"] = models[0]
+        model = st.selectbox("Model", models, key="model")
+        window = st.selectbox("Time range", list(live_view.TIME_RANGES), key="window")
+        auto = st.toggle(f"Auto-refresh every {cfg.refresh_s:g} s", key="auto_refresh")
+    st.header(f"Live: {model}")
+    live_view.render(cfg, model, live_view.TIME_RANGES[window], auto)
+
+
+main()

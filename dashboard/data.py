@@ -1,0 +1,56 @@
+"""Streamlit's caches around the data layer: one client per URL, queries cached briefly.
+
+Everything cached here takes plain, hashable arguments (URLs, names, numbers),
+so a cache key is the question asked. Live data is keyed by the window's
+step-aligned end: refreshes within one step share an entry, the next step asks
+Prometheus again.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import live, tritoninfo
+from dashboard.promapi import PromClient, Range
+
+# Long enough to serve every refresh within a step, short enough to stay bounded.
+QUERY_TTL_S = 60
+STATE_TTL_S = 5
+
+
+@st.cache_resource(show_spinner=False)
+def client(url: str) -> PromClient:
+    return PromClient(url)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, max_entries=64, show_spinner=False)
+def live_data(
+    url: str,
+    model: str,
+    start: float,
+    end: float,
+    step_s: int,
+    scrape_interval_s: float,
+) -> live.LiveData:
+    return live.fetch_range(client(url), model, Range(start, end, step_s), scrape_interval_s)
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def models(url: str) -> list[str]:
+    return live.models(client(url))
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def alerts(url: str) -> pd.DataFrame:
+    return client(url).alerts()
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def instant(url: str, expr: str) -> pd.DataFrame:
+    return client(url).query(expr)
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def triton_ready(url: str) -> bool:
+    return tritoninfo.is_ready(url)

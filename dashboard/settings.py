@@ -1,0 +1,65 @@
+"""Where the dashboard's data comes from: URLs and paths, from environment variables.
+
+The launcher's ``dashboard`` row sets these; run by hand, the defaults match a
+stack started with ``./stack/up`` on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ENV = {
+    "prometheus_url": "DASHBOARD_PROMETHEUS_URL",
+    "triton_url": "DASHBOARD_TRITON_URL",
+    "store": "DASHBOARD_STORE",
+    "model_repository": "DASHBOARD_MODEL_REPOSITORY",
+    "scrape_interval_s": "DASHBOARD_SCRAPE_INTERVAL",
+    "refresh_s": "DASHBOARD_REFRESH_S",
+}
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    prometheus_url: str = "http://127.0.0.1:9090"
+    triton_url: str = "http://127.0.0.1:8000"
+    # The load generator's SQLite results store.
+    store: Path = ROOT / ".stack" / "loadgen" / "runs.sqlite"
+    model_repository: Path = ROOT / "model_repository"
+    # Prometheus' scrape interval: the finest step a chart can use.
+    scrape_interval_s: float = 5.0
+    # How often the live view refreshes itself.
+    refresh_s: float = 5.0
+
+
+class SettingsError(ValueError):
+    """A DASHBOARD_* variable is unusable."""
+
+
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    text = env.get(ENV[name], "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{ENV[name]}={text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise SettingsError(f"{ENV[name]}={text!r} must be positive")
+    return value
+
+
+def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
+    env = dict(os.environ if env is None else env)
+    base = DashboardSettings()
+    return DashboardSettings(
+        prometheus_url=env.get(ENV["prometheus_url"]) or base.prometheus_url,
+        triton_url=env.get(ENV["triton_url"]) or base.triton_url,
+        store=Path(env.get(ENV["store"]) or base.store),
+        model_repository=Path(env.get(ENV["model_repository"]) or base.model_repository),
+        scrape_interval_s=_seconds(env, "scrape_interval_s", base.scrape_interval_s),
+        refresh_s=_seconds(env, "refresh_s", base.refresh_s),
+    )

@@ -1,0 +1,136 @@
+"""The live view: KPIs, four charts and firing alerts of one model, refreshed in place."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dashboard import charts, fmt
+from dashboard import data as cached
+from dashboard.live import LiveData
+from dashboard.promapi import PrometheusError, aligned_range
+from dashboard.settings import DashboardSettings
+
+TIME_RANGES = {
+    "5 minutes": 300,
+    "15 minutes": 900,
+    "1 hour": 3600,
+    "3 hours": 3 * 3600,
+    "12 hours": 12 * 3600,
+}
+
+
+def render(cfg: DashboardSettings, model: str, window_s: int, auto_refresh: bool) -> None:
+    run_every = cfg.refresh_s if auto_refresh else None
+    st.fragment(_panel, run_every=run_every)(cfg, model, window_s)
+
+
+def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
+    window = aligned_range(window_s, end=time.time(), min_step_s=cfg.scrape_interval_s)
+    try:
+        data = cached.live_data(
+            cfg.prometheus_url,
+            model,
+            window.start,
+            window.end,
+            window.step_s,
+            cfg.scrape_interval_s,
+        )
+    except PrometheusError as exc:
+        st.error(str(exc), icon="🚫")
+        return
+    if not data.has_traffic:
+        st.info(
+            f"No data yet for `{model}`: it executed nothing in the last "
+            f"{_label(window_s)}. Send some load (the Load runs page, or `./stack/up` runs a "
+            "short warm-up), or choose a longer time range.",
+            icon="⏳",
+        )
+    render_kpis(data)
+    render_charts(data)
+    st.caption(
+        f"Up to {_clock(window.end)} UTC, one point every {window.step_s} s; "
+        f"data from {cfg.prometheus_url}."
+    )
+    render_alerts(cfg)
+
+
+def render_kpis(data: LiveData) -> None:
+    k = data.kpis
+    row1 = st.columns(5)
+    row1[0].metric("Inferences/s", fmt.number(k["inferences_per_s"]))
+    row1[1].metric("Executions/s", fmt.number(k["executions_per_s"]))
+    row1[2].metric(
+        "Average batch size",
+        f"{fmt.number(k['average_batch_size'], 2)} / {fmt.number(k['max_batch_size'], 0)}",
+        help="Inferences per execution in the window, against max_batch_size.",
+    )
+    row1[3].metric(
+        "Batch efficiency",
+        fmt.ratio(k["batch_efficiency"]),
+        help="Average batch size / max_batch_size.",
+    )
+    row1[4].metric(
+        "Preferred-size hits",
+        fmt.ratio(k["preferred_hit_ratio"]),
+        help="Share of executions whose batch size is one of preferred_batch_size.",
+    )
+    row2 = st.columns(5)
+    row2[0].metric(
+        "Queue time / request",
+        fmt.millis(k["queue_s_per_request"]),
+        help="Seconds requests waited in Triton's queue, per successful request.",
+    )
+    row2[1].metric(
+        "p99 request latency",
+        fmt.millis(k["p99_request_s"]),
+        help="From Triton's nv_inference_request_summary_us (summary_latencies=true); "
+        "a dash when Triton has no recent requests or summaries are off.",
+    )
+    row2[2].metric("Pending requests", fmt.count(k["pending_requests"]))
+    row2[3].metric("Requests", fmt.count(k["requests"]))
+    row2[4].metric("Failures", fmt.count(k["failures"]))
+
+
+def render_charts(data: LiveData) -> None:
+    left, right = st.columns(2)
+    with left:
+        st.plotly_chart(charts.render_throughput(data), key="chart_throughput")
+        st.caption(charts.CAPTIONS["throughput"])
+        st.plotly_chart(charts.render_distribution(data), key="chart_distribution")
+        st.caption(charts.CAPTIONS["distribution"])
+    with right:
+        st.plotly_chart(charts.render_batch_size(data), key="chart_batch_size")
+        st.caption(charts.CAPTIONS["batch_size"])
+        st.plotly_chart(charts.render_queue_compute(data), key="chart_queue_compute")
+        st.caption(charts.CAPTIONS["queue_compute"])
+
+
+def render_alerts(cfg: DashboardSettings) -> None:
+    st.subheader("Alerts")
+    try:
+        alerts = cached.alerts(cfg.prometheus_url)
+    except PrometheusError as exc:
+        st.error(str(exc), icon="🚫")
+        return
+    firing = alerts[alerts["state"] == "firing"]
+    if firing.empty:
+        st.success("No alert is firing.", icon="✅")
+    for row in firing.itertuples():
+        text = f"**{row.alertname}** ({row.severity or 'no severity'}): {row.summary}"
+        st.error(text, icon="🔥")
+    pending = alerts[alerts["state"] == "pending"]
+    if not pending.empty:
+        st.caption("Pending (not firing yet): " + ", ".join(pending["alertname"]))
+
+
+def _label(window_s: int) -> str:
+    for label, seconds in TIME_RANGES.items():
+        if seconds == window_s:
+            return label
+    return f"{window_s} s"
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts))

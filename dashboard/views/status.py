@@ -1,0 +1,73 @@
+"""The stack's state as the dashboard sees it, and a clear message for each bad state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+from dashboard import data as cached
+from dashboard import queries as q
+from dashboard.promapi import PrometheusError, PrometheusUnreachable
+from dashboard.settings import DashboardSettings
+from dashboard.tritoninfo import TritonUnreachable
+
+
+@dataclass
+class StackState:
+    prometheus_error: str | None = None
+    prometheus_unreachable: bool = False
+    triton_ready: bool = False
+    models: list[str] = field(default_factory=list)
+    # Targets the exporter could not read (its triton_batching_target_up is 0).
+    targets_down: list[str] = field(default_factory=list)
+    # Scrape jobs Prometheus could not reach (up == 0).
+    jobs_down: list[str] = field(default_factory=list)
+
+
+def read(cfg: DashboardSettings) -> StackState:
+    state = StackState(triton_ready=cached.triton_ready(cfg.triton_url))
+    try:
+        state.models = cached.models(cfg.prometheus_url)
+        targets = cached.instant(cfg.prometheus_url, q.TARGETS_UP)
+        jobs = cached.instant(cfg.prometheus_url, q.SCRAPE_UP)
+    except PrometheusUnreachable as exc:
+        state.prometheus_error, state.prometheus_unreachable = str(exc), True
+        return state
+    except PrometheusError as exc:
+        state.prometheus_error = str(exc)
+        return state
+    if "target" in targets:
+        state.targets_down = sorted(targets.loc[targets["value"] == 0, "target"])
+    if "job" in jobs:
+        state.jobs_down = sorted(jobs.loc[jobs["value"] == 0, "job"])
+    return state
+
+
+def show_problems(cfg: DashboardSettings, state: StackState) -> None:
+    """One message per problem, each saying what to do. Nothing when all is well."""
+    if state.prometheus_error:
+        st.error(state.prometheus_error, icon="🚫")
+    if not state.triton_ready:
+        st.warning(str(TritonUnreachable(cfg.triton_url, "not ready")), icon="⚠️")
+    for target in state.targets_down:
+        st.warning(
+            f"The exporter cannot read Triton at {target}: is that Triton running? The charts "
+            "show data up to when it stopped.",
+            icon="⚠️",
+        )
+    for job in state.jobs_down:
+        st.warning(
+            f"Prometheus cannot scrape its `{job}` job: see {cfg.prometheus_url}/targets, and "
+            f"the log in .stack/logs/{job}.log",
+            icon="⚠️",
+        )
+
+
+def show_no_models(cfg: DashboardSettings) -> None:
+    st.info(
+        "No data yet: Prometheus has no series from the exporter (triton_batching_*). If the "
+        "stack has just started, wait for the first scrapes (a few seconds). Otherwise check "
+        f"that the exporter is running and scraped: {cfg.prometheus_url}/targets",
+        icon="⏳",
+    )

@@ -1,0 +1,49 @@
+"""The dashboard (Streamlit), started last: it reads Prometheus, Triton and the run store."""
+
+from __future__ import annotations
+
+import sys
+
+from stack.services import Service
+from stack.settings import ROOT, Settings
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    """Where the dashboard finds its data (read by dashboard/settings.py)."""
+    return {
+        "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
+        "DASHBOARD_TRITON_URL": settings.url("triton_http"),
+        "DASHBOARD_STORE": str(settings.state_dir / "loadgen" / "runs.sqlite"),
+        "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),
+        "DASHBOARD_SCRAPE_INTERVAL": f"{settings.scrape_interval_s:g}",
+    }
+
+
+def service(settings: Settings) -> Service:
+    url = settings.url("dashboard")
+    return Service(
+        name="dashboard",
+        argv=[
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "dashboard" / "app.py"),
+            "--server.address",
+            settings.host,
+            "--server.port",
+            str(settings.port("dashboard")),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            # Nobody edits the app while the stack runs; watching the tree costs CPU.
+            "--server.fileWatcherType",
+            "none",
+        ],
+        health_url=f"{url}/_stcore/health",
+        ports=[settings.port("dashboard")],
+        urls={"ui": url},
+        env=environment(settings),
+        cwd=ROOT,
+    )
