@@ -41,7 +41,15 @@ CAPTIONS = {
 }
 
 
-def _layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
+def _layout(
+    fig: go.Figure, title: str, y_title: str, data: LiveData | None = None
+) -> go.Figure:
+    if data is not None:
+        # The whole selected window, even where there is no data yet: charts side by side
+        # share one time axis.
+        start = pd.Timestamp(data.window.start, unit="s", tz="UTC")
+        end = pd.Timestamp(data.window.end, unit="s", tz="UTC")
+        fig.update_xaxes(range=[start, end])
     fig.update_layout(
         title=title,
         height=HEIGHT,
@@ -63,7 +71,7 @@ def render_throughput(data: LiveData) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(_line(data.series["inferences_per_s"], "inferences/s", COLORS["inferences"]))
     fig.add_trace(_line(data.series["executions_per_s"], "executions/s", COLORS["executions"]))
-    return _layout(fig, "Inferences/s vs executions/s", "per second")
+    return _layout(fig, "Inferences/s vs executions/s", "per second", data)
 
 
 def render_batch_size(data: LiveData) -> go.Figure:
@@ -86,7 +94,7 @@ def render_batch_size(data: LiveData) -> go.Figure:
         )
     top = max([limit or 1.0, *data.preferred_sizes, *data.series["average_batch_size"]["value"]])
     fig.update_yaxes(range=[0, top * 1.15])
-    return _layout(fig, "Average batch size", "inferences per execution")
+    return _layout(fig, "Average batch size", "inferences per execution", data)
 
 
 def render_distribution(data: LiveData) -> go.Figure:
@@ -117,7 +125,7 @@ def render_queue_compute(data: LiveData) -> go.Figure:
     fig.add_trace(
         _line(compute, "compute", COLORS["compute"], stackgroup="per_request", fill="tonexty")
     )
-    return _layout(fig, "Queue vs compute time per request", "milliseconds")
+    return _layout(fig, "Queue vs compute time per request", "milliseconds", data)
 
 
 def _ms(frame: pd.DataFrame) -> pd.DataFrame:

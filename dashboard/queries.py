@@ -43,9 +43,13 @@ QUEUE_SECONDS_PER_REQUEST = (
     "sum(increase(triton_batching_queue_seconds_total{${sel}}[${w}]))"
     " / (sum(increase(triton_batching_requests_success_total{${sel}}[${w}])) > 0)"
 )
+# Three sums, not one regex over __name__: increase() drops the names, and the three
+# series of one model would then collide ("vector cannot contain metrics with the
+# same labelset").
 COMPUTE_SECONDS_PER_REQUEST = (
-    "sum(increase({__name__=~"
-    '"triton_batching_compute_(input|infer|output)_seconds_total", ${sel}}[${w}]))'
+    "(sum(increase(triton_batching_compute_input_seconds_total{${sel}}[${w}]))"
+    " + sum(increase(triton_batching_compute_infer_seconds_total{${sel}}[${w}]))"
+    " + sum(increase(triton_batching_compute_output_seconds_total{${sel}}[${w}])))"
     " / (sum(increase(triton_batching_requests_success_total{${sel}}[${w}])) > 0)"
 )
 # Triton's own latency summary (--metrics-config=summary_latencies=true), in

@@ -40,6 +40,9 @@ def service(settings: Settings) -> Service:
             # Nobody edits the app while the stack runs; watching the tree costs CPU.
             "--server.fileWatcherType",
             "none",
+            # No "Deploy" button or developer menu: this is a monitoring page.
+            "--client.toolbarMode",
+            "viewer",
         ],
         health_url=f"{url}/_stcore/health",
         ports=[settings.port("dashboard")],

@@ -12,10 +12,11 @@ import math
 import time
 from collections.abc import Callable
 
+import requests
 from tritonclient.grpc import model_config_pb2
 
 from loadgen.burst import burst
-from stack import checkconfig
+from stack import checkconfig, prometheus
 from stack.settings import Settings
 
 DURATION_S = 5.0
@@ -56,6 +57,27 @@ def targets(settings: Settings) -> dict[str, tuple[bytes, int]]:
     return found
 
 
+def wait_for_first_scrapes(settings: Settings) -> bool:
+    """Wait until Prometheus has scraped every job once.
+
+    Requests sent before a series' first sample never show in increase() or
+    rate(), so load sent right after start would be invisible on the dashboard.
+    """
+    jobs = len(prometheus.local_targets(settings))
+    url = f"{settings.url('prometheus')}/api/v1/query"
+    deadline = time.monotonic() + 3 * settings.scrape_interval_s + 5.0
+    while time.monotonic() < deadline:
+        try:
+            result = requests.get(url, params={"query": "count(up)"}, timeout=2).json()
+            series = result["data"]["result"]
+            if series and float(series[0]["value"][1]) >= jobs:
+                return True
+        except (requests.RequestException, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
 def run(
     settings: Settings,
     duration_s: float = DURATION_S,
@@ -67,6 +89,8 @@ def run(
     if not plan:
         log("warm-up: no model with fixed-shape FP32 inputs to send to; skipped")
         return sent
+    if "prometheus" not in settings.skip:
+        wait_for_first_scrapes(settings)
     log(f"warm-up: {duration_s:g} s of small bursts to {', '.join(plan)} (--no-warmup skips it)")
     deadline = time.monotonic() + duration_s
     host, port = settings.host, settings.port("triton_http")

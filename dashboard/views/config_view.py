@@ -40,16 +40,16 @@ def render(cfg: DashboardSettings) -> None:
         st.error(
             f"check-config found {len(problems)} error(s) in {cfg.model_repository}: Triton "
             "refuses or misuses these models; fix them and restart the stack.",
-            icon="🚫",
+            icon=":material/error:",
         )
     else:
-        st.success(f"check-config: {len(checks)} model(s) OK in {cfg.model_repository}", icon="✅")
+        st.success(f"check-config: {len(checks)} model(s) OK in {cfg.model_repository}", icon=":material/check_circle:")
     triton_up = tritoninfo.is_ready(cfg.triton_url)
     if not triton_up:
         st.warning(
             f"Triton at {cfg.triton_url} is not answering: only the files are shown. Start the "
             "stack with ./stack/up to see the configuration as Triton loaded it.",
-            icon="⚠️",
+            icon=":material/warning:",
         )
     for check in checks:
         render_model(cfg, check, triton_up)

@@ -38,14 +38,14 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
             cfg.scrape_interval_s,
         )
     except PrometheusError as exc:
-        st.error(str(exc), icon="🚫")
+        st.error(str(exc), icon=":material/error:")
         return
     if not data.has_traffic:
         st.info(
             f"No data yet for `{model}`: it executed nothing in the last "
             f"{_label(window_s)}. Send some load (the Load runs page, or `./stack/up` runs a "
             "short warm-up), or choose a longer time range.",
-            icon="⏳",
+            icon=":material/hourglass_empty:",
         )
     render_kpis(data)
     render_charts(data)
@@ -112,14 +112,14 @@ def render_alerts(cfg: DashboardSettings) -> None:
     try:
         alerts = cached.alerts(cfg.prometheus_url)
     except PrometheusError as exc:
-        st.error(str(exc), icon="🚫")
+        st.error(str(exc), icon=":material/error:")
         return
     firing = alerts[alerts["state"] == "firing"]
     if firing.empty:
-        st.success("No alert is firing.", icon="✅")
+        st.success("No alert is firing.", icon=":material/check_circle:")
     for row in firing.itertuples():
         text = f"**{row.alertname}** ({row.severity or 'no severity'}): {row.summary}"
-        st.error(text, icon="🔥")
+        st.error(text, icon=":material/notifications_active:")
     pending = alerts[alerts["state"] == "pending"]
     if not pending.empty:
         st.caption("Pending (not firing yet): " + ", ".join(pending["alertname"]))

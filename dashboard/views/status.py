@@ -47,20 +47,20 @@ def read(cfg: DashboardSettings) -> StackState:
 def show_problems(cfg: DashboardSettings, state: StackState) -> None:
     """One message per problem, each saying what to do. Nothing when all is well."""
     if state.prometheus_error:
-        st.error(state.prometheus_error, icon="🚫")
+        st.error(state.prometheus_error, icon=":material/error:")
     if not state.triton_ready:
-        st.warning(str(TritonUnreachable(cfg.triton_url, "not ready")), icon="⚠️")
+        st.warning(str(TritonUnreachable(cfg.triton_url, "not ready")), icon=":material/warning:")
     for target in state.targets_down:
         st.warning(
             f"The exporter cannot read Triton at {target}: is that Triton running? The charts "
             "show data up to when it stopped.",
-            icon="⚠️",
+            icon=":material/warning:",
         )
     for job in state.jobs_down:
         st.warning(
             f"Prometheus cannot scrape its `{job}` job: see {cfg.prometheus_url}/targets, and "
             f"the log in .stack/logs/{job}.log",
-            icon="⚠️",
+            icon=":material/warning:",
         )
 
 
@@ -69,5 +69,5 @@ def show_no_models(cfg: DashboardSettings) -> None:
         "No data yet: Prometheus has no series from the exporter (triton_batching_*). If the "
         "stack has just started, wait for the first scrapes (a few seconds). Otherwise check "
         f"that the exporter is running and scraped: {cfg.prometheus_url}/targets",
-        icon="⏳",
+        icon=":material/hourglass_empty:",
     )

@@ -1,0 +1,110 @@
+"""Fixtures of the dashboard's tests: an idle stack, load on the shared stack, the app."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from streamlit.testing.v1 import AppTest
+
+from loadgen.burst import burst, infer_body
+from stack.services import service_table
+from stack.settings import Settings
+from stack.supervisor import Supervisor
+from tests.helpers import free_ports, make_settings
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+
+
+def closed_url() -> str:
+    """A loopback URL where nothing listens."""
+    return f"http://127.0.0.1:{free_ports(1)[0]}"
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def prom_has(settings: Settings, promql: str) -> bool:
+    url = f"{settings.url('prometheus')}/api/v1/query"
+    result = requests.get(url, params={"query": promql}, timeout=5).json()["data"]["result"]
+    return bool(result)
+
+
+def scraped_after(settings: Settings, job: str, after: float) -> Callable[[], bool]:
+    """True once Prometheus holds a sample of ``job`` taken after ``after`` (unix time)."""
+    return lambda: prom_has(settings, f'timestamp(up{{job="{job}"}}) > {after:.3f}')
+
+
+def send_bursts(settings: Settings, model: str, bursts: int, size: int = 3) -> int:
+    body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
+    sent = 0
+    for _ in range(bursts):
+        answers = burst(settings.host, settings.port("triton_http"), model, [body] * size)
+        assert all(a["outputs"][0]["data"] == [3.0] for a in answers)
+        sent += size
+    return sent
+
+
+@pytest.fixture(scope="session")
+def loaded_stack(running_stack: Settings) -> Settings:
+    """The shared stack after some batched load, scraped by Prometheus."""
+    send_bursts(running_stack, "batch_add_model", 30)
+    send_bursts(running_stack, "add_unbatched", 10, size=2)
+    done = time.time()
+    wait_for(scraped_after(running_stack, "exporter", done + 0.5), 30, "a scrape after the load")
+    return running_stack
+
+
+@pytest.fixture(scope="module")
+def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Triton, exporter and Prometheus on their own ports, never sent a request.
+
+    The dashboard row is left out: the tests drive the app with AppTest.
+    """
+    settings = make_settings(tmp_path_factory.mktemp("idle"))
+    services = [s for s in service_table(settings) if s.name != "dashboard"]
+    supervisor = Supervisor(settings, services, log=lambda _: None)
+    supervisor.up()
+    try:
+        wait_for(scraped_after(settings, "triton", time.time()), 30, "a first scrape")
+        yield settings
+    finally:
+        supervisor.down()
+
+
+@pytest.fixture
+def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
+    """An AppTest of dashboard/app.py with DASHBOARD_* set to the given URLs."""
+
+    def make(prometheus: str, triton: str, **extra: str) -> AppTest:
+        monkeypatch.setenv("DASHBOARD_PROMETHEUS_URL", prometheus)
+        monkeypatch.setenv("DASHBOARD_TRITON_URL", triton)
+        monkeypatch.setenv("DASHBOARD_SCRAPE_INTERVAL", "1")
+        for name, value in extra.items():
+            monkeypatch.setenv(f"DASHBOARD_{name.upper()}", value)
+        return AppTest.from_file(str(APP), default_timeout=60)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The stack with Triton down: every other service runs, Triton's ports are closed."""
+    settings = make_settings(tmp_path_factory.mktemp("tritonless"))
+    services = [s for s in service_table(settings) if s.name not in ("triton", "dashboard")]
+    supervisor = Supervisor(settings, services, log=lambda _: None)
+    supervisor.up()
+    try:
+        wait_for(scraped_after(settings, "triton", time.time()), 30, "a failed scrape of Triton")
+        yield settings
+    finally:
+        supervisor.down()

@@ -1,0 +1,133 @@
+"""The Streamlit app in every state, with streamlit.testing's AppTest.
+
+Each state shows a message that says what to do, never a traceback
+(``at.exception`` is empty in every test).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from stack.settings import Settings
+from tests.dashboard.conftest import closed_url
+
+pytestmark = pytest.mark.integration
+
+MakeApp = Callable[..., AppTest]
+
+
+def texts(at: AppTest, kind: str) -> list[str]:
+    return [str(e.value) for e in getattr(at, kind)]
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    """Plotly figures by chart key, decoded."""
+    return {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_prometheus_unreachable_says_what_to_do(make_app: MakeApp) -> None:
+    url = closed_url()
+    at = make_app(url, closed_url()).run()
+    assert not at.exception
+    (error,) = texts(at, "error")
+    assert f"Prometheus at {url} is unreachable" in error
+    assert "./stack/up" in error and "DASHBOARD_PROMETHEUS_URL" in error
+    assert not at.get("plotly_chart")
+
+
+def test_a_bad_setting_is_one_line_not_a_traceback(make_app: MakeApp) -> None:
+    at = make_app(closed_url(), closed_url(), refresh_s="soon").run()
+    assert not at.exception
+    assert texts(at, "error") == [
+        "DASHBOARD_REFRESH_S='soon' is not a number of seconds: fix the variable and "
+        "restart the dashboard."
+    ]
+
+
+def test_triton_down(make_app: MakeApp, tritonless_stack: Settings) -> None:
+    s = tritonless_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    assert not at.exception
+    warnings = " ".join(texts(at, "warning"))
+    assert f"Triton at {s.url('triton_http')} is not answering" in warnings
+    assert "Prometheus cannot scrape its `triton` job" in warnings
+    assert not texts(at, "error")
+
+
+def test_model_config_view_with_triton_down_shows_files_and_findings(
+    make_app: MakeApp, tmp_path: Path
+) -> None:
+    repo = tmp_path / "models"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "model_repository", repo)
+    config = repo / "add_unbatched" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace(
+            "max_batch_size: 4",
+            "max_batch_size: 4\ndynamic_batching { preferred_batch_size: [ 8 ] }",
+        )
+    )
+    at = make_app(closed_url(), closed_url(), model_repository=str(repo))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Model config").run()
+    assert not at.exception
+    errors = texts(at, "error")
+    assert any("check-config found 1 error(s)" in e for e in errors)
+    assert any("preferred_batch_size 8 is larger than max_batch_size 4" in e for e in errors)
+    assert any("only the files are shown" in w for w in texts(at, "warning"))
+    assert [h.value for h in at.subheader] == ["add_unbatched", "batch_add_model"]
+    summaries = [m.value for m in at.markdown]
+    assert any("preferred sizes 2, 4 and a queue delay of 500 µs" in m for m in summaries)
+
+
+def test_no_data_yet_for_a_model_that_served_nothing(
+    make_app: MakeApp, idle_stack: Settings
+) -> None:
+    s = idle_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    assert not at.exception
+    assert not texts(at, "error") and not texts(at, "warning")
+    (info,) = texts(at, "info")
+    assert "No data yet for `batch_add_model`" in info and "Load runs" in info
+    assert metrics(at)["Inferences/s"] == "–"
+
+
+def test_live_view_with_data(make_app: MakeApp, loaded_stack: Settings) -> None:
+    s = loaded_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    assert not at.exception
+    assert not texts(at, "error") and not texts(at, "warning") and not texts(at, "info")
+    assert at.sidebar.selectbox(key="model").value == "batch_add_model"
+    shown = metrics(at)
+    assert float(shown["Inferences/s"]) > 0
+    average, limit = shown["Average batch size"].split(" / ")
+    assert 1.0 < float(average) <= 4.0 and limit == "4"
+    assert shown["Failures"] == "0"
+    figures = charts(at)
+    assert set(figures) == {"throughput", "distribution", "batch_size", "queue_compute"}
+    bars = figures["distribution"]["data"][0]
+    assert "2" in bars["x"]  # bursts of 3 form batches of 2, a preferred size
+    captions = " ".join(c.value for c in at.caption)
+    assert "The gap between the lines is batching at work" in captions
+    assert "No alert is firing." in texts(at, "success")
+
+
+def test_model_selector_switches_the_view(make_app: MakeApp, loaded_stack: Settings) -> None:
+    s = loaded_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    at.sidebar.selectbox(key="model").set_value("add_unbatched").run()
+    assert not at.exception
+    assert at.header[0].value == "Live: add_unbatched"
+    # No dynamic batching: every request executes alone.
+    assert metrics(at)["Average batch size"] == "1.00 / 4"
+    at.sidebar.selectbox(key="window").set_value("1 hour").run()
+    assert not at.exception and metrics(at)["Average batch size"] == "1.00 / 4"
