@@ -57,6 +57,12 @@ def send_bursts(settings: Settings, model: str, bursts: int, size: int = 3) -> i
 @pytest.fixture(scope="session")
 def loaded_stack(running_stack: Settings) -> Settings:
     """The shared stack after some batched load, scraped by Prometheus."""
+    # Load sent before a counter's first sample never shows in increase() or rate().
+    wait_for(
+        lambda: prom_has(running_stack, 'triton_batching_executions_total{model="add_unbatched"}'),
+        30,
+        "the exporter's first scrape",
+    )
     send_bursts(running_stack, "batch_add_model", 30)
     send_bursts(running_stack, "add_unbatched", 10, size=2)
     done = time.time()
