@@ -28,7 +28,10 @@ def texts(at: AppTest, kind: str) -> list[str]:
 
 def charts(at: AppTest) -> dict[str, dict]:
     """Plotly figures by chart key, decoded."""
-    return {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    return {
+        c.proto.id.rsplit("-", 1)[-1].removeprefix("chart_"): json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+    }
 
 
 def metrics(at: AppTest) -> dict[str, str]:
