@@ -81,7 +81,11 @@ def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     supervisor = Supervisor(settings, services, log=lambda _: None)
     supervisor.up()
     try:
-        wait_for(scraped_after(settings, "triton", time.time()), 30, "a first scrape")
+        wait_for(
+            lambda: prom_has(settings, "triton_batching_model_ready"),
+            30,
+            "the exporter's first scrape",
+        )
         yield settings
     finally:
         supervisor.down()

@@ -64,7 +64,11 @@ def test_triton_down(make_app: MakeApp, tritonless_stack: Settings) -> None:
     warnings = " ".join(texts(at, "warning"))
     assert f"Triton at {s.url('triton_http')} is not answering" in warnings
     assert "Prometheus cannot scrape its `triton` job" in warnings
+    assert f"The exporter cannot read Triton at {s.url('triton_http')}" in warnings
     assert not texts(at, "error")
+    # Without Triton the exporter has no model to report: nothing to chart yet.
+    (info,) = texts(at, "info")
+    assert info.startswith("No data yet: Prometheus has no series from the exporter")
 
 
 def test_model_config_view_with_triton_down_shows_files_and_findings(
