@@ -11,7 +11,9 @@ from pathlib import Path
 
 import streamlit as st
 
-st.set_page_config(page_title="Triton batching", page_icon=":material/stacked_bar_chart:", layout="wide")
+st.set_page_config(
+    page_title="Triton batching", page_icon=":material/stacked_bar_chart:", layout="wide"
+)
 
 # `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the repository:
 # make `import dashboard` work from any checkout, installed or not.

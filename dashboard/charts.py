@@ -41,9 +41,7 @@ CAPTIONS = {
 }
 
 
-def _layout(
-    fig: go.Figure, title: str, y_title: str, data: LiveData | None = None
-) -> go.Figure:
+def _layout(fig: go.Figure, title: str, y_title: str, data: LiveData | None = None) -> go.Figure:
     if data is not None:
         # The whole selected window, even where there is no data yet: charts side by side
         # share one time axis.

@@ -32,8 +32,10 @@ def live_data(
     end: float,
     step_s: int,
     scrape_interval_s: float,
+    at: float,
 ) -> live.LiveData:
-    return live.fetch_range(client(url), model, Range(start, end, step_s), scrape_interval_s)
+    window = Range(start, end, step_s)
+    return live.fetch_range(client(url), model, window, scrape_interval_s, at=at)
 
 
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)

@@ -8,6 +8,7 @@ independent), so a refresh costs about the slowest query, not their sum.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class LiveData:
 
     model: str
     window: Range
+    # When the KPIs and the distribution were evaluated.
+    at: float
     kpis: dict[str, float | None]
     # name -> frame with columns time, value (empty when Prometheus has no samples)
     series: dict[str, pd.DataFrame]
@@ -72,8 +75,20 @@ def fetch(
     target: str | None = None,
 ) -> LiveData:
     """Every number and series of the live view, for ``model`` over the last ``window_s``."""
-    window = aligned_range(window_s, end=end, min_step_s=scrape_interval_s)
-    return fetch_range(client, model, window, scrape_interval_s, target)
+    now = time.time() if end is None else end
+    window = aligned_range(window_s, end=now, min_step_s=scrape_interval_s)
+    return fetch_range(
+        client, model, window, scrape_interval_s, target, at=kpi_time(now, scrape_interval_s)
+    )
+
+
+def kpi_time(now: float, scrape_interval_s: float) -> float:
+    """When the KPIs are evaluated: now, on a scrape boundary (nothing changes in between).
+
+    Not the chart window's end: that is aligned to the chart's step, which can be
+    minutes on a long window, and the KPIs would lag by as much.
+    """
+    return math.floor(now / scrape_interval_s) * scrape_interval_s
 
 
 def fetch_range(
@@ -82,8 +97,14 @@ def fetch_range(
     window: Range,
     scrape_interval_s: float,
     target: str | None = None,
+    at: float | None = None,
 ) -> LiveData:
-    """Like ``fetch``, for an explicit window (a load run's start and end)."""
+    """Like ``fetch``, for an explicit window (a load run's start and end).
+
+    The KPIs and the distribution cover the window's length up to ``at`` (default:
+    the window's end); the charts cover the window.
+    """
+    at = window.end if at is None else at
     sel = q.selector(model, target)
     # Triton's own summaries carry no target label.
     model_only = q.selector(model)
@@ -93,13 +114,11 @@ def fetch_range(
     jobs: dict[str, Callable[[], object]] = {}
     for name, template in KPI_QUERIES.items():
         s = model_only if template is q.P99_REQUEST_SECONDS else sel
-        jobs[f"kpi:{name}"] = _scalar_job(client, q.build(template, s, whole), window.end)
+        jobs[f"kpi:{name}"] = _scalar_job(client, q.build(template, s, whole), at)
     for name, template in SERIES_QUERIES.items():
         jobs[f"series:{name}"] = _range_job(client, q.build(template, sel, point), window)
-    jobs["distribution"] = _instant_job(
-        client, q.build(q.BATCH_SIZE_DISTRIBUTION, sel, whole), window.end
-    )
-    jobs["preferred"] = _instant_job(client, q.build(q.PREFERRED_BATCH_SIZES, sel), window.end)
+    jobs["distribution"] = _instant_job(client, q.build(q.BATCH_SIZE_DISTRIBUTION, sel, whole), at)
+    jobs["preferred"] = _instant_job(client, q.build(q.PREFERRED_BATCH_SIZES, sel), at)
     results = run_concurrently(jobs)
 
     kpis = {name: _as_float(results[f"kpi:{name}"]) for name in KPI_QUERIES}
@@ -107,6 +126,7 @@ def fetch_range(
     return LiveData(
         model=model,
         window=window,
+        at=at,
         kpis=kpis,
         series=series,
         distribution=distribution_frame(_frame(results["distribution"])),

@@ -43,7 +43,10 @@ def render(cfg: DashboardSettings) -> None:
             icon=":material/error:",
         )
     else:
-        st.success(f"check-config: {len(checks)} model(s) OK in {cfg.model_repository}", icon=":material/check_circle:")
+        st.success(
+            f"check-config: {len(checks)} model(s) OK in {cfg.model_repository}",
+            icon=":material/check_circle:",
+        )
     triton_up = tritoninfo.is_ready(cfg.triton_url)
     if not triton_up:
         st.warning(

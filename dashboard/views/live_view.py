@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import charts, fmt
 from dashboard import data as cached
-from dashboard.live import LiveData
+from dashboard.live import LiveData, kpi_time
 from dashboard.promapi import PrometheusError, aligned_range
 from dashboard.settings import DashboardSettings
 
@@ -27,7 +27,8 @@ def render(cfg: DashboardSettings, model: str, window_s: int, auto_refresh: bool
 
 
 def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
-    window = aligned_range(window_s, end=time.time(), min_step_s=cfg.scrape_interval_s)
+    now = time.time()
+    window = aligned_range(window_s, end=now, min_step_s=cfg.scrape_interval_s)
     try:
         data = cached.live_data(
             cfg.prometheus_url,
@@ -36,6 +37,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
             window.end,
             window.step_s,
             cfg.scrape_interval_s,
+            kpi_time(now, cfg.scrape_interval_s),
         )
     except PrometheusError as exc:
         st.error(str(exc), icon=":material/error:")
@@ -50,7 +52,8 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
     render_kpis(data)
     render_charts(data)
     st.caption(
-        f"Up to {_clock(window.end)} UTC, one point every {window.step_s} s; "
+        f"KPIs at {_clock(data.at)} UTC; charts up to {_clock(window.end)} UTC, one point "
+        f"every {window.step_s} s; "
         f"data from {cfg.prometheus_url}."
     )
     render_alerts(cfg)

@@ -1,0 +1,83 @@
+"""The live view's numbers against a known answer: Triton's own statistics.
+
+Over a window that holds exactly one load, the ratios the dashboard computes in
+PromQL must equal the same ratios of Triton's statistics deltas: both counters
+of a ratio come from the same exporter scrape, so increase()'s extrapolation
+cancels out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import requests
+
+from dashboard import live
+from dashboard import queries as q
+from dashboard.promapi import PromClient, Range
+from exporter.tritonapi import model_stats
+from stack.settings import Settings
+from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_kpis_equal_triton_statistics_over_the_same_window(
+    loaded_stack: Settings, triton_url: str
+) -> None:
+    s = loaded_stack
+    before = model_stats(triton_url, "batch_add_model")
+    start = math.ceil(time.time())
+    # A sample after `start` that still holds `before`: the window's first value.
+    wait_for(scraped_after(s, "exporter", start + 0.01), 30, "a scrape before the load")
+    send_bursts(s, "batch_add_model", 20, size=4)
+    after = model_stats(triton_url, "batch_add_model")
+    done = time.time()
+    wait_for(scraped_after(s, "exporter", done), 30, "a scrape after the load")
+    end = math.ceil(time.time())
+    delta = after.minus(before)
+
+    data = live.fetch_range(
+        PromClient(s.url("prometheus")),
+        "batch_add_model",
+        Range(start, end, 1),
+        s.scrape_interval_s,
+    )
+
+    assert data.kpis["average_batch_size"] == pytest.approx(
+        delta.inference_count / delta.execution_count, rel=1e-9
+    )
+    assert data.kpis["batch_efficiency"] == pytest.approx(
+        delta.inference_count / delta.execution_count / 4, rel=1e-9
+    )
+    assert data.kpis["queue_s_per_request"] == pytest.approx(
+        delta.phase("queue").seconds / delta.phase("success").count, rel=1e-6
+    )
+    compute = sum(
+        delta.phase(p).seconds for p in ("compute_input", "compute_infer", "compute_output")
+    )
+    assert data.kpis["compute_s_per_request"] == pytest.approx(
+        compute / delta.phase("success").count, rel=1e-6
+    )
+    assert data.kpis["failures"] == 0
+    assert data.kpis["max_batch_size"] == 4
+    assert data.preferred_sizes == [2, 4]
+    assert 0 < data.kpis["preferred_hit_ratio"] <= 1  # type: ignore[operator]
+    # The distribution's sizes are sizes Triton formed, and its bars hold the load.
+    sizes = set(data.distribution["batch_size"])
+    assert sizes <= set(after.executions_by_size())
+    assert data.series["inferences_per_s"]["value"].max() > 0
+
+
+def test_every_query_is_accepted_by_the_real_prometheus(loaded_stack: Settings) -> None:
+    url = f"{loaded_stack.url('prometheus')}/api/v1/query"
+    sel = q.selector("batch_add_model")
+    for name in dir(q):
+        template = getattr(q, name)
+        if not (name.isupper() and isinstance(template, str)):
+            continue
+        expr = q.build(template, sel, "60s") if "${w}" in template else q.build(template, sel)
+        answer = requests.get(url, params={"query": expr}, timeout=10).json()
+        assert answer["status"] == "success", (name, answer)
