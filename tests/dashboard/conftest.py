@@ -115,6 +115,11 @@ def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setti
     supervisor.up()
     try:
         wait_for(scraped_after(settings, "triton", time.time()), 30, "a failed scrape of Triton")
+        wait_for(
+            lambda: prom_has(settings, "triton_batching_target_up == 0"),
+            30,
+            "the exporter to report Triton down",
+        )
         yield settings
     finally:
         supervisor.down()
