@@ -8,21 +8,20 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from exporter.collector import BatchingCollector
-from exporter.targets import DEFAULT_METRICS_PORT, make_targets
+from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
 from exporter.web import make_app, make_web_server
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_TRITON = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 2.0
-
-
-def _env_list(name: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log.level",
         dest="log_level",
-        choices=["debug", "info", "warning", "error"],
+        choices=LOG_LEVELS,
         help="log level (EXPORTER_LOG_LEVEL, info)",
     )
     return parser
@@ -78,6 +77,8 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 
 def parse_timeout(value: str) -> float:
+    if not value:
+        return DEFAULT_TIMEOUT_S
     try:
         timeout = float(value)
     except ValueError:
@@ -87,37 +88,53 @@ def parse_timeout(value: str) -> float:
     return timeout
 
 
+@dataclass(frozen=True)
+class Options:
+    targets: list[Target]
+    timeout_s: float
+    host: str
+    port: int
+    log_level: str
+
+
+def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
+    """Flags first, then the environment, then defaults; ValueError names the bad one."""
+
+    def env_list(name: str) -> list[str]:
+        return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
+
+    targets = make_targets(
+        args.triton_url or env_list("TRITON_URL") or [DEFAULT_TRITON],
+        args.triton_metrics_url or env_list("TRITON_METRICS_URL"),
+    )
+    timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
+    host, port = parse_listen_address(
+        args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
+    )
+    level = args.log_level or env.get("EXPORTER_LOG_LEVEL") or "info"
+    if level not in LOG_LEVELS:
+        raise ValueError(f"EXPORTER_LOG_LEVEL: {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return Options(targets, timeout, host, port, level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        targets = make_targets(
-            args.triton_url or _env_list("TRITON_URL") or [DEFAULT_TRITON],
-            args.triton_metrics_url or _env_list("TRITON_METRICS_URL"),
-        )
-        timeout = parse_timeout(
-            args.triton_timeout or os.environ.get("TRITON_TIMEOUT") or str(DEFAULT_TIMEOUT_S)
-        )
-        host, port = parse_listen_address(
-            args.listen_address or os.environ.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
-        )
+        opts = options_from(args, os.environ)
     except ValueError as exc:
         parser.error(str(exc))
-    level = args.log_level or os.environ.get("EXPORTER_LOG_LEVEL", "info")
-    if level not in ("debug", "info", "warning", "error"):
-        parser.error(f"EXPORTER_LOG_LEVEL: {level!r} is not one of debug, info, warning, error")
     logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BatchingCollector(targets, timeout_s=timeout))
+    registry.register(BatchingCollector(opts.targets, timeout_s=opts.timeout_s))
     try:
-        server = make_web_server(host, port, make_app(registry, targets))
+        server = make_web_server(opts.host, opts.port, make_app(registry, opts.targets))
     except OSError as exc:
         parser.error(
-            f"--web.listen-address: cannot listen on {host}:{port} ({exc.strerror or exc}); "
-            "choose a free address"
+            f"--web.listen-address: cannot listen on {opts.host}:{opts.port} "
+            f"({exc.strerror or exc}); choose a free address"
         )
 
     def stop(signum: int, _frame: Any) -> None:
@@ -128,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     logging.getLogger("exporter").info(
         "listening on http://%s:%d/metrics, reading %s (timeout %.1fs)",
-        host,
-        port,
-        ", ".join(t.url for t in targets),
-        timeout,
+        opts.host,
+        opts.port,
+        ", ".join(t.url for t in opts.targets),
+        opts.timeout_s,
     )
     try:
         server.serve_forever()

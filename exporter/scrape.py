@@ -67,10 +67,10 @@ class Fetcher:
             left = max(deadline - time.monotonic(), 0.01)
             try:
                 return call(*args, left, session)
+            except requests.JSONDecodeError as exc:
+                raise UpstreamError(f"{what}: the body is not JSON ({exc})") from exc
             except requests.RequestException as exc:
                 raise UpstreamError(f"{what}: {exc}") from exc
-            except ValueError as exc:  # the body is not JSON
-                raise UpstreamError(f"{what}: not JSON ({exc})") from exc
 
         url = target.url
         metrics = step(f"GET {target.metrics_url}", tritonapi.metrics_text, target.metrics_url)
