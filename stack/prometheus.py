@@ -69,6 +69,7 @@ def _duration(seconds: float) -> str:
 def local_targets(settings: Settings) -> dict[str, list[str]]:
     host = settings.host
     targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
+    targets["exporter"] = [f"{host}:{settings.port('exporter')}"]
     return targets
 
 
