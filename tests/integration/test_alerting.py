@@ -159,50 +159,59 @@ def test_triton_down_fires_reaches_alertmanager_and_resolves(stack: Stack) -> No
     )
     resolved = wait_for(
         "a resolved notification at the webhook",
-        lambda: stack.webhook.alerts("TritonDown", "resolved"),
+        lambda: [
+            a
+            for a in stack.webhook.alerts("TritonDown", "resolved")
+            if a["labels"].get("job") == "triton"
+        ],
     )
     assert resolved[0]["labels"]["instance"] == triton
 
 
-def send_requests(settings: Settings, model: str, stop: threading.Event) -> int:
+class SerialLoad(threading.Thread):
     """One request at a time, about 20 a second: load that can never be batched."""
-    sent = 0
-    body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
-    conn = http.client.HTTPConnection(settings.host, settings.port("triton_http"), timeout=10)
-    try:
-        while not stop.is_set():
-            conn.request("POST", f"/v2/models/{model}/infer", body)
-            response = conn.getresponse()
-            assert response.status == 200, response.read()
-            response.read()
-            sent += 1
-            stop.wait(0.05)
-    finally:
-        conn.close()
-    return sent
+
+    def __init__(self, settings: Settings, model: str) -> None:
+        super().__init__()
+        self.settings, self.model = settings, model
+        self.stop = threading.Event()
+        self.sent = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
+        host, port = self.settings.host, self.settings.port("triton_http")
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        try:
+            while not self.stop.is_set():
+                conn.request("POST", f"/v2/models/{self.model}/infer", body)
+                response = conn.getresponse()
+                text = response.read()
+                if response.status != 200:
+                    self.errors.append(f"HTTP {response.status}: {text[:200]!r}")
+                self.sent += 1
+                self.stop.wait(0.05)
+        except (OSError, http.client.HTTPException) as exc:
+            self.errors.append(repr(exc))
+        finally:
+            conn.close()
 
 
 def test_load_on_the_unbatched_twin_fires_batching_ineffective(stack: Stack) -> None:
     if "exporter" not in {s.name for s in stack.supervisor.services}:
-        pytest.skip(
-            "needs the exporter's service row (issue 3); BatchingIneffective reads its series"
-        )
-    stop = threading.Event()
-    result: list[int] = []
-    worker = threading.Thread(
-        target=lambda: result.append(send_requests(stack.settings, "add_unbatched", stop))
-    )
-    worker.start()
+        pytest.skip("needs the exporter's service row (issue 3): the alert reads its series")
+    load = SerialLoad(stack.settings, "add_unbatched")
+    load.start()
     try:
         received = wait_for(
             "Alertmanager holds BatchingIneffective",
-            lambda: stack.am_alerts("BatchingIneffective"),
+            lambda: load.errors or stack.am_alerts("BatchingIneffective"),
             timeout_s=45,
         )
     finally:
-        stop.set()
-        worker.join(timeout=15)
-    assert result and result[0] > 0
+        load.stop.set()
+        load.join(timeout=15)
+    assert not load.errors and load.sent > 0, load.errors
     assert [a["labels"]["model"] for a in received] == ["add_unbatched"]
     alert = received[0]
     assert alert["labels"]["severity"] == "warning"
@@ -210,3 +219,7 @@ def test_load_on_the_unbatched_twin_fires_batching_ineffective(stack: Stack) -> 
     description = alert["annotations"]["description"]
     assert " is 1.00 over 10s under load, although it accepts batches up to 4." in description
     assert description.endswith("dynamic_batching is off.")
+    wait_for(
+        "a warning notification at the webhook",
+        lambda: stack.webhook.alerts("BatchingIneffective", "firing"),
+    )
