@@ -170,3 +170,15 @@ def test_rules_command_reports_bad_settings_without_writing(
     err = capsys.readouterr().err.strip()
     assert err.startswith("rules: ") and "not valid YAML" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_up_refuses_bad_rule_settings_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    bad = write(tmp_path, {**defaults(), "windows": {"short": "1m", "long": "five minutes"}})
+    assert cli.main(["up", "--state-dir", str(state), "--rules-settings", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"up: {bad}: windows.long is 'five minutes'; use a Prometheus duration such "
+                   "as 30s, 5m or 1h"]  # fmt: skip
+    assert not (state / "stack.json").exists()
