@@ -56,6 +56,8 @@ def main() -> None:
         return
     if not state.models:
         status.show_no_models(cfg)
+        # The alerts say most when nothing else can be shown (Triton down, say).
+        live_view.render_alerts(cfg)
         return
     with st.sidebar:
         models = state.models

@@ -120,6 +120,11 @@ def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setti
             30,
             "the exporter to report Triton down",
         )
+        wait_for(
+            lambda: prom_has(settings, 'ALERTS{alertname="TritonDown"}'),
+            30,
+            "the TritonDown alert to be pending",
+        )
         yield settings
     finally:
         supervisor.down()

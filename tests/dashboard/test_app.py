@@ -69,6 +69,8 @@ def test_triton_down(make_app: MakeApp, tritonless_stack: Settings) -> None:
     # Without Triton the exporter has no model to report: nothing to chart yet.
     (info,) = texts(at, "info")
     assert info.startswith("No data yet: Prometheus has no series from the exporter")
+    # The alert rules see it too; TritonDown fires after 1 minute, until then it is pending.
+    assert "Pending (not firing yet): TritonDown" in [c.value for c in at.caption]
 
 
 def test_model_config_view_with_triton_down_shows_files_and_findings(
