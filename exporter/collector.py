@@ -143,8 +143,9 @@ class BatchingCollector(Collector):
         pool = ThreadPoolExecutor(max_workers=len(self.targets), thread_name_prefix="scrape")
         try:
             futures = [pool.submit(self._scrape_one, t) for t in self.targets]
-            # The fetcher keeps to the timeout; the margin covers parsing and thread start.
-            wait(futures, timeout=self.timeout_s + 0.5)
+            # The fetcher keeps to the timeout; the margin covers parsing and thread start
+            # and stays proportional, so the scrape still ends well inside Prometheus' timeout.
+            wait(futures, timeout=self.timeout_s * 1.2)
             results = []
             for target, future in zip(self.targets, futures, strict=True):
                 if future.done():

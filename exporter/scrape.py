@@ -59,7 +59,9 @@ class Fetcher:
         self._sessions: dict[str, requests.Session] = {}
 
     def __call__(self, target: Target, timeout_s: float) -> Snapshot:
-        session = self._sessions.setdefault(target.url, requests.Session())
+        session = self._sessions.get(target.url)
+        if session is None:
+            session = self._sessions.setdefault(target.url, requests.Session())
         deadline = time.monotonic() + timeout_s
 
         def step(what: str, call: Callable[..., T], *args: str) -> T:

@@ -1,0 +1,68 @@
+"""Shared by the benchmarks: a stack (Triton + exporter) over a chosen model repository.
+
+Started with the launcher's own code on free ports, like the tests, so the
+exporter measured is the one `./stack/up` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from stack.services import service_table
+from stack.settings import ROOT, Settings
+from stack.supervisor import Supervisor
+from tests.helpers import make_settings
+
+MODEL = "batch_add_model"
+
+
+def repository(folder: Path, copies: int) -> Path:
+    """batch_add_model alone (copies=1) or ``copies`` renamed copies of it."""
+    repo = folder / "models"
+    source = ROOT / "model_repository" / MODEL
+    if copies == 1:
+        shutil.copytree(source, repo / MODEL)
+        return repo
+    for i in range(copies):
+        name = f"add_copy_{i:02d}"
+        shutil.copytree(source, repo / name)
+        config = repo / name / "config.pbtxt"
+        config.write_text(config.read_text().replace(f'name: "{MODEL}"', f'name: "{name}"'))
+    return repo
+
+
+@contextmanager
+def stack(copies: int = 1, scrape_interval_s: float = 1.0) -> Iterator[Settings]:
+    """Triton and the exporter (no Prometheus: the benchmark scrapes itself)."""
+    os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = replace(
+            make_settings(Path(tmp) / "state"),
+            model_repository=repository(Path(tmp), copies),
+            skip=frozenset({"prometheus"}),
+            scrape_interval_s=scrape_interval_s,
+        )
+        supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
+        supervisor.up()
+        try:
+            yield settings
+        finally:
+            supervisor.down()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values)
