@@ -194,7 +194,8 @@ def up(settings: Settings, detach: bool, warm: bool = True) -> int:
     if not detach:
         supervisor.install_signal_handlers()
     running = supervisor.up(foreground=not detach)
-    if warm and "triton" not in settings.skip:
+    # The warm-up is there so the dashboard has something to show at once.
+    if warm and not {"triton", "dashboard"} & settings.skip:
         warmup.run(settings)
     print("\nThe stack is up:")
     for run in running:

@@ -121,11 +121,14 @@ def render_alerts(cfg: DashboardSettings) -> None:
     if firing.empty:
         st.success("No alert is firing.", icon=":material/check_circle:")
     for row in firing.itertuples():
+        where = ", ".join(f"{k}={row.labels[k]}" for k in ("model", "target") if k in row.labels)
         text = f"**{row.alertname}** ({row.severity or 'no severity'}): {row.summary}"
-        st.error(text, icon=":material/notifications_active:")
+        st.error(text + (f" ({where})" if where else ""), icon=":material/notifications_active:")
     pending = alerts[alerts["state"] == "pending"]
     if not pending.empty:
-        st.caption("Pending (not firing yet): " + ", ".join(pending["alertname"]))
+        # One alert rule can be pending for several series (models, targets): name it once.
+        names = list(dict.fromkeys(pending["alertname"]))
+        st.caption("Pending (not firing yet): " + ", ".join(names))
 
 
 def _label(window_s: int) -> str:
