@@ -37,6 +37,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# AppTest runs the page without a server; Streamlit logs a warning per run about that.
+os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")
 
 from dashboard import live  # noqa: E402
 from dashboard import queries as q  # noqa: E402
