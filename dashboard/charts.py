@@ -56,6 +56,8 @@ def _layout(fig: go.Figure, title: str, y_title: str, data: LiveData | None = No
         yaxis_title=y_title,
         hovermode="x unified",
     )
+    # Rates, sizes and times start at zero: a y axis from 10 to 30 would exaggerate noise.
+    fig.update_yaxes(rangemode="tozero")
     return fig
 
 
