@@ -27,7 +27,7 @@ class DashboardSettings:
     prometheus_url: str = "http://127.0.0.1:9090"
     triton_url: str = "http://127.0.0.1:8000"
     # The load generator's SQLite results store.
-    store: Path = ROOT / ".stack" / "loadgen" / "runs.sqlite"
+    store: Path = ROOT / ".stack" / "loadgen.sqlite3"
     model_repository: Path = ROOT / "model_repository"
     # Prometheus' scrape interval: the finest step a chart can use.
     scrape_interval_s: float = 5.0
