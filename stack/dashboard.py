@@ -13,7 +13,8 @@ def environment(settings: Settings) -> dict[str, str]:
     return {
         "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
         "DASHBOARD_TRITON_URL": settings.url("triton_http"),
-        "DASHBOARD_STORE": str(settings.state_dir / "loadgen" / "runs.sqlite"),
+        # Where `python -m loadgen` stores runs by default (loadgen.params.default_db).
+        "DASHBOARD_STORE": str(settings.state_dir / "loadgen.sqlite3"),
         "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),
         "DASHBOARD_SCRAPE_INTERVAL": f"{settings.scrape_interval_s:g}",
     }
