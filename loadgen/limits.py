@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from loadgen.errors import LoadgenError
 
+
+def _show(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{_show(value)}"
+
+
 MAX_CONCURRENCY = 256
 MAX_RATE = 20_000.0  # requests per second
 MAX_DURATION_S = 600.0
@@ -21,9 +26,11 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 def positive(value: float, flag: str, cap: float, unit: str = "") -> float:
     """``value`` if 0 < value <= cap, else one clear error naming the flag and the bound."""
     if not value > 0:  # also catches NaN
-        raise LoadgenError(f"{flag} must be greater than 0 (got {value:g})")
+        raise LoadgenError(f"{flag} must be greater than 0 (got {_show(value)})")
     if value > cap:
-        raise LoadgenError(f"{flag} {value:g}{unit} is past the safe bound of {cap:g}{unit}")
+        raise LoadgenError(
+            f"{flag} {_show(value)}{unit} is past the safe bound of {_show(cap)}{unit}"
+        )
     return value
 
 
@@ -33,7 +40,9 @@ def positive_int(value: int, flag: str, cap: int) -> int:
 
 def non_negative(value: float, flag: str, cap: float, unit: str = "") -> float:
     if not value >= 0:
-        raise LoadgenError(f"{flag} must be 0 or more (got {value:g})")
+        raise LoadgenError(f"{flag} must be 0 or more (got {_show(value)})")
     if value > cap:
-        raise LoadgenError(f"{flag} {value:g}{unit} is past the safe bound of {cap:g}{unit}")
+        raise LoadgenError(
+            f"{flag} {_show(value)}{unit} is past the safe bound of {_show(cap)}{unit}"
+        )
     return value
