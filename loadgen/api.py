@@ -35,6 +35,7 @@ from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_
 
 __all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "run_many", "LoadgenError"]
 
+CHECKED_KINDS = ("wrong answer", "bad answer")
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -145,7 +146,6 @@ def execute(
     p = prepared.params
     base = prepared.http.base_url
     before = serverside.snapshot(base, p.model)
-    started = time.time()
     recorder = Recorder()
     status, extra = "ok", {}
     try:
@@ -161,7 +161,11 @@ def execute(
     if stop.is_set():
         status = "interrupted"
     finished = time.time()
-    answered = recorder.counts[0]
+    # Requests the model itself answered: the ok ones and the wrong answers (a rejection by
+    # Triton's core, e.g. HTTP 400, is counted nowhere in its statistics).
+    answered = recorder.counts[0] + sum(
+        n for kind, n in recorder.errors_by_kind().items() if kind.startswith(CHECKED_KINDS)
+    )
     after = serverside.settled_after(base, p.model, before, answered)
     delta: ModelStats = after.minus(before)
     client_summary = recorder.summary()
@@ -169,7 +173,7 @@ def execute(
     return RunResult(
         params=p,
         status=status,
-        started_at=started,
+        started_at=recorder.wall_t0,
         finished_at=finished,
         summary={
             "client": client_summary,
@@ -203,7 +207,7 @@ async def _drive(
     ticker = asyncio.ensure_future(_report_progress(recorder, p, progress)) if progress else None
     extra: dict[str, Any] = {}
     try:
-        recorder.t0 = time.perf_counter()
+        recorder.t0, recorder.wall_t0 = time.perf_counter(), time.time()
         if p.scenario == "serial":
             assert p.requests is not None
             await scenarios.serial(client, p.requests, p.gap_s, stop)

@@ -11,6 +11,7 @@ import json
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -229,7 +230,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> int:
     stop = threading.Event()
     results = []
     prepared = [api.prepare(p) for p in runs]  # everything checked before the first request
-    group = f"g{id(stop)}" if len(prepared) > 1 else ""
+    group = f"sweep-{time.time():.3f}" if len(prepared) > 1 else ""
     for item in prepared:
         bar = None if args.json else report.ProgressBar(item.params.describe())
         result = api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group)
@@ -270,7 +271,7 @@ def run_compare(args: argparse.Namespace) -> int:
     stop = threading.Event()
     prepared = [api.prepare(p) for p in runs]
     results = []
-    group = f"compare-{id(stop)}"
+    group = f"compare-{time.time():.3f}"
     for item in prepared:
         bar = None if args.json else report.ProgressBar(item.params.describe())
         results.append(api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group))
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # Ctrl-C before a run started: nothing was sent
-        print("loadgen: interrupted before sending; nothing stored", file=sys.stderr)
+        print("loadgen: interrupted outside a run; nothing stored", file=sys.stderr)
         return 130
 
 

@@ -35,7 +35,9 @@ class Recorder:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self.wall_t0 = time.time()
-        self.start = array("d")  # seconds since t0, when the request was due to go out
+        # Seconds since t0 (wall clock: wall_t0, stored as the run's started_at), when the
+        # request was due to go out.
+        self.start = array("d")
         self.latency = array("d")  # seconds until its outcome was known
         self.outcome = array("b")
         self.error = array("i")  # index into self.errors, -1 for none

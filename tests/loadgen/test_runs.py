@@ -122,7 +122,12 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
         text=True,
         cwd=ROOT,
     )
-    time.sleep(3.0)  # imports, metadata, then about a second of load
+    # Interrupt once load is flowing (the server has counted some of it), not during imports.
+    before = model_stats(triton_url, "batch_add_model").inference_count
+    deadline = time.monotonic() + 30
+    while model_stats(triton_url, "batch_add_model").inference_count < before + 200:
+        assert time.monotonic() < deadline and proc.poll() is None, "no load arrived"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
