@@ -166,8 +166,16 @@ def execute(
     answered = recorder.counts[0] + sum(
         n for kind, n in recorder.errors_by_kind().items() if kind.startswith(CHECKED_KINDS)
     )
-    after = serverside.settled_after(base, p.model, before, answered)
-    delta: ModelStats = after.minus(before)
+    server: dict[str, Any]
+    restarted = False
+    try:
+        after = serverside.settled_after(base, p.model, before, answered)
+        delta: ModelStats = after.minus(before)
+        server, restarted = serverside.summarize(delta), after.is_reset_since(before)
+    except LoadgenError as exc:  # the server went away during the run: keep what we saw
+        server = {"error": str(exc)}
+        if status == "ok":
+            status = "failed"
     client_summary = recorder.summary()
     client_summary.update(extra)
     return RunResult(
@@ -177,8 +185,8 @@ def execute(
         finished_at=finished,
         summary={
             "client": client_summary,
-            "server": serverside.summarize(delta),
-            "server_restarted": after.is_reset_since(before),
+            "server": server,
+            "server_restarted": restarted,
         },
         timeline=recorder.timeline(),
         recorder=recorder,

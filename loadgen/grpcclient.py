@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from loadgen.checks import WRONG_SUM, check_outputs
 from loadgen.clients import Client, Pending
+from loadgen.errors import LoadgenError
 from loadgen.limits import MAX_REQUEST_BYTES
 from loadgen.recorder import FAILED, OK, TIMED_OUT
 
@@ -54,8 +55,6 @@ class GrpcClient(Client):
             try:
                 await asyncio.wait_for(self.channel.channel_ready(), timeout=5.0)
             except asyncio.TimeoutError:
-                from loadgen.errors import LoadgenError
-
                 raise LoadgenError(
                     f"cannot reach Triton's gRPC port at {a.host}:{a.port}"
                 ) from None

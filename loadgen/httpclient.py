@@ -158,6 +158,9 @@ class HttpClient(Client):
         conn.transport.write(self.head + inputs)
 
     async def burst(self, slots: list[Any], first_index: int) -> None:
+        """Last-byte synchronisation (as in loadgen.burst): every request goes out complete
+        but for its last byte, then all last bytes are written back to back, so the server
+        can parse none before the final write and all arrive within microseconds."""
         datas = []
         for k, conn in enumerate(slots):
             inputs, expected = self.payloads.take(first_index + k)

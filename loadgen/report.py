@@ -60,6 +60,9 @@ def run_table(result: RunResult) -> str:
         lines.append(f"  not sent      {c['not_sent']:,} due requests dropped at the stop")
     for kind, count in c["errors"].items():
         lines.append(f"  error x{count:<6,} {kind}")
+    if "error" in s:
+        lines += ["", f"server side: unknown ({s['error']})"]
+        return "\n".join(lines)
     sizes = ", ".join(f"{k}: {v}" for k, v in s["executions_by_batch_size"].items()) or "-"
     lines += [
         "",
@@ -79,13 +82,13 @@ def run_table(result: RunResult) -> str:
 
 COMPARE_ROWS: list[tuple[str, Any]] = [
     ("requests ok", lambda r: r.summary["client"]["ok"]),
-    ("server calls", lambda r: r.summary["server"]["executions"]),
-    ("average batch", lambda r: r.summary["server"]["average_batch_size"]),
+    ("server calls", lambda r: r.summary["server"].get("executions")),
+    ("average batch", lambda r: r.summary["server"].get("average_batch_size")),
     ("total time (s)", lambda r: r.summary["client"]["duration_s"]),
     ("throughput (/s)", lambda r: r.summary["client"]["throughput_per_s"]),
     ("p50 (ms)", lambda r: _scale(r.summary["client"]["latency_s"]["p50"])),
     ("p99 (ms)", lambda r: _scale(r.summary["client"]["latency_s"]["p99"])),
-    ("queue per request (ms)", lambda r: _scale(r.summary["server"]["queue_s_per_request"])),
+    ("queue per request (ms)", lambda r: _scale(r.summary["server"].get("queue_s_per_request"))),
 ]
 
 

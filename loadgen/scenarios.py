@@ -26,23 +26,23 @@ Stop = Callable[[], bool]
 
 
 async def serial(client: Client, n: int, gap_s: float, stop: Stop) -> None:
-    loop = asyncio.get_running_loop()
-    (slot,) = await client.open_slots(1)
     rec = client.recorder
+    idle: deque[Any] = deque(await client.open_slots(1))
+    client.on_done = idle.append
     for i in range(n):
         if stop():
             break
-        done: asyncio.Future[Any] = loop.create_future()
-
-        def on_done(s: Any, done: asyncio.Future[Any] = done) -> None:
-            if not done.done():
-                done.set_result(s)
-
-        client.on_done = on_done
-        client.send(slot, i, rec.now())
-        slot = await done
+        if not idle:  # the connection died with the last request: a fresh one, or OSError
+            idle.extend(await client.open_slots(1))
+        done = rec.done
+        client.send(idle.popleft(), i, rec.now())
+        # Low rate by definition: a short poll costs nothing and also wakes on a request
+        # that failed with its connection (which hands no slot back).
+        while rec.done == done:
+            await asyncio.sleep(0.0002)
         if i < n - 1 and gap_s > 0:
             await asyncio.sleep(gap_s)
+        await asyncio.sleep(0)  # let a replacement connection arrive
 
 
 async def concurrent(client: Client, n: int, stop: Stop) -> None:
@@ -83,7 +83,8 @@ async def closed_loop(
 async def open_loop(
     client: Client, shape: LoadShape, poisson: bool, max_in_flight: int, stop: Stop
 ) -> int:
-    """Returns how many due requests were never sent (a backlog cut short by a stop)."""
+    """Returns how many due requests were never sent (a backlog cut short by a stop, or
+    one that no connection could take within the request timeout)."""
     rec = client.recorder
     idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, 8)))
     opened = [len(idle), 0]  # slots open, slots opening
@@ -102,6 +103,8 @@ async def open_loop(
         try:
             (slot,) = await client.open_slots(1)
             opened[0] += 1
+        except OSError:  # server gone: the backlog waits, and is dropped at the end
+            return
         finally:
             opened[1] -= 1
         on_done(slot)
@@ -127,7 +130,8 @@ async def open_loop(
         if due <= now and rate is None:
             break
         await asyncio.sleep(max(due - rec.now(), 0.0))
-    while backlog and not stop():
+    drain_until = rec.now() + client.timeout_s
+    while backlog and not stop() and rec.now() < drain_until:
         await asyncio.sleep(0.01)
     dropped = len(backlog)
     backlog.clear()
