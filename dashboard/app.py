@@ -22,10 +22,18 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from dashboard import settings  # noqa: E402 - set_page_config must run first
-from dashboard.views import config_view, live_view, status  # noqa: E402
+from dashboard.views import config_view, live_view, runs_view, status  # noqa: E402
+from stack import checkconfig  # noqa: E402
 
 VIEWS = ["Live", "Load runs", "Model config"]
 DEFAULT_MODEL = "batch_add_model"
+
+
+def repository_models(cfg: settings.DashboardSettings) -> list[str]:
+    try:
+        return [c.name for c in checkconfig.check_repository(cfg.model_repository)]
+    except FileNotFoundError:
+        return []
 
 
 def main() -> None:
@@ -49,8 +57,8 @@ def main() -> None:
     state = status.read(cfg)
     status.show_problems(cfg, state)
     if view == "Load runs":
-        st.header("Load runs")
-        st.info("Load runs need the load generator (loadgen/), which this build does not have.")
+        # Without Prometheus the runs still work (they talk to Triton); name models from disk.
+        runs_view.render(cfg, state.models or repository_models(cfg))
         return
     if state.prometheus_error:
         return

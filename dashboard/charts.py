@@ -130,3 +130,81 @@ def render_queue_compute(data: LiveData) -> go.Figure:
 
 def _ms(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(value=frame["value"] * 1000.0)
+
+
+RUN_CAPTIONS = {
+    "timeline": (
+        "Client side, per second of the run: requests answered (bars) and their p50/p99 "
+        "latency (lines, right axis). A latency climb with flat bars means the server saturated."
+    ),
+    "batches": (
+        "Server side, from Triton's statistics before and after the run: executions per batch "
+        "size. Requests that overlapped in time were merged into the larger sizes."
+    ),
+    "server": (
+        "Prometheus over the run's window (padded by two scrapes): the same charts as the live "
+        "view, so the client's numbers can be read against what the server did."
+    ),
+}
+
+
+def render_run_timeline(timeline: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(x=timeline["second"], y=timeline["ok"], name="ok/s", marker_color=COLORS["batch"])
+    )
+    for column, name, color in (
+        ("p50_s", "p50", COLORS["inferences"]),
+        ("p99_s", "p99", COLORS["queue"]),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=timeline["second"],
+                y=timeline[column] * 1000.0,
+                name=f"{name} latency (ms)",
+                mode="lines+markers",
+                line={"color": color},
+                yaxis="y2",
+            )
+        )
+    fig.update_layout(
+        yaxis2={"overlaying": "y", "side": "right", "title": "ms", "rangemode": "tozero"}
+    )
+    fig.update_xaxes(title="second of the run")
+    return _layout(fig, "Per second of the run", "requests answered")
+
+
+def render_run_batches(frame: pd.DataFrame, preferred: list[int]) -> go.Figure:
+    colors = [
+        COLORS["preferred"] if s in preferred else COLORS["batch"] for s in frame["batch_size"]
+    ]
+    fig = go.Figure(
+        go.Bar(
+            x=frame["batch_size"].astype(str),
+            y=frame["executions"],
+            marker_color=colors,
+            text=frame["executions"].astype(str),
+            textposition="auto",
+            name="executions",
+        )
+    )
+    fig.update_xaxes(title="batch size", type="category")
+    return _layout(fig, "Batch sizes the server formed", "executions")
+
+
+def render_comparison(table: pd.DataFrame, label_a: str, label_b: str) -> go.Figure:
+    """The ratio B / A of each measure as horizontal bars around 1."""
+    rows = table.dropna(subset=["B / A"])
+    fig = go.Figure(
+        go.Bar(
+            x=rows["B / A"],
+            y=rows["measure"],
+            orientation="h",
+            marker_color=[COLORS["batch"] if r >= 1 else COLORS["queue"] for r in rows["B / A"]],
+            text=[f"{r:.2f}x" for r in rows["B / A"]],
+            textposition="auto",
+        )
+    )
+    fig.add_vline(x=1.0, line={"color": COLORS["limit"], "dash": "dot"})
+    fig.update_layout(yaxis={"autorange": "reversed"})
+    return _layout(fig, f"B / A  (A: {label_a}, B: {label_b})", "")

@@ -196,7 +196,7 @@ def up(settings: Settings, detach: bool, warm: bool = True) -> int:
     running = supervisor.up(foreground=not detach)
     # The warm-up is there so the dashboard has something to show at once.
     if warm and not {"triton", "dashboard"} & settings.skip:
-        warmup.run(settings)
+        warmup.run_warmup(settings)
     print("\nThe stack is up:")
     for run in running:
         print(f"  {run.name:<13} {'  '.join(f'{k}: {v}' for k, v in run.urls.items())}")

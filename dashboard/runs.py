@@ -1,0 +1,223 @@
+"""Load runs from the dashboard: bounded parameters, one background run at a time, results.
+
+Plain Python over the load generator's API (``loadgen.api``) and store
+(``loadgen.store``). The dashboard's bounds are far below the load generator's
+own: a click in a browser must never be able to overload the host that serves
+the page, Triton and Prometheus.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from loadgen import store
+from loadgen.api import RunParams, run
+from loadgen.errors import LoadgenError
+
+SCENARIOS = {
+    "concurrency": "closed loop: N clients, each sends its next request when answered",
+    "rate": "open loop: requests at a fixed rate, answered or not",
+    "concurrent": "N requests sent at once (the spec's experiment)",
+    "serial": "N requests one after another",
+}
+MAX_CONCURRENCY = 16
+MAX_RATE = 500.0
+MAX_DURATION_S = 30.0
+MAX_REQUESTS = 64
+QUANTILES = ("p50", "p90", "p95", "p99", "max", "mean")
+
+
+class RunRefused(ValueError):
+    """The form asks for more than the dashboard allows, or a run is already going."""
+
+
+@dataclass(frozen=True)
+class RunForm:
+    scenario: str
+    model: str
+    concurrency: int = 4
+    rate: float = 100.0
+    duration_s: float = 5.0
+    requests: int = 3
+    label: str = ""
+
+
+def to_params(form: RunForm, triton_url: str) -> RunParams:
+    """The load generator's parameters for ``form``; RunRefused past the dashboard's bounds."""
+    if form.scenario not in SCENARIOS:
+        raise RunRefused(f"unknown scenario {form.scenario!r}")
+    common: dict[str, Any] = {
+        "scenario": form.scenario,
+        "model": form.model,
+        "url": triton_url,
+        "label": form.label,
+    }
+    if form.scenario == "concurrency":
+        _bounded(form.concurrency, "concurrency", MAX_CONCURRENCY)
+        _bounded(form.duration_s, "duration", MAX_DURATION_S, " s")
+        return RunParams(**common, concurrency=form.concurrency, duration_s=form.duration_s)
+    if form.scenario == "rate":
+        _bounded(form.rate, "rate", MAX_RATE, "/s")
+        _bounded(form.duration_s, "duration", MAX_DURATION_S, " s")
+        return RunParams(**common, rate=form.rate, duration_s=form.duration_s)
+    _bounded(form.requests, "requests", MAX_REQUESTS)
+    return RunParams(**common, requests=form.requests)
+
+
+def _bounded(value: float, what: str, cap: float, unit: str = "") -> None:
+    if not value > 0:
+        raise RunRefused(f"{what} must be greater than 0")
+    if value > cap:
+        raise RunRefused(
+            f"{what} {value:g}{unit} is above the dashboard's limit of {cap:g}{unit}; "
+            "for bigger runs use `python -m loadgen` from a shell"
+        )
+
+
+@dataclass
+class ActiveRun:
+    params: RunParams
+    started: float = field(default_factory=time.time)
+    progress: dict[str, Any] = field(default_factory=dict)
+    run_id: int | None = None
+    status: str = "running"  # running | ok | interrupted | failed | error
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class RunManager:
+    """At most one load run at a time for the whole dashboard process (every browser tab).
+
+    The run happens in a thread; the page polls ``current`` for progress.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.current: ActiveRun | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None and not self.current.done.is_set()
+
+    def start(self, params: RunParams, db: Path) -> ActiveRun:
+        with self._lock:
+            if self.busy:
+                raise RunRefused("a load run is already going: wait for it to finish")
+            active = ActiveRun(params)
+            self.current = active
+            self._stop.clear()
+        thread = threading.Thread(
+            target=self._run, args=(active, db), name="dashboard-loadrun", daemon=True
+        )
+        thread.start()
+        return active
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, active: ActiveRun, db: Path) -> None:
+        def progress(snapshot: dict[str, Any]) -> None:
+            active.progress = snapshot
+
+        try:
+            result = run(active.params, db=str(db), stop=self._stop, progress=progress)
+            active.run_id, active.status = result.run_id, result.status
+        except LoadgenError as exc:
+            active.status, active.error = "error", str(exc)
+        except Exception as exc:  # the thread must always finish and say why
+            active.status, active.error = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            active.done.set()
+
+
+# ---- reading the store ----------------------------------------------------------------
+
+
+def list_runs(db: Path) -> pd.DataFrame:
+    """Newest first; an empty frame when there is no store yet."""
+    if not db.exists():
+        return pd.DataFrame()
+    return store.runs_frame(db)
+
+
+def load(db: Path, run_id: int) -> dict[str, Any]:
+    return store.load_run(db, run_id)
+
+
+def timeline(db: Path, run_id: int) -> pd.DataFrame:
+    return store.timeline_frame(db, run_id)
+
+
+def describe(run: dict[str, Any]) -> str:
+    """One line naming a run: id, label or scenario, model, when."""
+    p = run.get("params", {})
+    what = run.get("label") or _scenario_text(run.get("scenario", ""), p)
+    when = time.strftime("%H:%M:%S", time.localtime(run["started_at"]))
+    return f"#{run['id']} {what} on {run['model']} at {when}"
+
+
+def _scenario_text(scenario: str, p: dict[str, Any]) -> str:
+    if scenario == "concurrency":
+        return f"concurrency {p.get('concurrency')} for {p.get('duration_s', 0):g} s"
+    if scenario == "rate":
+        return f"rate {p.get('rate', 0):g}/s for {p.get('duration_s', 0):g} s"
+    if scenario in ("serial", "concurrent"):
+        return f"{scenario} x{p.get('requests')}"
+    return scenario
+
+
+def latency_table(run: dict[str, Any]) -> pd.DataFrame:
+    """Client-side latency percentiles in milliseconds."""
+    latency = run["summary"].get("latency_s", {})
+    rows = [(name, _ms(latency.get(name))) for name in QUANTILES]
+    return pd.DataFrame(rows, columns=["percentile", "ms"])
+
+
+# (label, function of a run) for the comparison: what a person compares two runs by.
+COMPARED: list[tuple[str, Any]] = [
+    ("requests sent", lambda r: r["sent"]),
+    ("requests ok", lambda r: r["ok"]),
+    ("requests failed or timed out", lambda r: r["failed"] + r["timed_out"]),
+    ("throughput (req/s)", lambda r: r["throughput_per_s"]),
+    ("p50 latency (ms)", lambda r: _ms(r["summary"]["latency_s"].get("p50"))),
+    ("p99 latency (ms)", lambda r: _ms(r["summary"]["latency_s"].get("p99"))),
+    ("model executions", lambda r: r["server"].get("executions")),
+    ("inferences", lambda r: r["server"].get("inferences")),
+    ("average batch size", lambda r: r["server"].get("average_batch_size")),
+    ("queue per request (ms)", lambda r: _ms(r["server"].get("queue_s_per_request"))),
+    ("compute per request (ms)", lambda r: _ms(r["server"].get("compute_s_per_request"))),
+]
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> pd.DataFrame:
+    """Side by side: one row per measure, the two values and the ratio B / A."""
+    rows = []
+    for label, get in COMPARED:
+        va, vb = _number(get(a)), _number(get(b))
+        ratio = vb / va if va not in (None, 0) and vb is not None else None
+        rows.append({"measure": label, "A": va, "B": vb, "B / A": ratio})
+    return pd.DataFrame(rows)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def executions_by_size(run: dict[str, Any]) -> pd.DataFrame:
+    """What the server formed during the run: batch size and executions (statistics deltas)."""
+    sizes = run["server"].get("executions_by_batch_size", {})
+    frame = pd.DataFrame(
+        sorted((int(k), int(v)) for k, v in sizes.items()), columns=["batch_size", "executions"]
+    )
+    return frame

@@ -1,0 +1,248 @@
+"""Load runs: start one (bounded), watch it, read it beside the server's view, compare two."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, fmt, runs
+from dashboard import data as cached
+from dashboard.promapi import PrometheusError, Range, choose_step
+from dashboard.settings import DashboardSettings
+from loadgen.errors import LoadgenError
+
+PROGRESS_EVERY_S = 0.5
+
+
+@st.cache_resource(show_spinner=False)
+def manager() -> runs.RunManager:
+    """One for the whole dashboard process: every tab sees the same run."""
+    return runs.RunManager()
+
+
+def render(cfg: DashboardSettings, models: list[str]) -> None:
+    st.header("Load runs")
+    render_form(cfg, models)
+    st.fragment(_progress, run_every=PROGRESS_EVERY_S if manager().busy else None)()
+    try:
+        listed = runs.list_runs(cfg.store)
+    except LoadgenError as exc:
+        st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
+        return
+    if listed.empty:
+        st.info(
+            "No load runs yet: start one with the form above, or from a shell with "
+            "`.venv/bin/python -m loadgen concurrency --concurrency 4 --duration 5`. "
+            f"Runs are stored in {cfg.store}.",
+            icon=":material/hourglass_empty:",
+        )
+        return
+    ids = [int(i) for i in listed["id"]]
+    names = {
+        int(r["id"]): runs.describe(runs.load(cfg.store, int(r["id"])))
+        for _, r in listed.head(50).iterrows()
+    }
+    ids = [i for i in ids if i in names]
+    selected = st.session_state.get("run")
+    if selected not in ids:
+        st.session_state["run"] = ids[0]
+    run_id = st.selectbox("Run", ids, format_func=names.__getitem__, key="run")
+    render_result(cfg, runs.load(cfg.store, run_id))
+    render_compare(cfg, ids, names)
+
+
+def render_form(cfg: DashboardSettings, models: list[str]) -> None:
+    with st.expander("Start a load run", expanded=True):
+        cols = st.columns([2, 2, 1, 1, 2])
+        scenario = cols[0].selectbox(
+            "Scenario",
+            list(runs.SCENARIOS),
+            key="form_scenario",
+            help="\n".join(f"**{k}**: {v}" for k, v in runs.SCENARIOS.items()),
+        )
+        model = cols[1].selectbox("Model", models, key="form_model")
+        form: dict[str, Any] = {}
+        if scenario == "concurrency":
+            form["concurrency"] = cols[2].number_input(
+                "Concurrency", 1, runs.MAX_CONCURRENCY, 4, key="form_concurrency"
+            )
+        elif scenario == "rate":
+            form["rate"] = cols[2].number_input(
+                "Rate (req/s)", 1.0, runs.MAX_RATE, 100.0, step=10.0, key="form_rate"
+            )
+        else:
+            form["requests"] = cols[2].number_input(
+                "Requests", 1, runs.MAX_REQUESTS, 3, key="form_requests"
+            )
+        if scenario in ("concurrency", "rate"):
+            form["duration_s"] = cols[3].number_input(
+                "Duration (s)", 1.0, runs.MAX_DURATION_S, 5.0, step=1.0, key="form_duration"
+            )
+        label = cols[4].text_input(
+            "Label (optional)", key="form_label", placeholder="e.g. batching on"
+        )
+        st.caption(
+            f"Limits here: concurrency ≤ {runs.MAX_CONCURRENCY}, rate ≤ {runs.MAX_RATE:g}/s, "
+            f"duration ≤ {runs.MAX_DURATION_S:g} s, requests ≤ {runs.MAX_REQUESTS}; one run at a "
+            "time. Bigger runs: `python -m loadgen` from a shell."
+        )
+        if st.button("Start run", type="primary", disabled=manager().busy, key="form_start"):
+            try:
+                params = runs.to_params(
+                    runs.RunForm(scenario=scenario, model=model, label=label, **form),
+                    cfg.triton_url,
+                )
+                manager().start(params, cfg.store)
+            except runs.RunRefused as exc:
+                st.error(str(exc), icon=":material/block:")
+                return
+            st.rerun()
+
+
+def _progress() -> None:
+    active = manager().current
+    if active is None:
+        return
+    if not active.done.is_set():
+        p = active.progress
+        fraction = float(p.get("fraction", 0.0))
+        st.progress(
+            fraction,
+            text=f"Running {active.params.describe()} on {active.params.model}: "
+            f"{p.get('sent', 0)} sent, {p.get('ok', 0)} ok, {p.get('failed', 0)} failed, "
+            f"{p.get('in_flight', 0)} in flight",
+        )
+        if st.button("Stop the run", key="stop_run"):
+            manager().stop()
+        return
+    if active.status == "error":
+        st.error(f"The run did not start: {active.error}", icon=":material/error:")
+    elif active.status != "ok":
+        st.warning(f"Run #{active.run_id} ended {active.status}.", icon=":material/warning:")
+    if not st.session_state.get(f"shown_{id(active)}"):
+        # Once: the full page reloads to show the new run, compared with the one before.
+        st.session_state[f"shown_{id(active)}"] = True
+        if active.run_id is not None:
+            previous = st.session_state.get("run")
+            st.session_state["run"] = active.run_id
+            st.session_state["compare_b"] = active.run_id
+            if previous is not None and previous != active.run_id:
+                st.session_state["compare_a"] = previous
+        st.rerun(scope="app")
+
+
+def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
+    s = run["summary"]
+    server = run["server"]
+    cols = st.columns(6)
+    cols[0].metric("Throughput", f"{fmt.number(run['throughput_per_s'])} req/s")
+    cols[1].metric("Sent", fmt.count(run["sent"]))
+    cols[2].metric("Failed / timed out", f"{run['failed']} / {run['timed_out']}")
+    cols[3].metric("p99 latency", fmt.millis(s["latency_s"].get("p99")))
+    cols[4].metric("Model executions", fmt.count(server.get("executions")))
+    cols[5].metric("Average batch size", fmt.number(server.get("average_batch_size"), 2))
+
+    client, serverside = st.columns(2)
+    with client:
+        st.subheader("Client side")
+        st.dataframe(
+            runs.latency_table(run).style.format({"ms": "{:.2f}"}, na_rep="–"),
+            hide_index=True,
+        )
+        st.plotly_chart(
+            charts.render_run_timeline(runs.timeline(cfg.store, run["id"])), key="run_timeline"
+        )
+        st.caption(charts.RUN_CAPTIONS["timeline"])
+        st.plotly_chart(
+            charts.render_run_batches(runs.executions_by_size(run), []), key="run_batches"
+        )
+        st.caption(charts.RUN_CAPTIONS["batches"])
+        st.dataframe(_server_calls(server), hide_index=True)
+    with serverside:
+        st.subheader("Server side (Prometheus)")
+        render_server_window(cfg, run)
+
+
+def _server_calls(server: dict[str, Any]) -> pd.DataFrame:
+    rows = [
+        (
+            "requests (success / failure)",
+            f"{server.get('requests_success')} / {server.get('requests_failure')}",
+        ),
+        ("inferences", str(server.get("inferences"))),
+        ("executions", str(server.get("executions"))),
+        ("queue per request", fmt.millis(server.get("queue_s_per_request"))),
+        ("compute per request", fmt.millis(server.get("compute_s_per_request"))),
+        ("request per request (server)", fmt.millis(server.get("request_s_per_request"))),
+    ]
+    return pd.DataFrame(rows, columns=["server calls (Triton statistics)", "value"])
+
+
+def run_window(run: dict[str, Any], scrape_interval_s: float) -> Range:
+    """The run's time, padded by two scrapes each side, on step boundaries."""
+    pad = 2 * scrape_interval_s
+    length = run["finished_at"] - run["started_at"] + 2 * pad
+    step = choose_step(length, min_step_s=scrape_interval_s)
+    start = math.floor((run["started_at"] - pad) / step) * step
+    end = math.ceil((run["finished_at"] + pad) / step) * step
+    return Range(start, end, step)
+
+
+def render_server_window(cfg: DashboardSettings, run: dict[str, Any]) -> None:
+    window = run_window(run, cfg.scrape_interval_s)
+    if window.end > time.time():
+        st.info(
+            "Prometheus has not scraped the end of this run yet; the charts fill in within "
+            f"{2 * cfg.scrape_interval_s:g} s.",
+            icon=":material/hourglass_empty:",
+        )
+    try:
+        data = cached.live_data(
+            cfg.prometheus_url,
+            run["model"],
+            window.start,
+            window.end,
+            window.step_s,
+            cfg.scrape_interval_s,
+            window.end,
+        )
+    except PrometheusError as exc:
+        st.error(str(exc), icon=":material/error:")
+        return
+    st.plotly_chart(charts.render_throughput(data), key="run_server_throughput")
+    st.plotly_chart(charts.render_batch_size(data), key="run_server_batch_size")
+    st.plotly_chart(charts.render_distribution(data), key="run_server_distribution")
+    st.caption(charts.RUN_CAPTIONS["server"])
+
+
+def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]) -> None:
+    st.subheader("Compare two runs")
+    if len(ids) < 2:
+        st.info(
+            "Start a second run to compare it with the first (e.g. concurrency 1 vs 4, "
+            "or batch_add_model vs add_unbatched).",
+            icon=":material/hourglass_empty:",
+        )
+        return
+    for key, default in (("compare_a", ids[1]), ("compare_b", ids[0])):
+        if st.session_state.get(key) not in ids:
+            st.session_state[key] = default
+    left, right = st.columns(2)
+    a = left.selectbox("A", ids, format_func=names.__getitem__, key="compare_a")
+    b = right.selectbox("B", ids, format_func=names.__getitem__, key="compare_b")
+    run_a, run_b = runs.load(cfg.store, a), runs.load(cfg.store, b)
+    table = runs.compare(run_a, run_b)
+    st.dataframe(
+        table.style.format({"A": "{:,.2f}", "B": "{:,.2f}", "B / A": "{:.2f}x"}, na_rep="–"),
+        hide_index=True,
+    )
+    st.plotly_chart(charts.render_comparison(table, f"#{a}", f"#{b}"), key="compare_chart")
+    st.caption(
+        "Each bar is run B's value divided by run A's: above 1 B has more of it (more "
+        "throughput is better, more latency is worse). Serial vs concurrent, or a batching "
+        "model vs its unbatched twin, shows what the batcher buys and what it costs."
+    )

@@ -1,0 +1,110 @@
+"""Load runs from the dashboard: the bounds, a run in the background, its result, a comparison."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import runs
+from stack.settings import Settings
+from tests.dashboard.conftest import closed_url
+
+MakeApp = Callable[..., AppTest]
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        (runs.RunForm("concurrency", "m", concurrency=17), "concurrency 17 is above"),
+        (runs.RunForm("concurrency", "m", duration_s=31), "duration 31 s is above"),
+        (runs.RunForm("rate", "m", rate=501), "rate 501/s is above"),
+        (runs.RunForm("concurrent", "m", requests=65), "requests 65 is above"),
+        (runs.RunForm("serial", "m", requests=0), "requests must be greater than 0"),
+        (runs.RunForm("steps", "m"), "unknown scenario"),
+    ],
+)
+def test_the_form_cannot_ask_for_more_than_the_dashboard_allows(
+    form: runs.RunForm, message: str
+) -> None:
+    with pytest.raises(runs.RunRefused, match=message):
+        runs.to_params(form, "http://127.0.0.1:8000")
+
+
+def test_params_within_bounds_go_to_the_load_generator() -> None:
+    p = runs.to_params(runs.RunForm("rate", "batch_add_model", rate=50, duration_s=2), "http://h:1")
+    assert (p.scenario, p.model, p.rate, p.duration_s, p.url) == (
+        "rate",
+        "batch_add_model",
+        50,
+        2,
+        "http://h:1",
+    )
+
+
+def test_no_runs_yet_says_how_to_start_one(make_app: MakeApp, tmp_path: Path) -> None:
+    at = make_app(closed_url(), closed_url(), store=str(tmp_path / "none.sqlite3")).run()
+    at.sidebar.radio(key="view").set_value("Load runs").run()
+    assert not at.exception
+    infos = [i.value for i in at.info]
+    assert any(i.startswith("No load runs yet: start one with the form above") for i in infos)
+    # The form is there even with Prometheus down: runs talk to Triton.
+    assert at.button(key="form_start").value is False
+
+
+def wait_for_run(at: AppTest, runs_stored: int, timeout_s: float = 60) -> None:
+    """Re-run the page (as the progress fragment would) until the store holds the run."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+        if at.get("progress"):
+            continue
+        run_boxes = [b for b in at.selectbox if b.key == "run"]
+        if run_boxes and len(run_boxes[0].options) == runs_stored:
+            return
+    raise AssertionError("the run did not finish")
+
+
+@pytest.mark.integration
+def test_run_from_the_form_then_compare_two(
+    make_app: MakeApp, loaded_stack: Settings, tmp_path: Path
+) -> None:
+    s = loaded_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http"), store=str(tmp_path / "r.sqlite3"))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Load runs").run()
+    at.selectbox(key="form_scenario").set_value("serial").run()
+    at.number_input(key="form_requests").set_value(6).run()
+    at.button(key="form_start").click().run()
+    assert not at.exception
+    wait_for_run(at, 1)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Sent"] == "6" and shown["Failed / timed out"] == "0 / 0"
+    # Serial requests are never batched: one execution each.
+    assert shown["Model executions"] == "6" and shown["Average batch size"] == "1.00"
+
+    at.selectbox(key="form_scenario").set_value("concurrency").run()
+    at.number_input(key="form_concurrency").set_value(4).run()
+    at.number_input(key="form_duration").set_value(2.0).run()
+    at.button(key="form_start").click().run()
+    wait_for_run(at, 2)
+    assert not at.exception and not [e.value for e in at.error]
+    shown = {m.label: m.value for m in at.metric}
+    sent = int(shown["Sent"].replace(",", ""))
+    executions = int(shown["Model executions"].replace(",", ""))
+    assert sent > 0 and executions > 0
+    # Beside the result: the server's charts over the run's window.
+    assert {"run_server_throughput", "run_server_distribution"} <= {
+        c.proto.id.rsplit("-", 1)[-1] for c in at.get("plotly_chart")
+    }
+
+    # The comparison defaults to the previous run (A) against the new one (B).
+    table = at.dataframe[-1].value.set_index("measure")
+    assert table.loc["requests sent", "A"] == 6 and table.loc["requests sent", "B"] == sent
+    row = table.loc["model executions"]
+    assert (row["A"], row["B"]) == (6, executions)
+    assert row["B / A"] == pytest.approx(executions / 6)
