@@ -42,13 +42,16 @@ def main() -> None:
     except settings.SettingsError as exc:
         st.error(f"{exc}: fix the variable and restart the dashboard.")
         return
-    st.session_state.setdefault("view", VIEWS[0])
+    # ?view=Load+runs links straight to a view, and the address follows the choice.
+    linked = st.query_params.get("view")
+    st.session_state.setdefault("view", linked if linked in VIEWS else VIEWS[0])
     st.session_state.setdefault("window", "5 minutes")
     st.session_state.setdefault("auto_refresh", True)
 
     with st.sidebar:
         st.title("Triton batching")
         view = st.radio("View", VIEWS, key="view")
+    st.query_params["view"] = view
 
     if view == "Model config":
         config_view.render(cfg)

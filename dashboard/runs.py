@@ -203,7 +203,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> pd.DataFrame:
         va, vb = _number(get(a)), _number(get(b))
         ratio = vb / va if va not in (None, 0) and vb is not None else None
         rows.append({"measure": label, "A": va, "B": vb, "B / A": ratio})
-    return pd.DataFrame(rows)
+    # None -> NaN: a missing value stays missing (shown as a dash), never a zero.
+    return pd.DataFrame(rows).astype({"A": float, "B": float, "B / A": float})
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -11,11 +11,13 @@ import streamlit as st
 
 from dashboard import charts, fmt, runs
 from dashboard import data as cached
+from dashboard.live import LiveData
 from dashboard.promapi import PrometheusError, Range, choose_step
 from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
 
 PROGRESS_EVERY_S = 0.5
+DEFAULT_MODEL = "batch_add_model"
 
 
 @st.cache_resource(show_spinner=False)
@@ -64,6 +66,8 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
             key="form_scenario",
             help="\n".join(f"**{k}**: {v}" for k, v in runs.SCENARIOS.items()),
         )
+        if st.session_state.get("form_model") not in models and DEFAULT_MODEL in models:
+            st.session_state["form_model"] = DEFAULT_MODEL
         model = cols[1].selectbox("Model", models, key="form_model")
         form: dict[str, Any] = {}
         if scenario == "concurrency":
@@ -139,13 +143,16 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
     s = run["summary"]
     server = run["server"]
     cols = st.columns(6)
-    cols[0].metric("Throughput", f"{fmt.number(run['throughput_per_s'])} req/s")
+    cols[0].metric("Throughput (req/s)", fmt.number(run["throughput_per_s"]))
     cols[1].metric("Sent", fmt.count(run["sent"]))
     cols[2].metric("Failed / timed out", f"{run['failed']} / {run['timed_out']}")
     cols[3].metric("p99 latency", fmt.millis(s["latency_s"].get("p99")))
     cols[4].metric("Model executions", fmt.count(server.get("executions")))
     cols[5].metric("Average batch size", fmt.number(server.get("average_batch_size"), 2))
 
+    window = run_window(run, cfg.scrape_interval_s)
+    data, problem = server_data(cfg, run, window)
+    preferred = data.preferred_sizes if data is not None else []
     client, serverside = st.columns(2)
     with client:
         st.subheader("Client side")
@@ -158,13 +165,26 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
         )
         st.caption(charts.RUN_CAPTIONS["timeline"])
         st.plotly_chart(
-            charts.render_run_batches(runs.executions_by_size(run), []), key="run_batches"
+            charts.render_run_batches(runs.executions_by_size(run), preferred),
+            key="run_batches",
         )
         st.caption(charts.RUN_CAPTIONS["batches"])
         st.dataframe(_server_calls(server), hide_index=True)
     with serverside:
         st.subheader("Server side (Prometheus)")
-        render_server_window(cfg, run)
+        if window.end > time.time():
+            st.info(
+                "Prometheus has not scraped the end of this run yet; the charts fill in within "
+                f"{2 * cfg.scrape_interval_s:g} s (reload the page).",
+                icon=":material/hourglass_empty:",
+            )
+        if data is None:
+            st.error(problem, icon=":material/error:")
+            return
+        st.plotly_chart(charts.render_throughput(data), key="run_server_throughput")
+        st.plotly_chart(charts.render_batch_size(data), key="run_server_batch_size")
+        st.plotly_chart(charts.render_distribution(data), key="run_server_distribution")
+        st.caption(charts.RUN_CAPTIONS["server"])
 
 
 def _server_calls(server: dict[str, Any]) -> pd.DataFrame:
@@ -192,14 +212,10 @@ def run_window(run: dict[str, Any], scrape_interval_s: float) -> Range:
     return Range(start, end, step)
 
 
-def render_server_window(cfg: DashboardSettings, run: dict[str, Any]) -> None:
-    window = run_window(run, cfg.scrape_interval_s)
-    if window.end > time.time():
-        st.info(
-            "Prometheus has not scraped the end of this run yet; the charts fill in within "
-            f"{2 * cfg.scrape_interval_s:g} s.",
-            icon=":material/hourglass_empty:",
-        )
+def server_data(
+    cfg: DashboardSettings, run: dict[str, Any], window: Range
+) -> tuple[LiveData | None, str]:
+    """Prometheus' view of the run's window, or None and what went wrong."""
     try:
         data = cached.live_data(
             cfg.prometheus_url,
@@ -211,12 +227,8 @@ def render_server_window(cfg: DashboardSettings, run: dict[str, Any]) -> None:
             window.end,
         )
     except PrometheusError as exc:
-        st.error(str(exc), icon=":material/error:")
-        return
-    st.plotly_chart(charts.render_throughput(data), key="run_server_throughput")
-    st.plotly_chart(charts.render_batch_size(data), key="run_server_batch_size")
-    st.plotly_chart(charts.render_distribution(data), key="run_server_distribution")
-    st.caption(charts.RUN_CAPTIONS["server"])
+        return None, str(exc)
+    return data, ""
 
 
 def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]) -> None:
@@ -239,6 +251,8 @@ def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]
     st.dataframe(
         table.style.format({"A": "{:,.2f}", "B": "{:,.2f}", "B / A": "{:.2f}x"}, na_rep="–"),
         hide_index=True,
+        # Every row visible: the table is the point of the section.
+        height=36 * (len(table) + 1) + 3,
     )
     st.plotly_chart(charts.render_comparison(table, f"#{a}", f"#{b}"), key="compare_chart")
     st.caption(

@@ -5,13 +5,16 @@ Saves screenshots under test-artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from loadgen import store
 from stack.settings import Settings
+from tests.dashboard.conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -51,10 +54,25 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1600, "height": 1200})
+    page = context.new_page()
     try:
-        yield context.new_page()
+        yield page
     finally:
+        # Whatever happened, the last state of the page is there to look at.
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-last.png"), full_page=True)
         context.close()
+
+
+def save_whole_page(page: Page, name: str) -> None:
+    """Streamlit scrolls inside its own container: grow the window to the content first."""
+    height = page.evaluate(
+        "Math.max(...[...document.querySelectorAll('section, div')].map(e => e.scrollHeight))"
+    )
+    page.set_viewport_size({"width": 1600, "height": min(int(height) + 100, 8000)})
+    page.wait_for_timeout(1500)  # plotly redraws at the new size
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
 
 
 def chart_marks(page: Page) -> list[int]:
@@ -71,8 +89,60 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
         f"[...document.querySelectorAll('.js-plotly-plot')].every({DRAWN_MARKS.strip()} ) ",
         timeout=30_000,
     )
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "dashboard-live.png"), full_page=True)
+    save_whole_page(page, "dashboard-live.png")
     assert all(n > 0 for n in chart_marks(page)), chart_marks(page)
     assert page.get_by_text("Average batch size").first.is_visible()
     assert page.get_by_text("The gap between the lines is batching at work").is_visible()
+
+
+def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
+    """Wait until the page shows ``text``, in its text or as a select's value (an input)."""
+    page.wait_for_function(
+        f"document.body.innerText.includes({text!r}) || "
+        f"[...document.querySelectorAll('input')].some(i => i.value.includes({text!r}))",
+        timeout=timeout_ms,
+    )
+
+
+def stored_runs(settings: Settings) -> int:
+    db = settings.state_dir / "loadgen.sqlite3"
+    return len(store.list_runs(db)) if db.exists() else 0
+
+
+def start_run(page: Page, settings: Settings, concurrency: int, label: str) -> None:
+    before = stored_runs(settings)
+    for name, value in (("Concurrency", str(concurrency)), ("Duration (s)", "2")):
+        field = page.get_by_label(name)
+        field.fill(value)
+        field.press("Enter")
+    page.get_by_label("Label (optional)").fill(label)
+    page.get_by_label("Label (optional)").press("Enter")
+    page.wait_for_timeout(1000)  # let Streamlit take the inputs before the click
+    page.get_by_role("button", name="Start run").click()
+    wait_for(lambda: stored_runs(settings) > before, 60, f"run {label!r} to be stored")
+
+
+def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> None:
+    s = loaded_stack
+    page.goto(f"{s.url('dashboard')}/?view=Load+runs")
+    page.get_by_role("heading", name="Load runs").wait_for(timeout=60_000)
+    start_run(page, s, 1, "one client")
+    shows(page, "one client on batch_add_model")
+    start_run(page, s, 4, "four clients")
+    # Prometheus' scrape of the run's end (the server charts are padded by two scrapes).
+    time.sleep(3 * s.scrape_interval_s)
+    page.reload()
+    page.get_by_role("heading", name="Compare two runs").wait_for(timeout=60_000)
+    shows(page, "four clients on batch_add_model")
+    page.wait_for_function(
+        "document.querySelectorAll('.js-plotly-plot').length === 6", timeout=60_000
+    )
+    page.wait_for_function(
+        f"[...document.querySelectorAll('.js-plotly-plot')].every({DRAWN_MARKS.strip()})",
+        timeout=30_000,
+    )
+    save_whole_page(page, "dashboard-runs.png")
+    assert all(n > 0 for n in chart_marks(page)), chart_marks(page)
+    compare = page.locator(".js-plotly-plot").last
+    assert "B / A" in compare.inner_text()
+    assert page.get_by_text("Each bar is run B's value divided by run A's").is_visible()
