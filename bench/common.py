@@ -1,11 +1,12 @@
-"""Shared by the benchmarks: a stack (Triton + exporter) over a chosen model repository.
+"""Shared by the benchmarks: a private stack over a chosen model repository.
 
-Started with the launcher's own code on free ports, like the tests, so the
-exporter measured is the one `./stack/up` runs.
+Started with the launcher's own code on free ports, like the tests, so what is
+measured is what `./stack/up` runs. Only the services a benchmark names start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -39,14 +40,22 @@ def repository(folder: Path, copies: int) -> Path:
 
 
 @contextmanager
-def stack(copies: int = 1, scrape_interval_s: float = 1.0) -> Iterator[Settings]:
-    """Triton and the exporter (no Prometheus: the benchmark scrapes itself)."""
+def stack(
+    copies: int | None = 1,
+    services: tuple[str, ...] = ("triton", "exporter"),
+    scrape_interval_s: float = 1.0,
+) -> Iterator[Settings]:
+    """``services`` of the stack; ``copies=None`` serves the project's model repository."""
     os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        settings = make_settings(Path(tmp) / "state")
+        every = {s.name for s in service_table(settings)}
         settings = replace(
-            make_settings(Path(tmp) / "state"),
-            model_repository=repository(Path(tmp), copies),
-            skip=frozenset({"prometheus"}),
+            settings,
+            model_repository=(
+                settings.model_repository if copies is None else repository(Path(tmp), copies)
+            ),
+            skip=frozenset(every - set(services)),
             scrape_interval_s=scrape_interval_s,
         )
         supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
@@ -55,6 +64,11 @@ def stack(copies: int = 1, scrape_interval_s: float = 1.0) -> Iterator[Settings]
             yield settings
         finally:
             supervisor.down()
+
+
+def private_triton() -> contextlib.AbstractContextManager[Settings]:
+    """Triton alone, serving the project's model repository."""
+    return stack(copies=None, services=("triton",))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -66,3 +80,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def mean(values: list[float]) -> float:
     return statistics.fmean(values)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
