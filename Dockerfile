@@ -13,8 +13,9 @@ WORKDIR /app
 # The dependencies first, read from pyproject.toml, so that a code change does not
 # reinstall them.
 COPY pyproject.toml ./
-RUN python -c "import subprocess, sys, tomllib; \
-deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+RUN python -c "import pathlib, subprocess, sys, tomllib; \
+text = pathlib.Path('pyproject.toml').read_text(); \
+deps = tomllib.loads(text)['project']['dependencies']; \
 subprocess.check_call([sys.executable, '-m', 'pip', 'install', *deps])"
 
 # The project as it is (.dockerignore leaves out tests, virtual environments and state),

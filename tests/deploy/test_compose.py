@@ -241,3 +241,24 @@ def test_the_exporter_command_is_one_the_exporter_accepts(gpu: dict[str, Any]) -
     assert opts.timeout_s == exporter_row.triton_timeout_s(Settings())
     check = " ".join(gpu["services"]["exporter"]["healthcheck"]["test"])
     assert "127.0.0.1:9733/healthz" in check
+
+
+def test_the_loadgen_service_reaches_triton_by_its_settings(
+    gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """loadgen's default target comes from STACK_HOST: compose sets it to the service name."""
+    from loadgen import cli as loadgen_cli
+    from loadgen import params
+
+    svc = gpu["services"]["loadgen"]
+    for name, value in svc["environment"].items():
+        monkeypatch.setenv(name, value)
+    for name in ("STACK_TRITON_HTTP_PORT", "STACK_TRITON_GRPC_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert params.default_urls() == ("http://triton:8000", "triton:8001")
+    assert params.default_db() == "/data/runs.sqlite"
+    parser = loadgen_cli.build_parser()
+    parser.parse_args(svc["command"])
+    # The README's example.
+    args = parser.parse_args(["concurrency", "-c", "8", "-d", "10", "--allow-remote"])
+    assert args.allow_remote
