@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dockerfile
 import pytest
+from packaging.requirements import Requirement
 
 from stack.settings import ROOT
 
@@ -50,8 +51,8 @@ def test_the_dependency_step_installs_exactly_the_project_dependencies(
     requires = metadata.requires("triton-batchscope") or []
     deps = [r for r in requires if "extra ==" not in r]
     assert len(installed) == 1 and installed[0][:4] == [sys.executable, "-m", "pip", "install"]
-    assert sorted(d.replace(" ", "") for d in installed[0][4:]) == sorted(
-        d.replace(" ", "") for d in deps
+    assert sorted(str(Requirement(d)) for d in installed[0][4:]) == sorted(
+        str(Requirement(d)) for d in deps
     )
 
 
