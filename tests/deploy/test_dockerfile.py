@@ -108,6 +108,9 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
         p for p in ("stack", "exporter", "loadgen", "dashboard", "advisor") if (ROOT / p).is_dir()
     ]
     for package in packages:
-        assert f"{package}/__init__.py" in names, package
+        modules = {n for n in names if n.startswith(f"{package}/") and n.endswith(".py")}
+        assert modules == {
+            str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py") if p.is_file()
+        }, package
     assert "stack/rules/generated/alerts.yml" in names
     assert "exporter/__main__.py" in names and "loadgen/__main__.py" in names
