@@ -18,6 +18,11 @@ Example (one model, one target)::
     # HELP triton_batching_target_up 1 if every endpoint of the target answered usably, else 0.
     # TYPE triton_batching_target_up gauge
     triton_batching_target_up{target="http://127.0.0.1:8000"} 1.0
+
+On a server where Triton reports GPUs (through DCGM), their gauges pass through
+with the target added; without a GPU these families are absent, never zero::
+
+    triton_batching_gpu_utilization_ratio{target="http://triton:8000",gpu_uuid="GPU-5a1f..."} 0.42
 """  # noqa: E501
 
 from __future__ import annotations
@@ -98,6 +103,34 @@ COUNTERS: list[tuple[str, str, Callable[[ModelStats], float | None]]] = [
         "triton_batching_compute_output_seconds",
         f"Seconds spent extracting outputs ({STATS}: inference_stats.compute_output.ns).",
         _phase("compute_output", seconds=True),
+    ),
+]
+
+
+GPU = ["target", "gpu_uuid"]
+METRICS = "Triton /metrics"
+
+# (name, help, field of tritonmetrics.GpuStats)
+GPU_GAUGES: list[tuple[str, str, str]] = [
+    (
+        "triton_batching_gpu_utilization_ratio",
+        f"GPU utilization, 0 to 1 ({METRICS}: nv_gpu_utilization).",
+        "utilization",
+    ),
+    (
+        "triton_batching_gpu_memory_used_bytes",
+        f"GPU memory in use ({METRICS}: nv_gpu_memory_used_bytes).",
+        "memory_used_bytes",
+    ),
+    (
+        "triton_batching_gpu_memory_total_bytes",
+        f"GPU memory in all ({METRICS}: nv_gpu_memory_total_bytes).",
+        "memory_total_bytes",
+    ),
+    (
+        "triton_batching_gpu_power_watts",
+        f"GPU power draw in watts ({METRICS}: nv_gpu_power_usage).",
+        "power_watts",
     ),
 ]
 
@@ -253,6 +286,11 @@ class _Families:
             "1 if Triton says it is ready, else 0 (Triton /v2/health/ready).",
             labels=["target"],
         )
+        # Passed through from Triton's /metrics with the target added; none without a GPU.
+        self.gpu = [
+            (GaugeMetricFamily(name, text, labels=GPU), field_name)
+            for name, text, field_name in GPU_GAUGES
+        ]
 
     @staticmethod
     def _gauge(name: str, text: str) -> GaugeMetricFamily:
@@ -270,6 +308,11 @@ class _Families:
                 self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
             for view in result.view.models:
                 self._model(url, view)
+            for gpu in result.view.gpus:
+                for family, field_name in self.gpu:
+                    number = getattr(gpu, field_name)
+                    if number is not None:
+                        family.add_metric([url, gpu.uuid], number)
         families: list[Metric] = [family for family, _ in self.counters]
         families += [
             self.batch_executions,
@@ -288,6 +331,7 @@ class _Families:
             self.up,
             self.duration,
             self.server_ready,
+            *(family for family, _ in self.gpu),
         ]
         return [f for f in families if f.samples]
 

@@ -16,7 +16,7 @@ import requests
 from exporter import tritonapi
 from exporter.targets import Target
 from exporter.tritonconfig import BatchingConfig, parse_config
-from exporter.tritonmetrics import parse_pending
+from exporter.tritonmetrics import GpuStats, parse_metrics
 from exporter.tritonstats import ModelStats, parse_statistics
 
 T = TypeVar("T")
@@ -50,6 +50,8 @@ class TargetView:
     models: list[ModelView]
     # (model, version, ready) for every model of the repository index.
     states: list[tuple[str, str, bool]] = field(default_factory=list)
+    # The GPUs Triton reports; empty without a GPU.
+    gpus: list[GpuStats] = field(default_factory=list)
 
 
 class Fetcher:
@@ -106,11 +108,11 @@ def parse_index(payload: Any) -> list[tuple[str, str, bool]]:
 
 def parse_snapshot(snapshot: Snapshot) -> TargetView:
     """Everything the collector exports for one target; ValueError on any malformed part."""
-    pending = parse_pending(snapshot.metrics_text)
+    metrics = parse_metrics(snapshot.metrics_text)
     configs = {name: parse_config(body) for name, body in snapshot.configs.items()}
     models = []
     for stats in parse_statistics(snapshot.stats):
         if stats.name not in configs:
             raise ValueError(f"no config fetched for model {stats.name!r}")
-        models.append(ModelView(stats, configs[stats.name], pending.get(stats.key)))
-    return TargetView(snapshot.ready, models, parse_index(snapshot.index))
+        models.append(ModelView(stats, configs[stats.name], metrics.pending.get(stats.key)))
+    return TargetView(snapshot.ready, models, parse_index(snapshot.index), metrics.gpus)

@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | check-config | rules"""
+"""python -m stack up | down | status | check-config | rules | render"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import alertmanager, checkconfig, rulegen, rulesettings, warmup
+from stack import alertmanager, checkconfig, deployfiles, rulegen, rulesettings, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.settings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
@@ -95,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 1 if the files in --output differ from what would be written",
     )
+    render = sub.add_parser(
+        "render",
+        help="generate the compose and Kubernetes configs (deploy/) from the local ones",
+    )
+    render.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a committed file differs from what would be written",
+    )
     return parser
 
 
@@ -177,6 +186,22 @@ def rules(settings_path: Path, output: Path, check: bool) -> int:
     return 0
 
 
+def render(check: bool) -> int:
+    files = deployfiles.render()
+    if check:
+        stale = deployfiles.stale(files)
+        for path in stale:
+            print(f"render: {path} is out of date", file=sys.stderr)
+        if stale:
+            print("render: run `python -m stack render` and commit the result", file=sys.stderr)
+            return 1
+        print(f"render: {len(files)} file(s) under deploy/ are up to date")
+        return 0
+    for path in deployfiles.write(files):
+        print(f"wrote {path}")
+    return 0
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -229,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "rules":
             return rules(args.settings.resolve(), args.output.resolve(), args.check)
+        if args.command == "render":
+            return render(args.check)
         settings = settings_from(args)
         if args.command == "check-config":
             return check_config(settings)
