@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from dashboard import charts, fmt
+from dashboard import charts, fmt, gpu
 from dashboard import data as cached
 from dashboard.live import LiveData, kpi_time
 from dashboard.promapi import PrometheusError, aligned_range
@@ -51,6 +51,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
         )
     render_kpis(data)
     render_charts(data)
+    render_gpus(cfg)
     st.caption(
         f"KPIs at {_clock(data.at)} UTC; charts up to {_clock(window.end)} UTC, one point "
         f"every {window.step_s} s; "
@@ -108,6 +109,26 @@ def render_charts(data: LiveData) -> None:
         st.caption(charts.CAPTIONS["batch_size"])
         st.plotly_chart(charts.render_queue_compute(data), key="chart_queue_compute")
         st.caption(charts.CAPTIONS["queue_compute"])
+
+
+def render_gpus(cfg: DashboardSettings) -> None:
+    """Utilisation and memory per GPU (every target), or one line when there is none."""
+    try:
+        results = {
+            name: cached.instant(cfg.prometheus_url, expr) for name, expr in gpu.QUERIES.items()
+        }
+    except PrometheusError as exc:
+        st.error(str(exc), icon=":material/error:")
+        return
+    figure = gpu.render_gpu(gpu.gpu_frame(results))
+    if figure is None:
+        st.caption(gpu.NO_GPU)
+        return
+    st.plotly_chart(figure, key="chart_gpu")
+    st.caption(
+        "Per GPU Triton reports: utilisation and memory in use, now. Low utilisation under "
+        "load with small batches says the GPU waits for work that batching could bring."
+    )
 
 
 def render_alerts(cfg: DashboardSettings) -> None:
