@@ -31,8 +31,9 @@ CAPTIONS = {
         "near them under load."
     ),
     "distribution": (
-        "How many executions had each batch size in the selected window. Bars only at 1 "
-        "mean no batching; bars at the preferred sizes mean the batcher forms what you asked."
+        "Share of the window's executions at each batch size (preferred sizes in blue). A "
+        "single bar at 1 means no batching; bars at the preferred sizes mean the batcher forms "
+        "what you asked."
     ),
     "queue_compute": (
         "Per request: seconds waiting in Triton's queue (bottom) and computing (top), "
@@ -106,15 +107,16 @@ def render_distribution(data: LiveData) -> go.Figure:
     fig = go.Figure(
         go.Bar(
             x=dist["batch_size"].astype(str),
-            y=dist["executions"],
+            y=dist["share"] * 100.0,
             marker_color=colors,
-            name="executions",
-            text=dist["executions"].round(0).astype(int).astype(str),
+            name="share of executions",
+            text=[f"{s:.0%}" for s in dist["share"]],
             textposition="auto",
         )
     )
     fig.update_xaxes(title="batch size", type="category")
-    return _layout(fig, "Batch sizes formed (executions in the window)", "executions")
+    fig.update_yaxes(ticksuffix="%")
+    return _layout(fig, "Batch sizes formed (share of executions in the window)", "executions")
 
 
 def render_queue_compute(data: LiveData) -> go.Figure:

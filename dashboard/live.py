@@ -30,8 +30,8 @@ KPI_QUERIES: dict[str, str] = {
     "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST,
     "p99_request_s": q.P99_REQUEST_SECONDS,
     "pending_requests": q.PENDING_REQUESTS,
-    "failures": q.FAILURES,
-    "requests": q.REQUESTS,
+    "requests_per_s": q.REQUESTS_PER_S,
+    "failure_ratio": q.FAILURE_RATIO,
 }
 
 # Chart series name -> range query template.
@@ -137,13 +137,17 @@ def fetch_range(
 
 
 def distribution_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """batch_size (int, ascending) and executions (rounded: increase() extrapolates)."""
+    """batch_size (int, ascending) and its share of the window's executions (0..1).
+
+    A share, not a count: increase() extrapolates every size by the same factor, so the
+    shares are exact while the counts are estimates.
+    """
     if frame.empty or "batch_size" not in frame:
-        return pd.DataFrame({"batch_size": pd.Series(dtype=int), "executions": []})
-    out = pd.DataFrame(
-        {"batch_size": frame["batch_size"].astype(int), "executions": frame["value"].round(1)}
-    )
-    return out[out["executions"] > 0].sort_values("batch_size").reset_index(drop=True)
+        return pd.DataFrame({"batch_size": pd.Series(dtype=int), "share": []})
+    out = pd.DataFrame({"batch_size": frame["batch_size"].astype(int), "value": frame["value"]})
+    out = out[out["value"] > 0]
+    out["share"] = out["value"] / out["value"].sum()
+    return out[["batch_size", "share"]].sort_values("batch_size").reset_index(drop=True)
 
 
 def models(client: PromClient) -> list[str]:

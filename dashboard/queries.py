@@ -57,8 +57,19 @@ COMPUTE_SECONDS_PER_REQUEST = (
 # which ``>= 0`` drops.
 P99_REQUEST_SECONDS = 'max(nv_inference_request_summary_us{${sel}, quantile="0.99"} >= 0) / 1e6'
 PENDING_REQUESTS = "sum(triton_batching_pending_requests{${sel}})"
-FAILURES = "sum(increase(triton_batching_requests_failure_total{${sel}}[${w}]))"
-REQUESTS = "sum(increase(triton_batching_requests_success_total{${sel}}[${w}]))"
+# Counts over a window are not shown: increase() extrapolates to the window's edges, so
+# its totals are estimates (25 % high for a short burst between two scrapes). Rates, and
+# ratios of two increases over the same window (where the extrapolation cancels), are
+# what the dashboard shows.
+REQUESTS_PER_S = (
+    "sum(rate(triton_batching_requests_success_total{${sel}}[${w}]))"
+    " + sum(rate(triton_batching_requests_failure_total{${sel}}[${w}]))"
+)
+FAILURE_RATIO = (
+    "sum(increase(triton_batching_requests_failure_total{${sel}}[${w}]))"
+    " / ((sum(increase(triton_batching_requests_success_total{${sel}}[${w}]))"
+    " + sum(increase(triton_batching_requests_failure_total{${sel}}[${w}]))) > 0)"
+)
 
 # ---- charts (range queries; ${w} = the rate window of one point) -----------------------
 

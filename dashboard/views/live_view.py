@@ -93,8 +93,13 @@ def render_kpis(data: LiveData) -> None:
         "a dash when Triton has no recent requests or summaries are off.",
     )
     row2[2].metric("Pending requests", fmt.count(k["pending_requests"]))
-    row2[3].metric("Requests", fmt.count(k["requests"]))
-    row2[4].metric("Failures", fmt.count(k["failures"]))
+    row2[3].metric("Requests/s", fmt.number(k["requests_per_s"]))
+    row2[4].metric(
+        "Failed requests",
+        fmt.ratio(k["failure_ratio"]),
+        help="Failed / all requests in the window, as Triton counts them (an error response "
+        "from the python backend counts as a success there).",
+    )
 
 
 def render_charts(data: LiveData) -> None:

@@ -61,7 +61,7 @@ def test_kpis_equal_triton_statistics_over_the_same_window(
     assert data.kpis["compute_s_per_request"] == pytest.approx(
         compute / delta.phase("success").count, rel=1e-6
     )
-    assert data.kpis["failures"] == 0
+    assert data.kpis["failure_ratio"] == 0
     assert data.kpis["max_batch_size"] == 4
     assert data.preferred_sizes == [2, 4]
     assert 0 < data.kpis["preferred_hit_ratio"] <= 1  # type: ignore[operator]

@@ -34,7 +34,7 @@ def test_build_leaves_label_replace_dollar_groups_alone() -> None:
 
 def test_a_windowed_query_without_a_window_is_refused() -> None:
     with pytest.raises(ValueError, match=r"\$\{w\}"):
-        q.build(q.FAILURES, q.selector("m"))
+        q.build(q.FAILURE_RATIO, q.selector("m"))
 
 
 def test_an_unknown_placeholder_is_refused() -> None:
