@@ -270,7 +270,10 @@ def measure(url: str, end: int, rounds: int) -> int:
 def page_rows(url: str, rounds: int) -> list[tuple[str, list[float]]]:
     """The whole page through Streamlit's AppTest: cold (caches cleared) vs cached."""
     import streamlit as st
+    from streamlit import logger as st_logger
     from streamlit.testing.v1 import AppTest
+
+    st_logger.set_log_level("error")  # no "no runtime found" line per cleared cache
 
     os.environ.update(
         DASHBOARD_PROMETHEUS_URL=url,
