@@ -143,3 +143,21 @@ def test_model_selector_switches_the_view(make_app: MakeApp, loaded_stack: Setti
     assert metrics(at)["Average batch size"] == "1.00 / 4"
     at.sidebar.selectbox(key="window").set_value("1 hour").run()
     assert not at.exception and metrics(at)["Average batch size"] == "1.00 / 4"
+
+
+def test_model_config_view_with_triton_up(make_app: MakeApp, running_stack: Settings) -> None:
+    s = running_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http"))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Model config").run()
+    assert not at.exception and not texts(at, "error") and not texts(at, "warning")
+    assert any("check-config: 2 model(s) OK" in t for t in texts(at, "success"))
+    # Per model: the file as parsed, and the config as Triton loaded it (defaults filled in).
+    assert len(at.json) == 4
+    unbatched, batched = json.loads(at.json[1].value), json.loads(at.json[3].value)
+    assert (unbatched["name"], batched["name"]) == ("add_unbatched", "batch_add_model")
+    assert "dynamic_batching" not in unbatched
+    assert batched["dynamic_batching"]["preferred_batch_size"] == [2, 4]
+    assert batched["max_batch_size"] == 4
+    summaries = [m.value for m in at.markdown]
+    assert any("no dynamic batching: every request executes alone" in m for m in summaries)
