@@ -93,6 +93,9 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
     assert all(n > 0 for n in chart_marks(page)), chart_marks(page)
     assert page.get_by_text("Average batch size").first.is_visible()
     assert page.get_by_text("The gap between the lines is batching at work").is_visible()
+    # Auto-refresh: the live part re-runs by itself (every 5 s) and its KPI time moves on.
+    stamp = page.get_by_text("KPIs at").inner_text()
+    page.wait_for_function(f"!document.body.innerText.includes({stamp!r})", timeout=20_000)
 
 
 def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
