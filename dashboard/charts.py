@@ -116,7 +116,7 @@ def render_distribution(data: LiveData) -> go.Figure:
     )
     fig.update_xaxes(title="batch size", type="category")
     fig.update_yaxes(ticksuffix="%")
-    return _layout(fig, "Batch sizes formed (share of executions in the window)", "executions")
+    return _layout(fig, "Batch sizes formed (share of executions in the window)", "share")
 
 
 def render_queue_compute(data: LiveData) -> go.Figure:
