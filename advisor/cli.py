@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     search.add_argument("--objective", choices=OBJECTIVES, default="throughput")
     search.add_argument(
+        "--requests",
+        type=_positive(int, "--requests"),
+        default=5000,
+        help="simulated requests per config tried (default 5000; fewer is faster, noisier)",
+    )
+    search.add_argument(
         "--max-batch-limit",
         type=_positive(int, "--max-batch-limit"),
         default=64,
@@ -169,9 +175,11 @@ def given_traffic(args: argparse.Namespace) -> Traffic | None:
 
 
 def read_server(
-    url: str, model: str, window_s: float, step_s: float = 0.5
+    url: str, model: str, window_s: float
 ) -> tuple[BatcherConfig, ModelStats, list[tuple[float, float]], ModelStats]:
     """Config, stats delta over the window, request-count samples, cumulative stats."""
+    # 20 bins per window, enough to estimate burstiness; at most 1 s each.
+    step_s = min(window_s / 20, 1.0)
     try:
         config = from_model_config(get_json(url, f"/v2/models/{model}/config"))
         path = f"/v2/models/{model}/stats"
@@ -243,15 +251,17 @@ def advise(args: argparse.Namespace) -> int:
     traffic = given_traffic(args)
     config, delta, samples, cumulative = read_server(args.url, args.model, args.window)
     notes = []
-    if delta.execution_count > 0:
+    if calibrated_service is not None:
+        # Measured at low CPU contention: a busy window's compute times include the
+        # contention the simulator adds itself.
+        service = calibrated_service
+        notes.append("service times from the calibration capture")
+    elif delta.execution_count > 0:
         service = fit_service_times(delta)
         notes.append(f"service times fitted from {delta.execution_count} executions in the window")
     elif cumulative.execution_count > 0:
         service = fit_service_times(cumulative)
         notes.append("no executions in the window: service times fitted since server start")
-    elif calibrated_service is not None:
-        service = calibrated_service
-        notes.append("the model never executed: service times from the calibration capture")
     else:
         raise UsageError(
             f"model {args.model!r} has never executed: send load first or give --calibration"
@@ -277,7 +287,16 @@ def advise(args: argparse.Namespace) -> int:
             else "no CPU contention modelled (give --calibration or --cores)"
         )
     )
-    rec = recommend(config, traffic, service, args.p99_ms / 1e3, cpu, args.objective, space)
+    rec = recommend(
+        config,
+        traffic,
+        service,
+        args.p99_ms / 1e3,
+        cpu,
+        args.objective,
+        space,
+        requests=args.requests,
+    )
     if args.json:
         print(json.dumps(recommendation_json(rec, notes), indent=1))
     else:

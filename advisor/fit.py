@@ -54,13 +54,20 @@ def fit_service_times(
 
     ``data`` is a :class:`ModelStats` (a delta over a window is best: cumulative
     statistics mix in warm-up) or a mapping ``size -> (executions, seconds)``.
-    With a single size observed, the per-item part cannot be separated: it is 0.
+    Sizes with under 0.5 % of the executions (and under 3) are left out when others
+    remain. With a single size observed, the per-item part cannot be separated: it is 0.
     Raises ValueError when there are no executions.
     """
     points = batch_times(data, phases) if isinstance(data, ModelStats) else dict(data)
     points = {s: (n, t) for s, (n, t) in points.items() if n > 0}
     if not points:
         raise ValueError("no executions to fit service times from (send some load first)")
+    # A size seen a handful of times (one slow execution on a busy machine) would pull
+    # the line by its leverage: leave out sizes below 0.5 % of the executions.
+    floor = max(3.0, 0.005 * sum(n for n, _ in points.values()))
+    common = {s: v for s, v in points.items() if v[0] >= floor}
+    if common:
+        points = common
     weights = {s: float(n) for s, (n, _) in points.items()}
     means = {s: t / n for s, (n, t) in points.items()}
     total = sum(weights.values())
