@@ -10,9 +10,12 @@ which we read the CPU seconds of every process on the request path (the client,
 * ``request_s``, CPU per request outside execution: the run's CPU seconds minus
   ``sum(executions(size) * service(size))`` (a python-backend execution keeps one
   core busy), per request.
-* ``timer_slack_s``: at concurrency 1 every request waits alone for the whole queue
-  delay, so its mean queue time minus the configured delay is how late the batcher
-  wakes.
+* ``timer_slack_s`` and ``timer_slack_tail_s``: at concurrency 1 every request waits
+  alone for the whole queue delay, so its queue time minus the configured delay is
+  how late the batcher wakes. The mean comes from the statistics API; the p99 from
+  Triton's ``nv_inference_queue_summary_us`` (the run is the first on a fresh
+  server, so the summary holds only its requests). A shifted exponential matches
+  both: p99 - mean = (ln 100 - 1) * tail.
 * ``request_latency_s``: at concurrency 1, the client-observed time outside the
   server's queue and compute (perf_analyzer's "Client Send" + "Network+Server
   Send/Recv" + "Client Recv") minus ``request_s``: waiting that costs no CPU.
@@ -25,6 +28,7 @@ which we read the CPU seconds of every process on the request path (the client,
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +52,8 @@ class CalibrationRun:
     delta: ModelStats  # statistics delta over the run
     client_outside_s: float  # client-observed mean time outside server queue + compute
     infer_per_s: float  # the client's measured throughput
+    # Triton's cumulative queue-time summary p99 after the run (None if not captured).
+    queue_p99_s: float | None = None
 
 
 def front_end_cost_s(run: CalibrationRun, service: ServiceModel) -> float:
@@ -79,19 +85,28 @@ def calibrate(
     requests = sum(r.delta.inference_count for r in runs)
     request_s = sum(front_end_cost_s(r, service) * r.delta.inference_count for r in runs) / requests
     single = [r for r in runs if r.concurrency == 1]
-    slack = latency = 0.0
+    slack = tail = latency = 0.0
     if single:
-        queue = sum(r.delta.phase("queue").ns for r in single) / 1e9
-        count = sum(r.delta.phase("queue").count for r in single)
-        slack = max(queue / count - single[0].config.delay_s, 0.0) if count else 0.0
-        outside = sum(r.client_outside_s for r in single) / len(single)
-        latency = max(outside - request_s, 0.0)
+        run = single[0]
+        queue = run.delta.phase("queue")
+        mean_slack = (
+            max(queue.ns / queue.count / 1e9 - run.config.delay_s, 0.0) if queue.count else 0.0
+        )
+        slack = mean_slack
+        if run.queue_p99_s is not None:
+            p99_slack = max(run.queue_p99_s - run.config.delay_s, mean_slack)
+            tail = (p99_slack - mean_slack) / (math.log(100) - 1)
+            slack = mean_slack - tail
+            if slack < 0:  # a pure exponential is the widest this family gets
+                slack, tail = 0.0, mean_slack
+        latency = max(run.client_outside_s - request_s, 0.0)
     cpu = CpuModel(
         cores=cores,
         request_s=request_s,
         request_cv=request_cv,
         request_latency_s=latency,
         timer_slack_s=slack,
+        timer_slack_tail_s=tail,
     )
     return service, cpu
 
@@ -112,6 +127,7 @@ def parse_run(raw: dict[str, Any], config: BatcherConfig, model: str) -> Calibra
         delta=stats(raw["stats_after"]).minus(stats(raw["stats_before"])),
         client_outside_s=outside_us / 1e6,
         infer_per_s=float(raw["infer_per_s"]),
+        queue_p99_s=float(raw["queue_p99_us"]) / 1e6 if "queue_p99_us" in raw else None,
     )
 
 

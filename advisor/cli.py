@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +153,10 @@ def cpu_model(args: argparse.Namespace) -> tuple[CpuModel, ServiceModel | None]:
     if args.cores or args.request_us is not None:
         if args.request_us is not None and args.request_us < 0:
             raise UsageError("--request-us must be >= 0")
-        cpu = CpuModel(
+        cpu = replace(
+            cpu,
             cores=args.cores or cpu.cores,
             request_s=args.request_us / 1e6 if args.request_us is not None else cpu.request_s,
-            request_cv=cpu.request_cv,
-            request_latency_s=cpu.request_latency_s,
-            timer_slack_s=cpu.timer_slack_s,
         )
     return cpu, service
 

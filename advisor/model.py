@@ -8,7 +8,8 @@ Costs
     parse, copy, respond, receive), split half before the queue and half after the
     execution, gamma-distributed with coefficient of variation ``request_cv``, plus
     ``request_latency_s`` of wall time that needs no CPU. The batcher's timer wakes
-    ``timer_slack_s`` after a queue-delay deadline. With
+    ``timer_slack_s`` (plus an exponential ``timer_slack_tail_s`` on average) after a
+    queue-delay deadline. With
     ``cores`` set, those front-end jobs and the executions share one pool of ``cores``
     CPUs (processor sharing, each job at most one core), so at high load the front end
     slows execution down and vice versa. ``cores=None`` means no
@@ -55,11 +56,13 @@ class CpuModel:
     # hand-offs), half before the queue and half after the execution.
     request_latency_s: float = 0.0
     # How late the batcher thread wakes after a queue-delay deadline (a timed
-    # condition-variable wait on a busy machine overshoots).
+    # condition-variable wait on a busy machine overshoots): at least timer_slack_s,
+    # plus an exponential part of mean timer_slack_tail_s.
     timer_slack_s: float = 0.0
+    timer_slack_tail_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("request_cv", "request_latency_s", "timer_slack_s"):
+        for name in ("request_cv", "request_latency_s", "timer_slack_s", "timer_slack_tail_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores is not None and self.cores <= 0:

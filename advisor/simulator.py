@@ -266,7 +266,7 @@ class _Run:
             if not size:
                 if wake is not None and wake < self.timer_at:
                     self.timer_at = wake
-                    self.at(wake + self.sim.cpu.timer_slack_s, self.on_timer)
+                    self.at(wake + self.slack(), self.on_timer)
                 return
             batch = [self.queue.popleft() for _ in range(size)]
             for request in batch:
@@ -275,6 +275,10 @@ class _Run:
                 self.batches[size] += 1
             self.free -= 1
             self.cpu_job(self.sim.service.time_s(size), functools.partial(self.executed, batch))
+
+    def slack(self) -> float:
+        tail = self.sim.cpu.timer_slack_tail_s
+        return self.sim.cpu.timer_slack_s + (self.rng.expovariate(1 / tail) if tail > 0 else 0.0)
 
     def executed(self, batch: list[_Request]) -> None:
         self.free += 1

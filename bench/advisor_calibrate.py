@@ -7,6 +7,8 @@
    at concurrency 1, 2, 4, 8, 16. Clients wait out the delay together, so batches of
    about C form while the CPU is otherwise idle; ``compute_*`` per size from the
    statistics API is then close to the pure cost of an execution.
+   The first run (concurrency 1) on the fresh server also gives the p99 of the
+   batcher's lateness through Triton's queue summary.
 2. CPU per request outside execution, from the same runs: CPU seconds of
    tritonserver + its stubs + perf_analyzer, minus the fitted execution time of the
    batches formed, per request (:mod:`advisor.calibrate`).
@@ -28,7 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from advisor.config import BatcherConfig
-from bench.tritonrun import MODEL, cpu_seconds, run_perf_analyzer, triton, triton_pids
+from bench.tritonrun import (
+    MODEL,
+    busy_cpu_seconds,
+    cpu_seconds,
+    queue_p99_us,
+    run_perf_analyzer,
+    triton,
+    triton_pids,
+    wait_until_quiet,
+)
 from exporter.tritonapi import get_json
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data" / "calibration.json"
@@ -42,16 +53,23 @@ CROSSOVER = {
 def measured_run(settings: Any, concurrency: int) -> dict[str, Any]:
     url = settings.url("triton_http")
     pids = triton_pids(settings)
+    # The machine is shared: wait (bounded) for other work to calm down, and record
+    # how much CPU it used during the run anyway.
+    wait_until_quiet(0.5, 30.0)
     before = get_json(url, f"/v2/models/{MODEL}/stats")
     cpu_before = cpu_seconds(pids)
+    busy_before = busy_cpu_seconds()
     start = time.monotonic()
     rate, client_cpu, row = run_perf_analyzer(settings, concurrency)
     wall = time.monotonic() - start
     server_cpu = cpu_seconds(pids) - cpu_before
+    other_cores = max(0.0, busy_cpu_seconds() - busy_before - server_cpu - client_cpu) / wall
     after = get_json(url, f"/v2/models/{MODEL}/stats")
+    # Cumulative since the server started: only the first run on a server is its own.
+    p99 = queue_p99_us(f"{settings.url('triton_metrics')}/metrics")
     print(
         f"  c{concurrency}: {rate:,.0f} infer/s, server CPU {server_cpu:.2f} s, "
-        f"client CPU {client_cpu:.2f} s, wall {wall:.1f} s"
+        f"client CPU {client_cpu:.2f} s, wall {wall:.1f} s, other processes {other_cores:.2f} cores"
     )
     return {
         "concurrency": concurrency,
@@ -62,6 +80,8 @@ def measured_run(settings: Any, concurrency: int) -> dict[str, Any]:
         "stats_before": before,
         "stats_after": after,
         "perf_analyzer": row,
+        "queue_p99_us": p99,
+        "other_cores": other_cores,
     }
 
 

@@ -13,10 +13,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
+
+import requests
 
 from advisor.config import BatcherConfig
 from stack.services import service_table
@@ -98,6 +101,43 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = stat[stat.rindex(")") + 2 :].split()
         total += int(fields[11]) + int(fields[12])
     return total / tick
+
+
+def queue_p99_us(metrics_url: str) -> float:
+    for line in requests.get(metrics_url, timeout=5).text.splitlines():
+        if (
+            line.startswith("nv_inference_queue_summary_us{")
+            and f'model="{MODEL}"' in line
+            and 'quantile="0.99"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    raise RuntimeError("Triton exports no nv_inference_queue_summary_us (summary_latencies off?)")
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (from /proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pids: list[int]) -> float:
+    """CPU of the given processes plus this one (the bench and its sender)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = Path("/proc/self/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return cpu_seconds(pids) + (int(fields[11]) + int(fields[12])) / tick
+
+
+def wait_until_quiet(max_cores: float, timeout_s: float, sample_s: float = 1.0) -> float:
+    """Wait (bounded) until other processes use under ``max_cores``; return their last use."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        before = busy_cpu_seconds()
+        time.sleep(sample_s)
+        used = (busy_cpu_seconds() - before) / sample_s
+        if used < max_cores or time.monotonic() > deadline:
+            return used
 
 
 def perf_analyzer_path() -> str:

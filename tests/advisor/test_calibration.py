@@ -88,3 +88,22 @@ def test_not_a_capture(tmp_path: Path) -> None:
         load_capture(bad)
     with pytest.raises(ValueError, match="cannot read"):
         load_capture(tmp_path / "missing.json")
+
+
+def test_predicted_throughput_tracks_the_recorded_runs() -> None:
+    """The crossover runs were not used for calibration: they check the model.
+
+    Recorded with perf_analyzer on this machine while other processes used under
+    1 core (see "other_cores" in the capture). Within 20 % each.
+    """
+    capture = load_capture(DATA)
+    service, cpu = capture.calibrate()
+    for runs in capture.crossover.values():
+        for run in runs:
+            p = predict(
+                run.config, ClosedLoop(run.concurrency), service, cpu, 8000, with_limit=False
+            )
+            assert p.throughput_per_s == pytest.approx(run.infer_per_s, rel=0.20), (
+                run.config.describe(),
+                run.concurrency,
+            )
