@@ -117,7 +117,8 @@ def parse_model(entry: dict[str, Any]) -> ModelStats:
         version=str(entry.get("version", "")),
         inference_count=int(entry.get("inference_count", 0)),
         execution_count=int(entry.get("execution_count", 0)),
-        phases={p: _duration(inference.get(p)) for p in PHASES},
+        # Only the phases Triton reported: a missing one must not become an invented zero.
+        phases={p: _duration(inference[p]) for p in PHASES if p in inference},
         batches=batches,
         last_inference_ms=int(entry.get("last_inference", 0)),
     )

@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | check-config"""
+"""python -m stack up | down | status | check-config | rules"""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import checkconfig
+from stack import alertmanager, checkconfig, rulegen, rulesettings
 from stack.errors import StackError
 from stack.services import service_table
-from stack.settings import PORTS, Settings, SettingsError, from_env, parse_port
+from stack.settings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
 from stack.supervisor import Supervisor
 
 
@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus scrape and rule interval (STACK_SCRAPE_INTERVAL, 5)",
     )
     up.add_argument(
+        "--rules-settings",
+        type=Path,
+        metavar="FILE",
+        help="thresholds of the alert rules (STACK_RULES_SETTINGS, stack/rules/settings.yaml)",
+    )
+    up.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -63,11 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="validate every model's config.pbtxt (exit 2 on errors)",
     )
+    rules = sub.add_parser(
+        "rules",
+        help="generate the Prometheus rules and Alertmanager config from the settings file",
+    )
+    rules.add_argument(
+        "--settings",
+        type=Path,
+        default=RULES_SETTINGS,
+        help="thresholds, windows, severities (default: stack/rules/settings.yaml)",
+    )
+    rules.add_argument(
+        "--output",
+        type=Path,
+        default=rulegen.GENERATED_DIR,
+        help="folder for the generated files (default: stack/rules/generated)",
+    )
+    rules.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the files in --output differ from what would be written",
+    )
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     settings = from_env()
+    if getattr(args, "rules_settings", None):
+        settings = replace(settings, rules_settings=args.rules_settings.resolve())
     if args.state_dir:
         settings = replace(settings, state_dir=args.state_dir.resolve())
     if args.model_repository:
@@ -118,10 +147,44 @@ def check_config(settings: Settings) -> int:
     return 0
 
 
+def generated_files(settings_path: Path) -> dict[str, str]:
+    """Every file `rules` writes: the rule files and alertmanager.yml."""
+    rule_settings = rulesettings.load(settings_path)
+    return {
+        **rulegen.render(rule_settings),
+        "alertmanager.yml": alertmanager.render(rule_settings),
+    }
+
+
+def rules(settings_path: Path, output: Path, check: bool) -> int:
+    files = generated_files(settings_path)
+    if check:
+        stale = [f for f, text in files.items() if _read(output / f) != text]
+        for file in stale:
+            print(f"rules: {output / file} is out of date", file=sys.stderr)
+        if stale:
+            print("rules: run `python -m stack rules` and commit the result", file=sys.stderr)
+            return 1
+        print(f"rules: {len(files)} file(s) in {output} match {settings_path}")
+        return 0
+    for path in rulegen.write(files, output):
+        print(f"wrote {path}")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
 def up(settings: Settings, detach: bool) -> int:
     if check_config(settings) != 0:
         print("up: refusing to start with configuration errors", file=sys.stderr)
         return 2
+    # Before anything starts: a bad threshold must not leave half a stack running.
+    rulesettings.load(settings.rules_settings)
     supervisor = Supervisor(settings, service_table(settings))
     if not detach:
         supervisor.install_signal_handlers()
@@ -156,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "rules":
+            return rules(args.settings.resolve(), args.output.resolve(), args.check)
         settings = settings_from(args)
         if args.command == "check-config":
             return check_config(settings)

@@ -8,11 +8,13 @@ built; the compose and Kubernetes renderings call it with their own targets.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from stack import rulegen, rulesettings
 from stack.errors import StackError
 from stack.services import Service
 from stack.settings import Settings
@@ -30,10 +32,16 @@ def find_binary(name: str, hint: str) -> str:
     return path
 
 
-def config(targets: dict[str, list[str]], scrape_interval_s: float) -> dict[str, Any]:
-    """prometheus.yml as a dict: one scrape job per entry of ``targets``."""
+def config(
+    targets: dict[str, list[str]],
+    scrape_interval_s: float,
+    rule_files: Sequence[str] = (),
+    alertmanagers: Sequence[str] = (),
+) -> dict[str, Any]:
+    """prometheus.yml as a dict: one scrape job per entry of ``targets``, the rule files,
+    and the Alertmanagers (host:port) that receive the alerts."""
     interval = _duration(scrape_interval_s)
-    return {
+    body: dict[str, Any] = {
         "global": {
             "scrape_interval": interval,
             "evaluation_interval": interval,
@@ -45,6 +53,12 @@ def config(targets: dict[str, list[str]], scrape_interval_s: float) -> dict[str,
             for job, addrs in targets.items()
         ],
     }
+    if rule_files:
+        body["rule_files"] = list(rule_files)
+    if alertmanagers:
+        targets_ = [{"targets": list(alertmanagers)}]
+        body["alerting"] = {"alertmanagers": [{"static_configs": targets_}]}
+    return body
 
 
 def _duration(seconds: float) -> str:
@@ -55,6 +69,7 @@ def _duration(seconds: float) -> str:
 def local_targets(settings: Settings) -> dict[str, list[str]]:
     host = settings.host
     targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
+    targets["exporter"] = [f"{host}:{settings.port('exporter')}"]
     return targets
 
 
@@ -62,7 +77,18 @@ def write_config(settings: Settings) -> Path:
     folder = settings.state_dir / "prometheus"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "prometheus.yml"
-    body = config(local_targets(settings), settings.scrape_interval_s)
+    rules = rulegen.write(
+        rulegen.render(rulesettings.load(settings.rules_settings)), folder / "rules"
+    )
+    alertmanagers = []
+    if "alertmanager" not in settings.skip:
+        alertmanagers.append(f"{settings.host}:{settings.port('alertmanager')}")
+    body = config(
+        local_targets(settings),
+        settings.scrape_interval_s,
+        rule_files=[str(p) for p in rules],
+        alertmanagers=alertmanagers,
+    )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(
         "# Written by `python -m stack up`; edits are overwritten.\n"

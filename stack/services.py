@@ -31,10 +31,13 @@ class Service:
 def service_table(settings: Settings) -> list[Service]:
     """Every service of the local stack, in start order (stopped in reverse)."""
     # Imported here so that each row's module can import Service from this one.
-    from stack import prometheus, triton
+    from stack import alertmanager, exporter, prometheus, triton
 
     builders: list[Callable[[Settings], Service]] = [
         triton.service,
+        exporter.service,
+        # Before Prometheus, so that no alert is sent to an Alertmanager not yet listening.
+        alertmanager.service,
         prometheus.service,
     ]
     table = [build(settings) for build in builders]

@@ -9,6 +9,7 @@ from pathlib import Path
 from stack.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
+RULES_SETTINGS = ROOT / "stack" / "rules" / "settings.yaml"
 
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
@@ -37,6 +38,8 @@ class Settings:
     triton_venv: Path = ROOT / ".venv-triton"
     ports: dict[str, int] = field(default_factory=lambda: {k: v[0] for k, v in PORTS.items()})
     scrape_interval_s: float = 5.0
+    # Thresholds, windows and routing of the Prometheus rules and Alertmanager.
+    rules_settings: Path = RULES_SETTINGS
     # Services left out of `up` (e.g. {"dashboard"} for a headless run).
     skip: frozenset[str] = frozenset()
 
@@ -91,6 +94,7 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         state_dir=Path(env.get("STACK_STATE_DIR", base.state_dir)).resolve(),
         model_repository=Path(env.get("STACK_MODEL_REPOSITORY", base.model_repository)).resolve(),
         triton_venv=Path(env.get("STACK_TRITON_VENV", base.triton_venv)).resolve(),
+        rules_settings=Path(env.get("STACK_RULES_SETTINGS", base.rules_settings)).resolve(),
         ports=ports,
         scrape_interval_s=interval,
     )

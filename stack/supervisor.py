@@ -212,6 +212,34 @@ class Supervisor:
             f"{svc.startup_timeout_s:.0f}s. Last lines of {run.log}:\n{tail(run.log)}"
         )
 
+    # ---- one service of a running stack -------------------------------------------------
+    def stop_service(self, name: str) -> None:
+        """Stop one service of the running stack; the others keep running (an outage drill)."""
+        self._stop([self._running(name)])
+
+    def start_service(self, name: str) -> Running:
+        """Start one service again (after stop_service) and wait until it is healthy."""
+        svc = next((s for s in self.services if s.name == name), None)
+        if svc is None:
+            raise StackError(f"no service {name!r} in this stack's service table")
+        old = self._running(name)
+        if self._alive(old):
+            raise StackError(f"{name} is already running (pid {old.pid})")
+        run = self._start(svc, foreground=False)
+        self._write_state([run if r.name == name else r for r in self.read_state()])
+        try:
+            self._wait_ready(svc, run)
+        except BaseException:
+            self._stop([run])
+            raise
+        return run
+
+    def _running(self, name: str) -> Running:
+        for run in self.read_state():
+            if run.name == name:
+                return run
+        raise StackError(f"{name} is not part of the stack in {self.settings.state_dir}")
+
     # ---- foreground -------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: Any) -> None:

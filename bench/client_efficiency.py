@@ -1,0 +1,152 @@
+"""Client efficiency: loadgen's throughput / perf_analyzer's on the same Triton, same model,
+same concurrency, measured alternately (perf_analyzer, loadgen, perf_analyzer, ...) so that
+both see the same machine load. Goal: >= 0.9.
+
+    STACK_TRITON_VENV=... .venv/bin/python bench/client_efficiency.py [--rounds 3] [--seconds 4]
+
+perf_analyzer comes from bench/perf_analyzer_env.sh (its own .venv-bench, never a project
+dependency). Both clients send [1,1] FP32 inputs over HTTP to batch_add_model with binary
+tensors; loadgen also checks every answer, perf_analyzer does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import median, private_triton  # noqa: E402
+from exporter.tritonapi import model_stats  # noqa: E402
+from loadgen.api import RunParams, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def perf_analyzer_path() -> str:
+    out = subprocess.run(
+        [str(ROOT / "bench" / "perf_analyzer_env.sh")], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def perf_analyzer(
+    pa: str, url: str, model: str, concurrency: int, seconds: float
+) -> tuple[float, float]:
+    """Throughput of its final window, and its CPU per request over all its windows."""
+    before, cpu0 = model_stats(f"http://{url}", model), children_cpu_s()
+    out = subprocess.run(
+        [
+            pa,
+            "-m",
+            model,
+            "-u",
+            url,
+            "-i",
+            "http",
+            "--concurrency-range",
+            str(concurrency),
+            "--measurement-interval",
+            str(int(seconds * 1000)),
+            "--stability-percentage",
+            "100",
+            "--max-trials",
+            "10",
+            "--shape",
+            "INPUT_A:1",
+            "--shape",
+            "INPUT_B:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.findall(r"Concurrency: \d+, throughput: ([\d.]+) infer/sec", out.stdout)
+    if not found:
+        found = re.findall(r"Throughput: ([\d.]+) infer/sec", out.stdout)
+    if not found:
+        raise SystemExit(
+            f"perf_analyzer gave no throughput:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
+        )
+    delta = model_stats(f"http://{url}", model).minus(before)
+    cpu_per_request = (children_cpu_s() - cpu0) / max(delta.phase("success").count, 1)
+    return float(found[-1]), cpu_per_request
+
+
+def loadgen(url: str, model: str, concurrency: int, seconds: float) -> tuple[float, int, float]:
+    cpu0 = time.process_time()
+    result = run(
+        RunParams("concurrency", model=model, url=url, concurrency=concurrency, duration_s=seconds)
+    )
+    c = result.summary["client"]
+    assert c["sent"] == c["ok"] + c["failed"] + c["timed_out"]
+    cpu_per_request = (time.process_time() - cpu0) / max(c["sent"], 1)
+    return float(c["throughput_per_s"]), c["failed"] + c["timed_out"], cpu_per_request
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--concurrency", default="8,16")
+    parser.add_argument("--model", default="batch_add_model")
+    args = parser.parse_args()
+    pa = perf_analyzer_path()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    rows = []
+    with private_triton() as settings:
+        url = settings.url("triton_http")
+        hostport = url.removeprefix("http://")
+        loadgen(url, args.model, 8, 1.0)  # warm-up
+        for c in levels:
+            pas, lgs, ratios, errors, pa_cpu, lg_cpu = [], [], [], 0, [], []
+            for _ in range(args.rounds):
+                thr, cpu = perf_analyzer(pa, hostport, args.model, c, args.seconds)
+                pas.append(thr)
+                pa_cpu.append(cpu * 1e6)
+                thr, bad, cpu = loadgen(url, args.model, c, args.seconds)
+                lgs.append(thr)
+                lg_cpu.append(cpu * 1e6)
+                errors += bad
+                ratios.append(lgs[-1] / pas[-1])
+                print(
+                    f"  c={c}: perf_analyzer {pas[-1]:,.0f}/s  loadgen {lgs[-1]:,.0f}/s  "
+                    f"ratio {ratios[-1]:.2f}",
+                    flush=True,
+                )
+            rows.append(
+                (
+                    c,
+                    median(pas),
+                    median(lgs),
+                    median(ratios),
+                    errors,
+                    median(pa_cpu),
+                    median(lg_cpu),
+                )
+            )
+    print(
+        f"\nclient efficiency on {args.model}, HTTP, {args.rounds} alternating rounds of "
+        f"{args.seconds:g}s (medians)"
+    )
+    print(
+        f"{'concurrency':>11} {'perf_analyzer/s':>16} {'loadgen/s':>10} {'ratio':>6} "
+        f"{'failed':>7} {'client CPU us/request: perf_analyzer':>37} {'loadgen':>8}"
+    )
+    for c, p, lg, r, e, pc, lc in rows:
+        print(f"{c:>11} {p:>16,.0f} {lg:>10,.0f} {r:>6.2f} {e:>7} {pc:>37,.0f} {lc:>8,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Shared by the benchmarks: a private stack over a chosen model repository.
+
+Started with the launcher's own code on free ports, like the tests, so what is
+measured is what `./stack/up` runs. Only the services a benchmark names start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from stack.services import service_table
+from stack.settings import ROOT, Settings
+from stack.supervisor import Supervisor
+from tests.helpers import make_settings
+
+MODEL = "batch_add_model"
+
+
+def repository(folder: Path, copies: int) -> Path:
+    """batch_add_model alone (copies=1) or ``copies`` renamed copies of it."""
+    repo = folder / "models"
+    source = ROOT / "model_repository" / MODEL
+    if copies == 1:
+        shutil.copytree(source, repo / MODEL)
+        return repo
+    for i in range(copies):
+        name = f"add_copy_{i:02d}"
+        shutil.copytree(source, repo / name)
+        config = repo / name / "config.pbtxt"
+        config.write_text(config.read_text().replace(f'name: "{MODEL}"', f'name: "{name}"'))
+    return repo
+
+
+@contextmanager
+def stack(
+    copies: int | None = 1,
+    services: tuple[str, ...] = ("triton", "exporter"),
+    scrape_interval_s: float = 1.0,
+) -> Iterator[Settings]:
+    """``services`` of the stack; ``copies=None`` serves the project's model repository."""
+    os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        settings = make_settings(Path(tmp) / "state")
+        every = {s.name for s in service_table(settings)}
+        settings = replace(
+            settings,
+            model_repository=(
+                settings.model_repository if copies is None else repository(Path(tmp), copies)
+            ),
+            skip=frozenset(every - set(services)),
+            scrape_interval_s=scrape_interval_s,
+        )
+        supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
+        supervisor.up()
+        try:
+            yield settings
+        finally:
+            supervisor.down()
+
+
+def private_triton() -> contextlib.AbstractContextManager[Settings]:
+    """Triton alone, serving the project's model repository."""
+    return stack(copies=None, services=("triton",))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

@@ -1,0 +1,161 @@
+"""python -m exporter: flags with environment fallbacks, then serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from exporter.collector import BatchingCollector
+from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
+from exporter.web import make_app, make_web_server
+
+DEFAULT_LISTEN = "127.0.0.1:9733"
+DEFAULT_TRITON = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT_S = 2.0
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m exporter",
+        description="Prometheus exporter for Triton's dynamic batching: batch-size "
+        "distribution, batch efficiency, queue time, per model.",
+    )
+    parser.add_argument(
+        "--triton-url",
+        action="append",
+        metavar="URL",
+        help="Triton HTTP endpoint to read, repeatable for several Tritons (TRITON_URL, "
+        f"comma-separated; default {DEFAULT_TRITON})",
+    )
+    parser.add_argument(
+        "--triton-metrics-url",
+        action="append",
+        metavar="URL",
+        help="Triton's /metrics URL, once per --triton-url in the same order (TRITON_METRICS_URL,"
+        f" comma-separated; default: the same host, port {DEFAULT_METRICS_PORT}, /metrics)",
+    )
+    parser.add_argument(
+        "--triton-timeout",
+        metavar="SECONDS",
+        help="time allowed to read one Triton per scrape; keep it well under Prometheus' "
+        f"scrape_timeout (TRITON_TIMEOUT, {DEFAULT_TIMEOUT_S})",
+    )
+    parser.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (EXPORTER_LISTEN_ADDRESS, {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        choices=LOG_LEVELS,
+        help="log level (EXPORTER_LOG_LEVEL, info)",
+    )
+    return parser
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(
+            f"--web.listen-address: {value!r} is not HOST:PORT with a port 1-65535 "
+            f"(e.g. {DEFAULT_LISTEN})"
+        )
+    # ":9733" listens on every interface, as Go exporters do.
+    return host.strip("[]") or "0.0.0.0", int(port_text)
+
+
+def parse_timeout(value: str) -> float:
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        timeout = float(value)
+    except ValueError:
+        timeout = -1.0
+    if not 0 < timeout <= 60:
+        raise ValueError(f"--triton-timeout: {value!r} is not a number of seconds in (0, 60]")
+    return timeout
+
+
+@dataclass(frozen=True)
+class Options:
+    targets: list[Target]
+    timeout_s: float
+    host: str
+    port: int
+    log_level: str
+
+
+def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
+    """Flags first, then the environment, then defaults; ValueError names the bad one."""
+
+    def env_list(name: str) -> list[str]:
+        return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
+
+    targets = make_targets(
+        args.triton_url or env_list("TRITON_URL") or [DEFAULT_TRITON],
+        args.triton_metrics_url or env_list("TRITON_METRICS_URL"),
+    )
+    timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
+    host, port = parse_listen_address(
+        args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
+    )
+    level = args.log_level or env.get("EXPORTER_LOG_LEVEL") or "info"
+    if level not in LOG_LEVELS:
+        raise ValueError(f"EXPORTER_LOG_LEVEL: {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return Options(targets, timeout, host, port, level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        opts = options_from(args, os.environ)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BatchingCollector(opts.targets, timeout_s=opts.timeout_s))
+    try:
+        server = make_web_server(opts.host, opts.port, make_app(registry, opts.targets))
+    except OSError as exc:
+        parser.error(
+            f"--web.listen-address: cannot listen on {opts.host}:{opts.port} "
+            f"({exc.strerror or exc}); choose a free address"
+        )
+
+    def stop(signum: int, _frame: Any) -> None:
+        # shutdown() blocks until serve_forever returns, so it must not run on this thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("exporter").info(
+        "listening on http://%s:%d/metrics, reading %s (timeout %.1fs)",
+        opts.host,
+        opts.port,
+        ", ".join(t.url for t in opts.targets),
+        opts.timeout_s,
+    )
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""The collector: reads every target at scrape time and builds fresh metric families.
+
+Triton's cumulative counters are re-exported as they are; after a Triton
+restart they start again from zero and Prometheus' ``rate()`` treats that as a
+counter reset. The derived gauges are ratios of the current cumulative values,
+so a reset can never make them negative or huge. Missing data gives no series:
+a target that fails reports only ``triton_batching_target_up 0`` and its scrape
+duration, a ratio without a denominator is left out.
+
+Example (one model, one target)::
+
+    # HELP triton_batching_batch_executions_total Executions per formed batch size ...
+    # TYPE triton_batching_batch_executions_total counter
+    triton_batching_batch_executions_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",batch_size="2"} 913.0
+    # HELP triton_batching_average_batch_size Inferences per execution since Triton started ...
+    # TYPE triton_batching_average_batch_size gauge
+    triton_batching_average_batch_size{target="http://127.0.0.1:8000",model="batch_add_model",version="1"} 1.483
+    # HELP triton_batching_target_up 1 if every endpoint of the target answered usably, else 0.
+    # TYPE triton_batching_target_up gauge
+    triton_batching_target_up{target="http://127.0.0.1:8000"} 1.0
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from exporter.scrape import Fetcher, ModelView, Snapshot, TargetView, parse_snapshot
+from exporter.targets import Target
+from exporter.tritonstats import ModelStats
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[Target, float], Snapshot]
+
+MODEL = ["target", "model", "version"]
+STATS = "Triton statistics API /v2/models/stats"
+
+
+def _phase(name: str, seconds: bool) -> Callable[[ModelStats], float | None]:
+    def value(s: ModelStats) -> float | None:
+        if name not in s.phases:
+            return None
+        return s.phases[name].seconds if seconds else s.phases[name].count
+
+    return value
+
+
+# (name without _total, help, value from the statistics; None means no series)
+COUNTERS: list[tuple[str, str, Callable[[ModelStats], float | None]]] = [
+    (
+        "triton_batching_requests_success",
+        f"Requests that succeeded ({STATS}: inference_stats.success.count).",
+        _phase("success", seconds=False),
+    ),
+    (
+        "triton_batching_requests_failure",
+        f"Requests that failed ({STATS}: inference_stats.fail.count).",
+        _phase("fail", seconds=False),
+    ),
+    (
+        "triton_batching_inferences",
+        f"Inferences, counting each batch element of a request ({STATS}: inference_count).",
+        lambda s: s.inference_count,
+    ),
+    (
+        "triton_batching_executions",
+        f"Model executions, one per formed batch ({STATS}: execution_count).",
+        lambda s: s.execution_count,
+    ),
+    (
+        "triton_batching_queue_seconds",
+        f"Seconds requests waited in the queue ({STATS}: inference_stats.queue.ns).",
+        _phase("queue", seconds=True),
+    ),
+    (
+        "triton_batching_compute_input_seconds",
+        f"Seconds spent preparing inputs ({STATS}: inference_stats.compute_input.ns).",
+        _phase("compute_input", seconds=True),
+    ),
+    (
+        "triton_batching_compute_infer_seconds",
+        f"Seconds spent executing the model ({STATS}: inference_stats.compute_infer.ns).",
+        _phase("compute_infer", seconds=True),
+    ),
+    (
+        "triton_batching_compute_output_seconds",
+        f"Seconds spent extracting outputs ({STATS}: inference_stats.compute_output.ns).",
+        _phase("compute_output", seconds=True),
+    ),
+]
+
+
+@dataclass
+class _Result:
+    target: Target
+    view: TargetView | None
+    duration_s: float
+
+
+class BatchingCollector(Collector):
+    """Triton's dynamic batching as Prometheus metrics, read from every target per scrape.
+
+    ``fetch(target, timeout_s)`` returns a target's raw answers; the default reads
+    them over HTTP. Each target has ``timeout_s`` in all, and targets are read
+    concurrently, so one dead target costs one timeout, not one per target.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        timeout_s: float = 2.0,
+        fetch: Fetch | None = None,
+    ) -> None:
+        if not targets:
+            raise ValueError("no targets")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.targets = list(targets)
+        self.timeout_s = timeout_s
+        self.fetch: Fetch = fetch if fetch is not None else Fetcher()
+
+    def describe(self) -> list[Metric]:
+        # Registering must not touch the network.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        results = self._scrape_all()
+        yield from _Families().fill(results)
+
+    def _scrape_all(self) -> list[_Result]:
+        pool = ThreadPoolExecutor(max_workers=len(self.targets), thread_name_prefix="scrape")
+        try:
+            futures = [pool.submit(self._scrape_one, t) for t in self.targets]
+            # The fetcher keeps to the timeout; the margin covers parsing and thread start
+            # and stays proportional, so the scrape still ends well inside Prometheus' timeout.
+            wait(futures, timeout=self.timeout_s * 1.2)
+            results = []
+            for target, future in zip(self.targets, futures, strict=True):
+                if future.done():
+                    results.append(future.result())
+                else:
+                    log.warning("target %s: no answer within %.1fs", target.url, self.timeout_s)
+                    results.append(_Result(target, None, self.timeout_s))
+            return results
+        finally:
+            # A stuck fetch finishes on its own thread; the scrape does not wait for it.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _scrape_one(self, target: Target) -> _Result:
+        start = time.monotonic()
+        try:
+            view = parse_snapshot(self.fetch(target, self.timeout_s))
+        except Exception as exc:  # any failure of one target must not fail the whole scrape
+            log.warning("target %s: scrape failed: %s: %s", target.url, type(exc).__name__, exc)
+            view = None
+        return _Result(target, view, time.monotonic() - start)
+
+
+class _Families:
+    """Fresh metric families for one scrape."""
+
+    def __init__(self) -> None:
+        self.counters = [
+            (CounterMetricFamily(name, text, labels=MODEL), value) for name, text, value in COUNTERS
+        ]
+        self.batch_executions = CounterMetricFamily(
+            "triton_batching_batch_executions",
+            f"Executions per formed batch size ({STATS}: batch_stats[].compute_infer.count).",
+            labels=[*MODEL, "batch_size"],
+        )
+        self.batch_infer_seconds = CounterMetricFamily(
+            "triton_batching_batch_compute_infer_seconds",
+            f"Seconds executing the model per formed batch size "
+            f"({STATS}: batch_stats[].compute_infer.ns).",
+            labels=[*MODEL, "batch_size"],
+        )
+        self.pending = self._gauge(
+            "triton_batching_pending_requests",
+            "Requests received and not yet executed "
+            "(Triton /metrics: nv_inference_pending_request_count).",
+        )
+        self.ready = self._gauge(
+            "triton_batching_model_ready",
+            "1 if the model version is READY, else 0 (Triton POST /v2/repository/index: state).",
+        )
+        config = "Triton /v2/models/<model>/config"
+        self.max_batch_size = self._gauge(
+            "triton_batching_max_batch_size",
+            f"Largest batch the model accepts, 0 = no batching ({config}: max_batch_size).",
+        )
+        self.dynamic = self._gauge(
+            "triton_batching_dynamic_batching_enabled",
+            f"1 if the dynamic batcher is on, else 0 ({config}: dynamic_batching).",
+        )
+        self.preferred = GaugeMetricFamily(
+            "triton_batching_preferred_batch_size",
+            f"One series per preferred batch size, value = the size "
+            f"({config}: dynamic_batching.preferred_batch_size).",
+            labels=[*MODEL, "size"],
+        )
+        self.queue_delay = self._gauge(
+            "triton_batching_max_queue_delay_seconds",
+            f"Longest a request waits for a batch to fill "
+            f"({config}: dynamic_batching.max_queue_delay_microseconds).",
+        )
+        self.instances = self._gauge(
+            "triton_batching_instances",
+            f"Model instances executing batches ({config}: instance_group[].count).",
+        )
+        self.config_info = InfoMetricFamily(
+            "triton_batching_model_config",
+            f"Model settings that are not numbers ({config}).",
+            labels=MODEL,
+        )
+        self.average = self._gauge(
+            "triton_batching_average_batch_size",
+            f"Inferences per execution since Triton started ({STATS}: "
+            "inference_count / execution_count).",
+        )
+        self.efficiency = self._gauge(
+            "triton_batching_efficiency_ratio",
+            f"Average batch size / max_batch_size since Triton started ({STATS} and {config}).",
+        )
+        self.preferred_hit = self._gauge(
+            "triton_batching_preferred_hit_ratio",
+            f"Share of executions whose batch size is a preferred size, since Triton started "
+            f"({STATS}: batch_stats[], {config}: preferred_batch_size).",
+        )
+        self.up = GaugeMetricFamily(
+            "triton_batching_target_up",
+            "1 if every endpoint of the target answered usably, else 0.",
+            labels=["target"],
+        )
+        self.duration = GaugeMetricFamily(
+            "triton_batching_scrape_duration_seconds",
+            "Seconds the exporter took to read the target.",
+            labels=["target"],
+        )
+        self.server_ready = GaugeMetricFamily(
+            "triton_batching_server_ready",
+            "1 if Triton says it is ready, else 0 (Triton /v2/health/ready).",
+            labels=["target"],
+        )
+
+    @staticmethod
+    def _gauge(name: str, text: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, text, labels=MODEL)
+
+    def fill(self, results: list[_Result]) -> list[Metric]:
+        for result in results:
+            url = result.target.url
+            self.up.add_metric([url], 1.0 if result.view is not None else 0.0)
+            self.duration.add_metric([url], result.duration_s)
+            if result.view is None:
+                continue
+            self.server_ready.add_metric([url], 1.0 if result.view.ready else 0.0)
+            for model, version, ready in result.view.states:
+                self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
+            for view in result.view.models:
+                self._model(url, view)
+        families: list[Metric] = [family for family, _ in self.counters]
+        families += [
+            self.batch_executions,
+            self.batch_infer_seconds,
+            self.pending,
+            self.ready,
+            self.max_batch_size,
+            self.dynamic,
+            self.preferred,
+            self.queue_delay,
+            self.instances,
+            self.config_info,
+            self.average,
+            self.efficiency,
+            self.preferred_hit,
+            self.up,
+            self.duration,
+            self.server_ready,
+        ]
+        return [f for f in families if f.samples]
+
+    def _model(self, url: str, view: ModelView) -> None:
+        s, c = view.stats, view.config
+        labels = [url, s.name, s.version]
+        for family, value in self.counters:
+            number = value(s)
+            if number is not None:
+                family.add_metric(labels, number)
+        for size, batch in sorted(s.batches.items()):
+            self.batch_executions.add_metric([*labels, str(size)], batch.executions)
+            self.batch_infer_seconds.add_metric([*labels, str(size)], batch.compute_infer_ns / 1e9)
+        if view.pending is not None:
+            self.pending.add_metric(labels, view.pending)
+
+        self.max_batch_size.add_metric(labels, c.max_batch_size)
+        self.dynamic.add_metric(labels, 1.0 if c.dynamic_batching else 0.0)
+        for size in c.preferred_batch_sizes:
+            self.preferred.add_metric([*labels, str(size)], size)
+        if c.max_queue_delay_s is not None:
+            self.queue_delay.add_metric(labels, c.max_queue_delay_s)
+        self.instances.add_metric(labels, c.instances)
+        self.config_info.add_metric(
+            labels,
+            {
+                "backend": c.backend,
+                "platform": c.platform,
+                "preferred_batch_sizes": ",".join(map(str, c.preferred_batch_sizes)),
+                "instance_kinds": ",".join(c.instance_kinds),
+            },
+        )
+
+        # Ratios of cumulative values: defined only once something was executed.
+        if s.execution_count > 0:
+            average = s.inference_count / s.execution_count
+            self.average.add_metric(labels, average)
+            if c.max_batch_size > 0:
+                self.efficiency.add_metric(labels, average / c.max_batch_size)
+        executed = sum(b.executions for b in s.batches.values())
+        if c.preferred_batch_sizes and executed > 0:
+            hits = sum(
+                b.executions for size, b in s.batches.items() if size in c.preferred_batch_sizes
+            )
+            self.preferred_hit.add_metric(labels, hits / executed)

@@ -1,0 +1,272 @@
+"""The Python API of load runs (the CLI and the dashboard both call it).
+
+    from loadgen.api import RunParams, run
+    result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
+    result.summary["client"]["throughput_per_s"], result.run_id
+
+``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
+LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
+deltas for the window, and stores the run in one transaction. A stop request (Ctrl-C in the
+CLI, or ``stop.set()`` from another thread) ends sending, waits for the requests in flight,
+and stores the partial run with status ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from exporter.tritonstats import ModelStats
+from loadgen import limits, scenarios, serverside, store
+from loadgen.clients import Client
+from loadgen.errors import LoadgenError
+from loadgen.grpcclient import GrpcClient
+from loadgen.httpclient import HttpClient
+from loadgen.params import RunParams, validate
+from loadgen.payloads import Payloads, Tensor, request_tensors
+from loadgen.recorder import Recorder
+from loadgen.shapes import ConstantRate, LoadShape, Steps
+from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
+
+__all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "run_many", "LoadgenError"]
+
+CHECKED_KINDS = ("wrong answer", "bad answer")
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Prepared:
+    """A run checked against the server: the model's metadata and each request's tensors."""
+
+    params: RunParams
+    http: Address
+    target: Address  # where the load goes (HTTP or gRPC port)
+    model: ModelSpec
+    tensors: list[Tensor]
+    outputs: list[Any]
+
+
+@dataclass
+class RunResult:
+    params: RunParams
+    status: str  # ok | interrupted | failed
+    started_at: float  # unix seconds
+    finished_at: float
+    summary: dict[str, Any]  # {"client": ..., "server": ...}
+    timeline: list[dict[str, Any]]
+    recorder: Recorder
+    run_id: int | None = None
+    group_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def records(self) -> list[tuple[int, float, float, str, str | None]]:
+        return self.recorder.records()
+
+
+def prepare(params: RunParams) -> Prepared:
+    """Validate ``params`` and check them against the server's metadata; sends no load."""
+    p = validate(params)
+    http = parse_address(p.url, "--url", 8000)
+    check_target(http, "--url", p.allow_remote)
+    target = http
+    if p.protocol == "grpc":
+        target = parse_address(p.grpc_url, "--grpc-url", 8001)
+        check_target(target, "--grpc-url", p.allow_remote)
+    model = fetch_model(http.base_url, p.model)
+    tensors, outputs = request_tensors(model, p.batch_size, dict(p.shapes), dict(p.dtypes))
+    return Prepared(p, http, target, model, tensors, outputs)
+
+
+def run(
+    params: RunParams | Prepared,
+    db: str | None = None,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+    handle_sigint: bool = False,
+    group_id: str = "",
+) -> RunResult:
+    """Prepare (if needed), send, measure, store (unless ``db`` is None). See module doc."""
+    prepared = params if isinstance(params, Prepared) else prepare(params)
+    result = execute(prepared, stop or threading.Event(), progress, handle_sigint)
+    result.group_id = group_id
+    if db is not None:
+        result.run_id = store.save(db, result)
+    return result
+
+
+def run_many(
+    runs: list[RunParams],
+    db: str | None = None,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+    handle_sigint: bool = False,
+    group_id: str | None = None,
+) -> list[RunResult]:
+    """Several runs back to back (a sweep, a comparison), all checked before the first.
+
+    They share a ``group_id`` in the store. An interrupted run ends the series.
+    """
+    prepared = [prepare(p) for p in runs]
+    group = group_id if group_id is not None else f"g{int(time.time() * 1000)}"
+    stop = stop or threading.Event()
+    results = []
+    for item in prepared:
+        result = run(item, db, stop, progress, handle_sigint, group)
+        results.append(result)
+        if result.status != "ok":
+            break
+    return results
+
+
+def _client(prepared: Prepared, recorder: Recorder) -> Client:
+    p = prepared.params
+    cls: type[Client] = GrpcClient if p.protocol == "grpc" else HttpClient
+    return cls(
+        prepared.target,
+        prepared.model,
+        prepared.tensors,
+        prepared.outputs,
+        Payloads(prepared.model, prepared.tensors, p.seed),
+        recorder,
+        p.timeout_s,
+    )
+
+
+def execute(
+    prepared: Prepared,
+    stop: threading.Event,
+    progress: Progress | None = None,
+    handle_sigint: bool = False,
+) -> RunResult:
+    p = prepared.params
+    base = prepared.http.base_url
+    before = serverside.snapshot(base, p.model)
+    recorder = Recorder()
+    status, extra = "ok", {}
+    try:
+        extra = asyncio.run(_drive(prepared, recorder, stop, progress, handle_sigint))
+    except LoadgenError:
+        raise
+    except OSError as exc:
+        if recorder.sent == 0:
+            raise LoadgenError(
+                f"cannot reach Triton at {prepared.target.base_url}: {exc}"
+            ) from None
+        status, extra = "failed", {"error": f"{type(exc).__name__}: {exc}"}
+    if stop.is_set():
+        status = "interrupted"
+    finished = time.time()
+    # Requests the model itself answered: the ok ones and the wrong answers (a rejection by
+    # Triton's core, e.g. HTTP 400, is counted nowhere in its statistics).
+    answered = recorder.counts[0] + sum(
+        n for kind, n in recorder.errors_by_kind().items() if kind.startswith(CHECKED_KINDS)
+    )
+    server: dict[str, Any]
+    restarted = False
+    try:
+        after = serverside.settled_after(base, p.model, before, answered)
+        delta: ModelStats = after.minus(before)
+        server, restarted = serverside.summarize(delta), after.is_reset_since(before)
+    except LoadgenError as exc:  # the server went away during the run: keep what we saw
+        server = {"error": str(exc)}
+        if status == "ok":
+            status = "failed"
+    client_summary = recorder.summary()
+    client_summary.update(extra)
+    return RunResult(
+        params=p,
+        status=status,
+        started_at=recorder.wall_t0,
+        finished_at=finished,
+        summary={
+            "client": client_summary,
+            "server": server,
+            "server_restarted": restarted,
+        },
+        timeline=recorder.timeline(),
+        recorder=recorder,
+    )
+
+
+async def _drive(
+    prepared: Prepared,
+    recorder: Recorder,
+    stop_event: threading.Event,
+    progress: Progress | None,
+    handle_sigint: bool,
+) -> dict[str, Any]:
+    p = prepared.params
+    loop = asyncio.get_running_loop()
+    client = _client(prepared, recorder)
+    stop = stop_event.is_set
+
+    def on_sigint() -> None:
+        if stop_event.is_set():  # the second Ctrl-C: stop waiting for answers
+            client.abandon_all("abandoned at a second Ctrl-C")
+        stop_event.set()
+
+    if handle_sigint:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    ticker = asyncio.ensure_future(_report_progress(recorder, p, progress)) if progress else None
+    extra: dict[str, Any] = {}
+    try:
+        recorder.t0, recorder.wall_t0 = time.perf_counter(), time.time()
+        if p.scenario == "serial":
+            assert p.requests is not None
+            await scenarios.serial(client, p.requests, p.gap_s, stop)
+        elif p.scenario == "concurrent":
+            assert p.requests is not None
+            await scenarios.concurrent(client, p.requests, stop)
+        elif p.scenario == "concurrency":
+            limit = min(p.requests or limits.MAX_REQUESTS, limits.MAX_REQUESTS)
+            await scenarios.closed_loop(client, p.concurrency, p.duration_s, limit, stop)
+        else:
+            shape: LoadShape = (
+                ConstantRate(p.rate, p.duration_s) if p.scenario == "rate" else Steps(p.stages)
+            )
+            dropped = await scenarios.open_loop(client, shape, p.poisson, p.max_in_flight, stop)
+            extra["not_sent"] = dropped
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+        await client.close()
+        if handle_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
+    if progress:
+        progress(_progress_snapshot(recorder, p, final=True))
+    return extra
+
+
+def _progress_snapshot(recorder: Recorder, p: RunParams, final: bool = False) -> dict[str, Any]:
+    elapsed = recorder.now()
+    if p.scenario in ("serial", "concurrent"):
+        fraction = recorder.done / (p.requests or 1)
+    else:
+        fraction = elapsed / p.duration_s if p.duration_s else 0.0
+    ok, failed, timed_out = recorder.counts
+    return {
+        "elapsed_s": elapsed,
+        "fraction": 1.0 if final else min(fraction, 1.0),
+        "sent": recorder.sent,
+        "ok": ok,
+        "failed": failed,
+        "timed_out": timed_out,
+        "in_flight": recorder.in_flight,
+        "p99_s": recorder.hist.quantile(0.99),
+        "final": final,
+    }
+
+
+async def _report_progress(recorder: Recorder, p: RunParams, progress: Progress) -> None:
+    while True:
+        await asyncio.sleep(0.25)
+        progress(_progress_snapshot(recorder, p))
+
+
+def with_model(params: RunParams, model: str) -> RunParams:
+    return replace(params, model=model)

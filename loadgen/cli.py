@@ -1,0 +1,346 @@
+"""python -m loadgen SCENARIO ... | compare | runs | show | export  (triton-loadgen)
+
+Exit codes: 0 every request answered right; 1 some failed or timed out; 2 bad input
+(nothing sent, nothing stored); 130 interrupted (the partial run is stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from loadgen import api, report, store
+from loadgen.errors import LoadgenError
+from loadgen.params import RunParams, default_db
+from loadgen.payloads import parse_dims
+
+SCENARIO_HELP = {
+    "serial": "N requests one at a time, a fixed gap after each answer (the spec's first case)",
+    "concurrent": "N requests arriving at once (the spec's second case: -n 3)",
+    "concurrency": "closed loop: C requests in flight for a duration; -c 1,2,4,8 sweeps",
+    "rate": "open loop: R requests/s, constant or --poisson arrivals",
+    "steps": "open loop in stages: --stage RATE:SECONDS, repeated",
+}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default="batch_add_model", help="model name (batch_add_model)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument(
+        "--url",
+        default="",
+        help="Triton HTTP, for metadata and statistics too "
+        "(default: the stack's, http://127.0.0.1:8000)",
+    )
+    p.add_argument("--grpc-url", default="", help="Triton gRPC host:port (127.0.0.1:8001)")
+    p.add_argument("--batch-size", type=int, default=1, help="rows per request (1)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1,D2",
+        help="dims of an input without the batch dim; needed for variable (-1) dims",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        default=[],
+        metavar="NAME=TYPE",
+        help="expected datatype of an input (checked against the metadata)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="a request with no answer by then counts as timed out (10)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random inputs seed")
+    p.add_argument("--label", default="", help="free text stored with the run")
+    p.add_argument(
+        "--allow-remote", action="store_true", help="allow a target that is not on loopback"
+    )
+
+
+def _output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, help="results store (LOADGEN_DB, .stack/loadgen.sqlite3)")
+    p.add_argument("--no-store", action="store_true", help="do not store the run")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+
+def _scenario_args(name: str, p: argparse.ArgumentParser) -> None:
+    if name in ("serial", "concurrent"):
+        p.add_argument("-n", "--requests", type=int, default=3, help="how many (3)")
+    if name == "serial":
+        p.add_argument("--gap-ms", type=float, default=10.0, help="pause after each answer (10)")
+    if name == "concurrency":
+        p.add_argument(
+            "-c",
+            "--concurrency",
+            default="8",
+            help="requests in flight; a list (1,2,4,8) runs a sweep (8)",
+        )
+        p.add_argument("-n", "--requests", type=int, default=None, help="stop after N requests")
+    if name in ("concurrency", "rate"):
+        p.add_argument("-d", "--duration", type=float, default=5.0, metavar="S", help="(5)")
+    if name == "rate":
+        p.add_argument("-r", "--rate", type=float, required=True, help="requests per second")
+    if name == "steps":
+        p.add_argument(
+            "--stage",
+            action="append",
+            default=[],
+            metavar="RATE:SECONDS",
+            help="one stage; repeat for more",
+        )
+    if name in ("rate", "steps"):
+        p.add_argument("--poisson", action="store_true", help="Poisson arrivals (else constant)")
+        p.add_argument(
+            "--max-in-flight",
+            type=int,
+            default=256,
+            help="open connections at most; later arrivals wait (256)",
+        )
+
+
+def scenario_parser(name: str, prog: str = "python -m loadgen") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"{prog} {name}", description=SCENARIO_HELP[name])
+    _scenario_args(name, p)
+    _common(p)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadgen",
+        description="Load runs against Triton that account for every request.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in SCENARIO_HELP.items():
+        p = sub.add_parser(name, help=text, description=text)
+        _scenario_args(name, p)
+        _common(p)
+        _output(p)
+    cmp = sub.add_parser(
+        "compare",
+        help="two scenarios or two models back to back, with a ratio table",
+        description="Run A then B and print B beside A. Either two quoted scenario command "
+        "lines, or one scenario and --models A,B.",
+        epilog="examples:  compare --models batch_add_model,add_unbatched 'concurrency -c 8 -d 3'"
+        "   |   compare 'serial -n 3' 'concurrent -n 3'",
+    )
+    cmp.add_argument("scenarios", nargs="+", metavar="'SCENARIO ARGS'")
+    cmp.add_argument("--models", default="", help="A,B: the same scenario on two models")
+    _output(cmp)
+    runs = sub.add_parser("runs", help="list stored runs, newest first")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--db", default=None)
+    runs.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="one stored run's summary")
+    show.add_argument("run_id", type=int)
+    show.add_argument("--db", default=None)
+    export = sub.add_parser("export", help="write a stored run as CSV files")
+    export.add_argument("run_id", type=int)
+    export.add_argument("--out", default=".", help="folder for the CSV files (.)")
+    export.add_argument("--db", default=None)
+    return parser
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise LoadgenError(f"{flag} {item!r}: use NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _stages(items: Sequence[str]) -> tuple[tuple[float, float], ...]:
+    stages = []
+    for item in items:
+        try:
+            rate, seconds = (float(x) for x in item.split(":"))
+        except ValueError:
+            raise LoadgenError(f"--stage {item!r}: use RATE:SECONDS, e.g. 200:5") from None
+        stages.append((rate, seconds))
+    return tuple(stages)
+
+
+def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
+    """The runs a scenario command asks for (several for a concurrency sweep)."""
+    shapes = {k: parse_dims(v, f"--shape {k}") for k, v in _pairs(args.shape, "--shape").items()}
+    base = RunParams(
+        scenario=name,
+        model=args.model,
+        protocol=args.protocol,
+        url=args.url,
+        grpc_url=args.grpc_url,
+        batch_size=args.batch_size,
+        shapes=tuple(shapes.items()),
+        dtypes=tuple(_pairs(args.dtype, "--dtype").items()),
+        timeout_s=args.timeout,
+        seed=args.seed,
+        label=args.label,
+        allow_remote=args.allow_remote,
+        requests=getattr(args, "requests", None),
+        gap_s=getattr(args, "gap_ms", 10.0) / 1e3,
+        duration_s=getattr(args, "duration", 5.0),
+        rate=getattr(args, "rate", 0.0) or 0.0,
+        poisson=getattr(args, "poisson", False),
+        stages=_stages(getattr(args, "stage", [])),
+        max_in_flight=getattr(args, "max_in_flight", 256),
+    )
+    if name != "concurrency":
+        return [base]
+    try:
+        levels = [int(c) for c in str(args.concurrency).split(",")]
+    except ValueError:
+        raise LoadgenError(
+            f"--concurrency {args.concurrency!r}: use a number or a list like 1,2,4,8"
+        ) from None
+    return [replace(base, concurrency=c) for c in levels]
+
+
+def _db(args: argparse.Namespace) -> str | None:
+    if getattr(args, "no_store", False):
+        return None
+    return args.db or default_db()
+
+
+def _exit_code(results: list[api.RunResult]) -> int:
+    if any(r.status == "interrupted" for r in results):
+        return 130
+    bad = any(
+        r.status != "ok" or r.summary["client"]["failed"] or r.summary["client"]["timed_out"]
+        for r in results
+    )
+    return 1 if bad else 0
+
+
+def run_scenario(name: str, args: argparse.Namespace) -> int:
+    runs = params_from(name, args)
+    stop = threading.Event()
+    results = []
+    prepared = [api.prepare(p) for p in runs]  # everything checked before the first request
+    group = f"sweep-{time.time():.3f}" if len(prepared) > 1 else ""
+    for item in prepared:
+        bar = None if args.json else report.ProgressBar(item.params.describe())
+        result = api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group)
+        results.append(result)
+        if not args.json:
+            print(report.run_table(result), flush=True)
+            print()
+        if result.status != "ok":
+            break
+    if args.json:
+        payload: Any = [report.result_json(r) for r in results]
+        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    return _exit_code(results)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    lines = list(args.scenarios)
+    models = [m for m in args.models.split(",") if m] if args.models else []
+    if models and (len(models) != 2 or len(lines) != 1):
+        raise LoadgenError("compare --models A,B takes two models and one quoted scenario")
+    if not models and len(lines) != 2:
+        raise LoadgenError("compare takes two quoted scenarios (or one with --models A,B)")
+    runs: list[RunParams] = []
+    for line in lines:
+        argv = shlex.split(line)
+        if not argv or argv[0] not in SCENARIO_HELP:
+            raise LoadgenError(
+                f"compare: {line!r} does not start with a scenario ({', '.join(SCENARIO_HELP)})"
+            )
+        parser = scenario_parser(argv[0], prog="python -m loadgen compare")
+        sub_args = parser.parse_args(argv[1:])
+        found = params_from(argv[0], sub_args)
+        if len(found) != 1:
+            raise LoadgenError("compare: a sweep (-c 1,2,...) cannot be one side of a comparison")
+        runs.extend(found)
+    if models:
+        runs = [replace(runs[0], model=models[0]), replace(runs[0], model=models[1])]
+    stop = threading.Event()
+    prepared = [api.prepare(p) for p in runs]
+    results = []
+    group = f"compare-{time.time():.3f}"
+    for item in prepared:
+        bar = None if args.json else report.ProgressBar(item.params.describe())
+        results.append(api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group))
+        if results[-1].status != "ok":
+            break
+    if len(results) == 2:
+        if args.json:
+            out = {
+                "a": report.result_json(results[0]),
+                "b": report.result_json(results[1]),
+                "ratios": report.compare_rows(results[0], results[1]),
+            }
+            print(json.dumps(out, indent=2))
+        else:
+            print(report.compare_table(results[0], results[1]))
+    return _exit_code(results)
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    rows = store.list_runs(args.db or default_db(), args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(
+        f"{'id':>5} {'status':<12}{'scenario':<12}{'model':<20}{'sent':>8}{'ok':>8}"
+        f"{'failed':>7}{'timeout':>8}{'thr/s':>10}{'p99 ms':>9}"
+    )
+    for r in rows:
+        thr = "-" if r["throughput_per_s"] is None else f"{r['throughput_per_s']:.0f}"
+        p99 = "-" if r["p99_s"] is None else f"{r['p99_s'] * 1e3:.2f}"
+        print(
+            f"{r['id']:>5} {r['status']:<12}{r['scenario']:<12}{r['model']:<20}{r['sent']:>8}"
+            f"{r['ok']:>8}{r['failed']:>7}{r['timed_out']:>8}{thr:>10}{p99:>9}"
+        )
+    return 0
+
+
+def show_run(args: argparse.Namespace) -> int:
+    run = store.load_run(args.db or default_db(), args.run_id)
+    print(json.dumps(run, indent=2))
+    return 0
+
+
+def export_run(args: argparse.Namespace) -> int:
+    for path in store.export_csv(args.db or default_db(), args.run_id, args.out):
+        print(path)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command in SCENARIO_HELP:
+            return run_scenario(args.command, args)
+        if args.command == "compare":
+            return run_compare(args)
+        if args.command == "runs":
+            return list_runs(args)
+        if args.command == "show":
+            return show_run(args)
+        return export_run(args)
+    except LoadgenError as exc:
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before a run started: nothing was sent
+        print("loadgen: interrupted outside a run; nothing stored", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

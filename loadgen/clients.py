@@ -1,0 +1,73 @@
+"""What the HTTP and gRPC clients share: the request in flight, and the slot interface the
+scenarios drive.
+
+A *slot* is one place a request can be in flight (an HTTP keep-alive connection, or a share
+of one gRPC channel). A scenario calls :meth:`Client.send` on an idle slot; when the
+request's outcome is recorded the client calls ``on_done(slot)`` to hand the slot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from loadgen.payloads import Payloads, Tensor
+from loadgen.recorder import Recorder
+from loadgen.target import Address, ModelSpec, TensorSpec
+
+
+class Pending:
+    """A request in flight: its index (which inputs), when it was due, its expected sum."""
+
+    __slots__ = ("index", "start", "expected")
+
+    def __init__(self, index: int, start: float, expected: bytes) -> None:
+        self.index = index
+        self.start = start
+        self.expected = expected
+
+
+class Client:
+    def __init__(
+        self,
+        address: Address,
+        model: ModelSpec,
+        tensors: list[Tensor],
+        outputs: list[TensorSpec],
+        payloads: Payloads,
+        recorder: Recorder,
+        timeout_s: float,
+    ) -> None:
+        self.address = address
+        self.model = model
+        self.tensors = tensors
+        self.outputs = outputs
+        self.lead = (tensors[0].shape[0],) if model.max_batch_size and tensors else ()
+        self.payloads = payloads
+        self.recorder = recorder
+        self.timeout_s = timeout_s
+        self.on_done: Callable[[Any], None] = lambda slot: None
+        self.closing = False
+
+    async def open_slots(self, n: int) -> list[Any]:
+        raise NotImplementedError
+
+    def send(self, slot: Any, index: int, start: float) -> None:
+        raise NotImplementedError
+
+    async def burst(self, slots: list[Any], first_index: int) -> None:
+        """One request per slot, arriving together; returns when all are recorded."""
+        raise NotImplementedError
+
+    def abandon_all(self, error: str) -> None:
+        """Record every request still in flight as failed (a second Ctrl-C)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+async def wait_idle(recorder: Recorder, poll_s: float = 0.005) -> None:
+    while recorder.in_flight:
+        await asyncio.sleep(poll_s)

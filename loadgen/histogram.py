@@ -1,0 +1,86 @@
+"""Latency percentiles from compact log buckets (HDR-histogram style), not from sorting.
+
+A latency in microseconds falls in a bucket whose width is at most 1/128 of its value:
+values below 256 us get a bucket each, then every power of two is split into 128 buckets.
+Recording is a few integer operations; a million requests fill a few hundred buckets; a
+reported percentile is within 0.4 % of the true value (the bucket's midpoint).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+SUB_BITS = 7
+SUB = 1 << SUB_BITS
+
+
+def bucket_of(micros: int) -> int:
+    if micros < 2 * SUB:
+        return max(micros, 0)
+    shift = micros.bit_length() - SUB_BITS - 1
+    return (shift << SUB_BITS) + (micros >> shift)
+
+
+def bucket_bounds(index: int) -> tuple[int, int]:
+    """[low, high) in microseconds of bucket ``index``."""
+    if index < 2 * SUB:
+        return index, index + 1
+    shift = (index >> SUB_BITS) - 1
+    low = (index - (shift << SUB_BITS)) << shift
+    return low, low + (1 << shift)
+
+
+class Histogram:
+    """Counts per bucket, plus the exact count, sum, min and max."""
+
+    __slots__ = ("counts", "n", "total", "low", "high")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.n = 0
+        self.total = 0.0
+        self.low = math.inf
+        self.high = 0.0
+
+    def add(self, seconds: float) -> None:
+        b = bucket_of(int(seconds * 1e6))
+        self.counts[b] = self.counts.get(b, 0) + 1
+        self.n += 1
+        self.total += seconds
+        if seconds > self.high:
+            self.high = seconds
+        if seconds < self.low:
+            self.low = seconds
+
+    def merge(self, other: Histogram) -> None:
+        for b, c in other.counts.items():
+            self.counts[b] = self.counts.get(b, 0) + c
+        self.n += other.n
+        self.total += other.total
+        self.high = max(self.high, other.high)
+        self.low = min(self.low, other.low)
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile (0..1) in seconds; None when empty. q=1 gives the exact max."""
+        if self.n == 0:
+            return None
+        if q >= 1:
+            return self.high
+        rank = max(1, math.ceil(q * self.n))
+        seen = 0
+        for b in sorted(self.counts):
+            seen += self.counts[b]
+            if seen >= rank:
+                low, high = bucket_bounds(b)
+                value = (low + high - 1) / 2 / 1e6
+                # Never outside what was seen.
+                return min(max(value, self.low), self.high)
+        return self.high
+
+    def quantiles(self, qs: Iterable[float]) -> dict[str, float | None]:
+        return {f"p{round(q * 100):d}": self.quantile(q) for q in qs}
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None

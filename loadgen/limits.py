@@ -1,0 +1,48 @@
+"""Safe bounds for a load run: a tool that can flood a server refuses absurd numbers.
+
+Each cap is well above what a 2-core machine can drive and well below what could hurt
+a server or exhaust this process' memory (every request keeps a record).
+"""
+
+from __future__ import annotations
+
+from loadgen.errors import LoadgenError
+
+
+def _show(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{_show(value)}"
+
+
+MAX_CONCURRENCY = 256
+MAX_RATE = 20_000.0  # requests per second
+MAX_DURATION_S = 600.0
+MAX_REQUESTS = 1_000_000
+MAX_GAP_S = 60.0
+MAX_TIMEOUT_S = 120.0
+MAX_STAGES = 100
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+def positive(value: float, flag: str, cap: float, unit: str = "") -> float:
+    """``value`` if 0 < value <= cap, else one clear error naming the flag and the bound."""
+    if not value > 0:  # also catches NaN
+        raise LoadgenError(f"{flag} must be greater than 0 (got {_show(value)})")
+    if value > cap:
+        raise LoadgenError(
+            f"{flag} {_show(value)}{unit} is past the safe bound of {_show(cap)}{unit}"
+        )
+    return value
+
+
+def positive_int(value: int, flag: str, cap: int) -> int:
+    return int(positive(value, flag, cap))
+
+
+def non_negative(value: float, flag: str, cap: float, unit: str = "") -> float:
+    if not value >= 0:
+        raise LoadgenError(f"{flag} must be 0 or more (got {_show(value)})")
+    if value > cap:
+        raise LoadgenError(
+            f"{flag} {_show(value)}{unit} is past the safe bound of {_show(cap)}{unit}"
+        )
+    return value

@@ -1,0 +1,135 @@
+"""What a load run is asked to do, checked against the safe bounds before anything is sent."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadgen import limits
+from loadgen.errors import LoadgenError
+
+SCENARIOS = ("serial", "concurrent", "concurrency", "rate", "steps")
+PROTOCOLS = ("http", "grpc")
+
+
+def default_urls() -> tuple[str, str]:
+    """Triton's HTTP and gRPC addresses of the local stack (its STACK_* port settings)."""
+    from stack.settings import from_env
+
+    try:
+        settings = from_env()
+    except Exception:  # a bad STACK_* variable: fall back to Triton's defaults
+        return "http://127.0.0.1:8000", "127.0.0.1:8001"
+    return settings.url("triton_http"), f"{settings.host}:{settings.port('triton_grpc')}"
+
+
+def default_db() -> str:
+    """LOADGEN_DB, else loadgen.sqlite3 in the stack's state folder (.stack/)."""
+    if os.environ.get("LOADGEN_DB"):
+        return os.environ["LOADGEN_DB"]
+    from stack.settings import from_env
+
+    try:
+        state = from_env().state_dir
+    except Exception:
+        from stack.settings import Settings
+
+        state = Settings().state_dir
+    return str(state / "loadgen.sqlite3")
+
+
+@dataclass(frozen=True)
+class RunParams:
+    scenario: str
+    model: str = "batch_add_model"
+    protocol: str = "http"
+    url: str = ""  # Triton HTTP (metadata and statistics always go over HTTP)
+    grpc_url: str = ""
+    requests: int | None = None  # serial / concurrent: how many; concurrency: optional cap
+    gap_s: float = 0.010
+    concurrency: int = 1
+    duration_s: float = 5.0
+    rate: float = 0.0
+    poisson: bool = False
+    stages: tuple[tuple[float, float], ...] = ()
+    batch_size: int = 1
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    dtypes: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 10.0
+    max_in_flight: int = limits.MAX_CONCURRENCY
+    allow_remote: bool = False
+    seed: int | None = None
+    label: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shapes"] = {k: list(v) for k, v in self.shapes}
+        data["dtypes"] = dict(self.dtypes)
+        data["stages"] = [list(s) for s in self.stages]
+        return data
+
+    def describe(self) -> str:
+        s = self.scenario
+        if s == "serial":
+            return f"serial n={self.requests} gap={self.gap_s * 1e3:g}ms"
+        if s == "concurrent":
+            return f"concurrent n={self.requests}"
+        if s == "concurrency":
+            return f"concurrency c={self.concurrency} {self.duration_s:g}s"
+        if s == "rate":
+            kind = "poisson" if self.poisson else "constant"
+            return f"rate {self.rate:g}/s {kind} {self.duration_s:g}s"
+        return "steps " + " ".join(f"{r:g}/s*{d:g}s" for r, d in self.stages)
+
+
+def validate(p: RunParams) -> RunParams:
+    """The params with defaults filled in; LoadgenError (exit 2) on anything out of bounds."""
+    if p.scenario not in SCENARIOS:
+        raise LoadgenError(f"unknown scenario {p.scenario!r} (one of {', '.join(SCENARIOS)})")
+    if p.protocol not in PROTOCOLS:
+        raise LoadgenError(f"--protocol {p.protocol!r}: use http or grpc")
+    if not p.model:
+        raise LoadgenError("--model must name a model")
+    limits.positive(p.timeout_s, "--timeout", limits.MAX_TIMEOUT_S, "s")
+    limits.positive_int(p.batch_size, "--batch-size", 1 << 20)
+    limits.positive_int(p.max_in_flight, "--max-in-flight", limits.MAX_CONCURRENCY)
+    http_url, grpc_url = default_urls()
+    changes: dict[str, Any] = {"url": p.url or http_url, "grpc_url": p.grpc_url or grpc_url}
+    if p.scenario in ("serial", "concurrent"):
+        n = 3 if p.requests is None else p.requests
+        cap = limits.MAX_CONCURRENCY if p.scenario == "concurrent" else limits.MAX_REQUESTS
+        changes["requests"] = limits.positive_int(n, "--requests", cap)
+        limits.non_negative(p.gap_s, "--gap", limits.MAX_GAP_S, "s")
+    if p.scenario == "concurrency":
+        limits.positive_int(p.concurrency, "--concurrency", limits.MAX_CONCURRENCY)
+        if p.requests is not None:
+            limits.positive_int(p.requests, "--requests", limits.MAX_REQUESTS)
+    if p.scenario in ("concurrency", "rate"):
+        limits.positive(p.duration_s, "--duration", limits.MAX_DURATION_S, "s")
+    if p.scenario == "rate":
+        limits.positive(p.rate, "--rate", limits.MAX_RATE, "/s")
+        _check_volume(p.rate * p.duration_s)
+    if p.scenario == "steps":
+        if not p.stages:
+            raise LoadgenError("steps needs at least one --stage RATE:SECONDS")
+        if len(p.stages) > limits.MAX_STAGES:
+            raise LoadgenError(f"{len(p.stages)} stages is past the bound of {limits.MAX_STAGES}")
+        for rate, seconds in p.stages:
+            limits.positive(rate, "--stage rate", limits.MAX_RATE, "/s")
+            limits.positive(seconds, "--stage seconds", limits.MAX_DURATION_S, "s")
+        total = sum(s for _, s in p.stages)
+        limits.positive(total, "total --stage seconds", limits.MAX_DURATION_S, "s")
+        _check_volume(sum(r * s for r, s in p.stages))
+        changes["duration_s"] = total
+    from dataclasses import replace
+
+    return replace(p, **changes)
+
+
+def _check_volume(expected: float) -> None:
+    if expected > limits.MAX_REQUESTS:
+        raise LoadgenError(
+            f"this run would send about {expected:.0f} requests, past the bound of "
+            f"{limits.MAX_REQUESTS}: lower the rate or the duration"
+        )

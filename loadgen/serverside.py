@@ -1,0 +1,78 @@
+"""The server's view of a run's window: statistics-API deltas taken before and after.
+
+Counters are Triton's own (``exporter.tritonstats``); this module only frames them for a
+load run: executions, inferences, average batch size, executions per batch size, and where
+the time went (queue vs compute), per request and per execution. The delta covers every
+request the model served in the window, including any traffic that was not ours.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+
+from exporter.tritonapi import model_stats
+from exporter.tritonstats import ModelStats
+from loadgen.errors import LoadgenError
+
+
+def snapshot(base_url: str, model: str) -> ModelStats:
+    try:
+        return model_stats(base_url, model)
+    except (requests.RequestException, ValueError) as exc:
+        raise LoadgenError(f"cannot read statistics of {model!r} at {base_url}: {exc}") from None
+
+
+def settled_after(base_url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
+    """Statistics once the server has counted every request it answered.
+
+    Triton updates statistics just after it sends a response, so a read right after the
+    last answer can miss a few; wait (briefly) until the answered requests are in.
+    """
+    deadline = time.monotonic() + 2.0
+    while True:
+        after = snapshot(base_url, model)
+        delta = after.minus(before)
+        counted = delta.phase("success").count + delta.phase("fail").count
+        if counted >= answered or time.monotonic() > deadline:
+            return after
+        time.sleep(0.02)
+
+
+def _per(ns: int, count: int) -> float | None:
+    return ns / 1e9 / count if count else None
+
+
+def summarize(delta: ModelStats) -> dict[str, Any]:
+    """A JSON-ready summary of one window's delta."""
+    execs, infers = delta.execution_count, delta.inference_count
+    success, fail = delta.phase("success"), delta.phase("fail")
+    requests_n = success.count + fail.count
+    queue = delta.phase("queue")
+    compute = {p: delta.phase(p).ns for p in ("compute_input", "compute_infer", "compute_output")}
+    compute_ns = sum(compute.values())
+    batch_compute = sum(b.compute_infer_ns for b in delta.batches.values())
+    return {
+        "model": delta.name,
+        "version": delta.version,
+        "requests": requests_n,
+        "requests_success": success.count,
+        "requests_failure": fail.count,
+        "inferences": infers,
+        "executions": execs,
+        "average_batch_size": infers / execs if execs else None,
+        "executions_by_batch_size": {str(k): v for k, v in delta.executions_by_size().items()},
+        "queue_s_total": queue.ns / 1e9,
+        "compute_s_total": compute_ns / 1e9,
+        "compute_s_by_phase": {k: v / 1e9 for k, v in compute.items()},
+        "queue_s_per_request": _per(queue.ns, queue.count),
+        "compute_s_per_request": _per(compute_ns, requests_n),
+        "request_s_per_request": _per(success.ns + fail.ns, requests_n),
+        # Per execution, from batch_stats: what one model call costs at each batch size.
+        "compute_infer_s_per_execution": _per(batch_compute, execs),
+        "compute_infer_s_per_execution_by_batch_size": {
+            str(k): _per(b.compute_infer_ns, b.executions) for k, b in sorted(delta.batches.items())
+        },
+    }

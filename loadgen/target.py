@@ -1,0 +1,135 @@
+"""Where the load goes: the server's address (loopback unless allowed), and the model's
+inputs and outputs as Triton's metadata describes them."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from loadgen.errors import LoadgenError
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def parse_address(text: str, flag: str, default_port: int) -> Address:
+    """``http://host:port``, ``host:port`` or ``host`` -> Address; error on anything else."""
+    raw = text if "://" in text else f"http://{text}"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port or default_port
+    except ValueError:
+        raise LoadgenError(f"{flag}: {text!r} is not host:port or http://host:port") from None
+    if parts.scheme not in ("http", "grpc") or not parts.hostname or parts.path not in ("", "/"):
+        raise LoadgenError(f"{flag}: {text!r} is not host:port or http://host:port (no path)")
+    return Address(parts.hostname, port)
+
+
+def is_loopback(host: str) -> bool:
+    """True if every address ``host`` resolves to is on this machine's loopback."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+
+
+def check_target(address: Address, flag: str, allow_remote: bool) -> None:
+    if allow_remote or is_loopback(address.host):
+        return
+    raise LoadgenError(
+        f"{flag}: {address.host} is not a loopback address; load runs can flood a server, "
+        "so other hosts need --allow-remote"
+    )
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # KServe v2 name: FP32, INT64, ...
+    shape: tuple[int, ...]  # without the batch dimension; -1 = variable
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    version: str
+    max_batch_size: int  # 0: the model takes no batch dimension
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def is_add_model(self) -> bool:
+        """The spec's add model (and its twins): OUTPUT_SUM must equal INPUT_A + INPUT_B."""
+        names = {t.name for t in self.inputs}
+        outs = {t.name: t for t in self.outputs}
+        a = next((t for t in self.inputs if t.name == "INPUT_A"), None)
+        return (
+            names == {"INPUT_A", "INPUT_B"}
+            and "OUTPUT_SUM" in outs
+            and a is not None
+            and all(t.datatype == a.datatype for t in (*self.inputs, outs["OUTPUT_SUM"]))
+        )
+
+
+def _tensors(items: Any, batched: bool) -> tuple[TensorSpec, ...]:
+    out = []
+    for item in items or []:
+        shape = tuple(int(d) for d in item["shape"])
+        out.append(
+            TensorSpec(str(item["name"]), str(item["datatype"]), shape[1:] if batched else shape)
+        )
+    return tuple(out)
+
+
+def _get(url: str, timeout_s: float) -> requests.Response:
+    try:
+        return requests.get(url, timeout=timeout_s)
+    except requests.RequestException as exc:
+        reason = type(exc).__name__
+        raise LoadgenError(
+            f"cannot reach Triton at {url.split('/v2')[0]} ({reason}); start it with "
+            "`python -m stack up` or pass --url"
+        ) from None
+
+
+def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
+    """The model's metadata and config; one clear error if the server or model is missing."""
+    meta = _get(f"{base_url}/v2/models/{model}", timeout_s)
+    if meta.status_code != 200:
+        known = ""
+        index = requests.post(f"{base_url}/v2/repository/index", timeout=timeout_s)
+        if index.status_code == 200:
+            names = sorted({m.get("name", "") for m in index.json() if m.get("state") == "READY"})
+            known = f" (ready models: {', '.join(names) or 'none'})"
+        raise LoadgenError(f"--model: Triton at {base_url} has no model {model!r}{known}")
+    config = _get(f"{base_url}/v2/models/{model}/config", timeout_s)
+    try:
+        m, c = meta.json(), config.json()
+        max_batch = int(c.get("max_batch_size", 0))
+        versions = m.get("versions") or [""]
+        return ModelSpec(
+            name=model,
+            version=str(versions[-1]),
+            max_batch_size=max_batch,
+            inputs=_tensors(m.get("inputs"), max_batch > 0),
+            outputs=_tensors(m.get("outputs"), max_batch > 0),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LoadgenError(
+            f"Triton at {base_url} sent unreadable metadata for {model!r}: {exc}"
+        ) from None

@@ -1,0 +1,33 @@
+"""The batching exporter (``python -m exporter``), reading the stack's own Triton."""
+
+from __future__ import annotations
+
+import sys
+
+from stack.services import Service
+from stack.settings import ROOT, Settings
+
+
+def triton_timeout_s(settings: Settings) -> float:
+    """Half of Prometheus' scrape timeout (see stack.prometheus.config), at most 2 s."""
+    return min(2.0, 0.5 * min(settings.scrape_interval_s, 10.0))
+
+
+def service(settings: Settings) -> Service:
+    url = settings.url("exporter")
+    return Service(
+        name="exporter",
+        argv=[
+            sys.executable,
+            "-m",
+            "exporter",
+            f"--triton-url={settings.url('triton_http')}",
+            f"--triton-metrics-url={settings.url('triton_metrics')}/metrics",
+            f"--triton-timeout={triton_timeout_s(settings):g}",
+            f"--web.listen-address={settings.host}:{settings.port('exporter')}",
+        ],
+        health_url=f"{url}/healthz",
+        ports=[settings.port("exporter")],
+        urls={"metrics": f"{url}/metrics"},
+        cwd=ROOT,
+    )

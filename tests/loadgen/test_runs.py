@@ -1,0 +1,226 @@
+"""Load runs against the real Triton started by the launcher's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.tritonapi import model_stats
+from loadgen import store
+from loadgen.api import RunParams, run
+from loadgen.cli import main
+from stack.settings import ROOT, Settings
+
+pytestmark = pytest.mark.integration
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    code = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else {}
+
+
+def test_spec_case_one_three_serial_requests_cost_three_executions(
+    triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    code, out = cli(capsys, "serial", "-n", "3", "--url", triton_url, "--db", str(db))
+    assert code == 0
+    assert (out["client"]["sent"], out["client"]["ok"]) == (3, 3)
+    assert out["server"]["executions"] == 3
+    assert out["server"]["executions_by_batch_size"] == {"1": 3}
+    assert store.load_run(db, out["run_id"])["server"]["executions"] == 3
+
+
+def test_spec_case_two_three_concurrent_requests_are_batched(
+    triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    code, out = cli(capsys, "concurrent", "-n", "3", "--url", triton_url, "--db", str(db))
+    assert code == 0
+    assert out["client"]["ok"] == 3
+    # preferred_batch_size [2, 4]: a batch of 2 at once, the third after the queue delay;
+    # on a loaded machine the batcher may wake late and take all three as one batch.
+    assert out["server"]["executions"] < 3
+    assert out["server"]["executions_by_batch_size"] in ({"1": 1, "2": 1}, {"3": 1})
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_accounting_under_load(
+    running_stack: Settings, triton_url: str, tmp_path: Path, protocol: str
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    grpc_url = f"{running_stack.host}:{running_stack.port('triton_grpc')}"
+    params = RunParams(
+        "concurrency",
+        url=triton_url,
+        grpc_url=grpc_url,
+        protocol=protocol,
+        concurrency=16,
+        duration_s=1.5,
+    )
+    result = run(params, db=str(db))
+    c = result.summary["client"]
+    assert c["sent"] > 100
+    assert c["sent"] == c["ok"] + c["failed"] + c["timed_out"]
+    assert c["failed"] == c["timed_out"] == 0, c["errors"]
+    assert result.summary["server"]["requests"] == c["sent"]
+    assert result.summary["server"]["average_batch_size"] > 1  # 16 in flight get batched
+    records = store.load_records(db, result.run_id or 0)
+    assert len(records) == c["sent"]
+    assert sorted(r["seq"] for r in records) == list(range(c["sent"]))
+    timeline = store.load_timeline(db, result.run_id or 0)
+    assert sum(t["ok"] for t in timeline) == c["ok"]
+    assert sum(t["sent"] for t in timeline) == c["sent"]
+
+
+def test_server_side_deltas_agree_with_the_statistics_api(triton_url: str) -> None:
+    before = model_stats(triton_url, "batch_add_model")
+    result = run(RunParams("rate", url=triton_url, rate=400, duration_s=1.0, poisson=True))
+    delta = model_stats(triton_url, "batch_add_model").minus(before)
+    server = result.summary["server"]
+    assert server["executions"] == delta.execution_count
+    assert server["inferences"] == delta.inference_count == result.summary["client"]["ok"]
+    assert server["executions_by_batch_size"] == {
+        str(k): v for k, v in delta.executions_by_size().items()
+    }
+    assert server["queue_s_total"] == delta.phase("queue").ns / 1e9
+    assert server["average_batch_size"] == delta.inference_count / delta.execution_count
+
+
+def _cli_env(db: Path) -> dict[str, str]:
+    return {**os.environ, "LOADGEN_DB": str(db), "PYTHONPATH": str(ROOT)}
+
+
+def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "concurrency",
+            "-c",
+            "4",
+            "-d",
+            "30",
+            "--url",
+            triton_url,
+            "--json",
+        ],
+        env=_cli_env(db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    # Interrupt once load is flowing (the server has counted some of it), not during imports.
+    before = model_stats(triton_url, "batch_add_model").inference_count
+    deadline = time.monotonic() + 30
+    while model_stats(triton_url, "batch_add_model").inference_count < before + 200:
+        assert time.monotonic() < deadline and proc.poll() is None, "no load arrived"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    result = json.loads(out)
+    assert result["status"] == "interrupted"
+    assert result["client"]["duration_s"] < 20
+    run_row = store.load_run(db, result["run_id"])
+    assert run_row["status"] == "interrupted"
+    assert run_row["sent"] == run_row["ok"] + run_row["failed"] + run_row["timed_out"] > 0
+    assert len(store.load_records(db, result["run_id"])) == run_row["sent"]
+
+
+BAD_INPUTS = [
+    (["serial", "-m", "no_such_model"], "has no model 'no_such_model'"),
+    (["serial", "--shape", "NOPE=1"], "has no input 'NOPE'"),
+    (["serial", "--shape", "INPUT_A=2,2"], "does not match the model's shape"),
+    (["serial", "--dtype", "INPUT_A=INT64"], "which takes FP32"),
+    (["serial", "--batch-size", "5"], "outside 1..4"),
+    (["concurrency", "-c", "0"], "--concurrency must be greater than 0"),
+    (["rate", "-r", "0"], "--rate must be greater than 0"),
+    (["rate", "-r", "-3"], "--rate must be greater than 0"),
+    (["concurrency", "-c", "300"], "safe bound of 256"),
+    (["rate", "-r", "25000"], "safe bound of 20000/s"),
+    (["concurrency", "-d", "700"], "safe bound of 600s"),
+    (["serial", "-n", "2000000"], "safe bound of 1000000"),
+    (["steps", "--stage", "100:1", "--stage", "0:1"], "--stage rate must be greater than 0"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_INPUTS)
+def test_bad_input_exits_2_and_writes_nothing(
+    triton_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    store.connect(db, create=True).close()
+    before = db.read_bytes()
+    assert main([*argv, "--url", triton_url, "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert db.read_bytes() == before
+
+
+def test_unreachable_server_and_remote_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["serial", "--url", f"http://127.0.0.1:{port}", "--db", str(db)]) == 2
+    assert "cannot reach Triton" in capsys.readouterr().err
+    assert main(["serial", "--url", "http://192.0.2.1:8000", "--db", str(db)]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_compare_two_models_prints_the_ratio_table(
+    triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    code = main(
+        [
+            "compare",
+            "--models",
+            "batch_add_model,add_unbatched",
+            f"concurrency -c 8 -d 1 --url {triton_url}",
+            "--db",
+            str(db),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "server calls" in out and "throughput (/s)" in out and "A / B" in out
+    runs = store.list_runs(db)
+    assert [r["model"] for r in runs] == ["add_unbatched", "batch_add_model"]
+    assert runs[0]["group_id"] == runs[1]["group_id"] != ""
+    unbatched = store.load_run(db, runs[0]["id"])
+    assert unbatched["server"]["executions"] == unbatched["ok"]  # no batching: one per request
+
+
+def test_csv_export(triton_url: str, tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    result = run(RunParams("serial", url=triton_url, requests=5, gap_s=0), db=str(db))
+    assert main(["export", str(result.run_id), "--db", str(db), "--out", str(tmp_path)]) == 0
+    records = (tmp_path / f"run-{result.run_id}-records.csv").read_text().splitlines()
+    assert records[0] == "seq,start_s,latency_s,outcome,error"
+    assert len(records) == 6
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM timeline").fetchone()[0] >= 1
+    assert list(store.records_frame(db, result.run_id or 0)["outcome"]) == ["ok"] * 5

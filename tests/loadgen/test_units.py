@@ -1,0 +1,119 @@
+"""Arithmetic of the load generator, against known answers (no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgen.checks import check_outputs
+from loadgen.errors import LoadgenError
+from loadgen.histogram import Histogram, bucket_bounds, bucket_of
+from loadgen.params import RunParams, validate
+from loadgen.payloads import Payloads, request_tensors
+from loadgen.recorder import FAILED, OK, TIMED_OUT, Recorder
+from loadgen.shapes import ConstantRate, Steps
+from loadgen.target import ModelSpec, TensorSpec
+
+ADD = ModelSpec(
+    "batch_add_model",
+    "1",
+    4,
+    (TensorSpec("INPUT_A", "FP32", (1,)), TensorSpec("INPUT_B", "FP32", (1,))),
+    (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
+)
+
+
+def test_every_value_falls_in_its_bucket_and_buckets_are_ordered() -> None:
+    previous = -1
+    for micros in [*range(0, 3000), *range(3000, 10**7, 997)]:
+        index = bucket_of(micros)
+        low, high = bucket_bounds(index)
+        assert low <= micros < high
+        assert (high - low) <= max(1, low / 128)
+        assert index >= previous
+        previous = index
+
+
+def test_percentiles_match_the_exact_ones_within_bucket_width() -> None:
+    values = np.random.default_rng(1).lognormal(-6, 1, 20_000)
+    hist = Histogram()
+    for v in values:
+        hist.add(float(v))
+    for q in (0.5, 0.9, 0.99):
+        exact = float(np.quantile(values, q, method="inverted_cdf"))
+        assert hist.quantile(q) == pytest.approx(exact, rel=0.01)
+    assert hist.quantile(1.0) == values.max()
+    assert hist.mean == pytest.approx(values.mean())
+
+
+def test_recorder_accounts_for_every_request() -> None:
+    rec = Recorder()
+    for i, outcome in enumerate([OK, OK, FAILED, TIMED_OUT, OK]):
+        rec.mark_sent(0.001 * i)
+        rec.record(0.001 * i, outcome, None if outcome == OK else f"kind {outcome}")
+    s = rec.summary()
+    assert (s["sent"], s["ok"], s["failed"], s["timed_out"]) == (5, 3, 1, 1)
+    assert s["errors"] == {"kind 1": 1, "kind 2": 1}
+    assert [r[3] for r in rec.records()] == ["ok", "ok", "failed", "timed_out", "ok"]
+    row = rec.timeline()[0]
+    assert (row["sent"], row["ok"], row["failed"], row["timed_out"]) == (5, 3, 1, 1)
+
+
+def test_shapes_tick_like_locust() -> None:
+    steps = Steps([(100.0, 2.0), (400.0, 1.0)])
+    assert [steps.tick(t) for t in (0, 1.99, 2.0, 2.5, 3.0)] == [100, 100, 400, 400, None]
+    assert steps.duration_s == 3.0
+    assert ConstantRate(50, 1).tick(0.5) == 50 and ConstantRate(50, 1).tick(1) is None
+
+
+def test_payloads_are_random_per_request_and_the_expected_sum_is_exact() -> None:
+    tensors, _ = request_tensors(ADD, 1, {}, {})
+    payloads = Payloads(ADD, tensors, seed=3)
+    seen = set()
+    for i in range(3000):  # crosses chunk boundaries
+        inputs, expected = payloads.take(i)
+        a, b = np.frombuffer(inputs, "<f4")
+        assert np.frombuffer(expected, "<f4")[0] == np.float32(a) + np.float32(b)
+        seen.add(inputs)
+    assert len(seen) == 3000
+
+
+def test_check_outputs_names_the_problem() -> None:
+    want = list(ADD.outputs)
+    assert check_outputs([("OUTPUT_SUM", "FP32", [1, 1], 4)], want, (1,)) is None
+    assert "missing" in str(check_outputs([], want, (1,)))
+    assert "FP64" in str(check_outputs([("OUTPUT_SUM", "FP64", [1, 1], 8)], want, (1,)))
+    assert "shape" in str(check_outputs([("OUTPUT_SUM", "FP32", [2, 1], 8)], want, (1,)))
+    assert "bytes" in str(check_outputs([("OUTPUT_SUM", "FP32", [1, 1], 3)], want, (1,)))
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (RunParams("concurrency", concurrency=0), "--concurrency must be greater than 0"),
+        (RunParams("concurrency", concurrency=257), "safe bound of 256"),
+        (RunParams("rate", rate=0), "--rate must be greater than 0"),
+        (RunParams("rate", rate=20_001), "safe bound of 20000/s"),
+        (RunParams("rate", rate=10, duration_s=601), "safe bound of 600s"),
+        (RunParams("serial", requests=1_000_001), "safe bound of 1000000"),
+        (RunParams("steps", stages=((100.0, 0.0),)), "--stage seconds"),
+        (RunParams("walk"), "unknown scenario"),
+    ],
+)
+def test_bounds(params: RunParams, message: str) -> None:
+    with pytest.raises(LoadgenError, match=message):
+        validate(params)
+
+
+def test_inputs_checked_against_metadata() -> None:
+    with pytest.raises(LoadgenError, match="no input 'X'"):
+        request_tensors(ADD, 1, {"X": (1,)}, {})
+    with pytest.raises(LoadgenError, match="does not match the model's shape"):
+        request_tensors(ADD, 1, {"INPUT_A": (3,)}, {})
+    with pytest.raises(LoadgenError, match="takes FP32"):
+        request_tensors(ADD, 1, {}, {"INPUT_B": "INT8"})
+    variable = ModelSpec("v", "1", 0, (TensorSpec("X", "INT32", (-1, 3)),), ())
+    with pytest.raises(LoadgenError, match="--shape X=4,3"):
+        request_tensors(variable, 1, {}, {})
+    tensors, _ = request_tensors(variable, 1, {"X": (5, 3)}, {})
+    assert tensors[0].shape == (5, 3) and tensors[0].nbytes == 60
