@@ -1,6 +1,8 @@
 """triton-advisor: predict a dynamic-batching config's outcome and recommend a better one.
 
     triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10
+    triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --url http://127.0.0.1:8000 \
+        --p99-ms 10
     triton-advisor predict --max-batch-size 64 --delay-us 1000 --service-us 600,41 \\
         --concurrency 8 --cores 2 --request-us 100
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 import requests
 
+from advisor import storedrun
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import fit_service_times, fit_traffic
@@ -113,25 +116,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest max_batch_size the model accepts (default 64)",
     )
 
+    config_flags = argparse.ArgumentParser(add_help=False)
+    group = config_flags.add_argument_group("batching config (advise reads it from --url)")
+    group.add_argument("--max-batch-size", type=_positive(int, "--max-batch-size"))
+    group.add_argument("--preferred", type=_sizes, default=(), help="e.g. 2,4")
+    group.add_argument("--delay-us", type=int, default=0)
+    group.add_argument("--instances", type=_positive(int, "--instances"), default=1)
+
     advise = sub.add_parser(
         "advise",
-        parents=[common, search],
-        help="read a running Triton's config and statistics, predict, recommend",
+        parents=[common, search, config_flags],
+        help="predict and recommend from a running Triton or a stored load run",
     )
-    advise.add_argument("--url", required=True, help="Triton HTTP base URL")
-    advise.add_argument("--model", required=True)
+    advise.add_argument("--url", help="Triton HTTP base URL (config, statistics, traffic)")
+    advise.add_argument("--model", help="model name (with --url)")
     advise.add_argument(
         "--window",
         type=_positive(float, "--window"),
         default=10.0,
         help="seconds to watch the server's traffic (default 10)",
     )
+    advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
+    advise.add_argument("--run", type=int, help="run id in --store (python -m loadgen runs)")
 
-    pred = sub.add_parser("predict", parents=[common], help="predict one config, no server")
-    pred.add_argument("--max-batch-size", type=_positive(int, "--max-batch-size"), required=True)
-    pred.add_argument("--preferred", type=_sizes, default=(), help="e.g. 2,4")
-    pred.add_argument("--delay-us", type=int, default=0)
-    pred.add_argument("--instances", type=_positive(int, "--instances"), default=1)
+    pred = sub.add_parser(
+        "predict", parents=[common, config_flags], help="predict one config, no server"
+    )
     pred.add_argument(
         "--service-us", type=_service, required=True, help="BASE,PER_ITEM execution microseconds"
     )
@@ -245,15 +255,27 @@ def print_recommendation(rec: Recommendation, notes: list[str]) -> None:
     print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
 
 
-def advise(args: argparse.Namespace) -> int:
-    cpu, calibrated_service = cpu_model(args)
-    traffic = given_traffic(args)
+def flag_config(args: argparse.Namespace) -> BatcherConfig:
+    if args.max_batch_size is None:
+        raise UsageError("give the config: --max-batch-size N [--preferred A,B] [--delay-us D]")
+    try:
+        return BatcherConfig(args.max_batch_size, args.preferred, args.delay_us, args.instances)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def live_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Config, service times and traffic from a running Triton."""
+    if not args.model:
+        raise UsageError("--url needs --model")
     config, delta, samples, cumulative = read_server(args.url, args.model, args.window)
     notes = []
-    if calibrated_service is not None:
+    if calibrated is not None:
         # Measured at low CPU contention: a busy window's compute times include the
         # contention the simulator adds itself.
-        service = calibrated_service
+        service = calibrated
         notes.append("service times from the calibration capture")
     elif delta.execution_count > 0:
         service = fit_service_times(delta)
@@ -273,6 +295,56 @@ def advise(args: argparse.Namespace) -> int:
                 f"{exc}; give the traffic with --rate or --concurrency instead"
             ) from None
         notes.append(f"traffic fitted from the window: {traffic.describe()}")
+    return config, service, traffic, notes
+
+
+def stored_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Service times and traffic from a stored load run; the config from --url or flags."""
+    if args.run is None:
+        raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
+    try:
+        run = storedrun.load(args.store, args.run)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    notes = [f"from stored {run.describe}"]
+    if args.url:
+        try:
+            config = from_model_config(get_json(args.url, f"/v2/models/{run.model}/config"))
+        except requests.RequestException:
+            raise UsageError(
+                f"cannot read {run.model!r}'s config from {args.url}: fix --url, or drop it "
+                "and give the config with --max-batch-size"
+            ) from None
+        except ValueError as exc:
+            raise UsageError(f"Triton at {args.url} sent something unexpected: {exc}") from None
+        notes.append(f"config read from {args.url} now (the store does not keep it)")
+    else:
+        config = flag_config(args)
+    service = calibrated or run.service
+    notes.append(
+        "service times from the calibration capture"
+        if calibrated
+        else "service times fitted from the run's statistics"
+    )
+    if traffic is None:
+        traffic = run.traffic
+        notes.append(f"traffic of the run: {traffic.describe()}")
+    if run.measured_batch_size:
+        notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
+    return config, service, traffic, notes
+
+
+def advise(args: argparse.Namespace) -> int:
+    cpu, calibrated_service = cpu_model(args)
+    traffic = given_traffic(args)
+    if args.store:
+        config, service, traffic, notes = stored_inputs(args, calibrated_service, traffic)
+    elif args.url:
+        config, service, traffic, notes = live_inputs(args, calibrated_service, traffic)
+    else:
+        raise UsageError("give --url URL --model M (a running Triton) or --store DB --run ID")
     if not config.dynamic_batching:
         notes.append("dynamic batching is off in the current config")
     space = SearchSpace(
