@@ -1,6 +1,6 @@
 """Measure the advisor's cost model on this machine's real Triton, and record the capture.
 
-    PERF_ANALYZER=... LD_LIBRARY_PATH=... .venv/bin/python -m bench.advisor_calibrate
+    PERF_ANALYZER=$(bench/perf_analyzer_env.sh) .venv/bin/python -m bench.advisor_calibrate
 
 1. Service time per batch size at low CPU contention: batch_add_model with
    max_batch_size 64, no preferred sizes and a 2,000 us queue delay, under perf_analyzer

@@ -103,7 +103,13 @@ def pct(predicted: float, measured: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="200,500,1000", help="requests/s, comma-separated")
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per point")
+    parser.add_argument("--duration", type=float, default=6.0, help="seconds per point, at least")
+    parser.add_argument(
+        "--min-requests",
+        type=int,
+        default=5000,
+        help="longer points at low rates: a p99 needs enough requests in its tail (50 here)",
+    )
     parser.add_argument(
         "--retries",
         type=int,
@@ -133,11 +139,12 @@ def main() -> None:
     print("-" * len(header))
     for name, config in CONFIGS.items():
         for rate in rates:
-            m = measure(config, rate, args.duration, args.quiet_wait)
+            duration = max(args.duration, args.min_requests / rate)
+            m = measure(config, rate, duration, args.quiet_wait)
             for _ in range(args.retries):
                 if m["other_cores"] <= NOISY_CORES:
                     break
-                m = measure(config, rate, args.duration, args.quiet_wait)
+                m = measure(config, rate, duration, args.quiet_wait)
             # The cores left to this stack while others ran: contention made explicit.
             left = replace(cpu, cores=max(0.25, (cpu.cores or 2.0) - m["other_cores"]))
             p = predict(config, OpenLoop(m["rate"], m["cv"]), service, left, with_limit=False)

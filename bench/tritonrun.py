@@ -141,12 +141,11 @@ def wait_until_quiet(max_cores: float, timeout_s: float, sample_s: float = 1.0) 
 
 
 def perf_analyzer_path() -> str:
-    """perf_analyzer from PERF_ANALYZER (see the README's Advisor section)."""
+    """perf_analyzer from PERF_ANALYZER: the wrapper bench/perf_analyzer_env.sh prints."""
     path = os.environ.get("PERF_ANALYZER", "")
     if not path or not os.access(path, os.X_OK):
         raise SystemExit(
-            "set PERF_ANALYZER to the perf_analyzer binary of PyPI's tritonclient==2.41.0 "
-            "wheel (and LD_LIBRARY_PATH for libcudart.so.12 and libb64.so.0d)"
+            "set PERF_ANALYZER to perf_analyzer: PERF_ANALYZER=$(bench/perf_analyzer_env.sh)"
         )
     return path
 
