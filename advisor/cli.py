@@ -23,7 +23,12 @@ import requests
 from advisor import storedrun
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
-from advisor.fit import fit_service_times, fit_traffic
+from advisor.fit import (
+    batch_times_from_prometheus,
+    fit_service_times,
+    fit_traffic,
+    traffic_from_prometheus,
+)
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from advisor.predict import OBJECTIVES, Prediction, Recommendation, SearchSpace, predict, recommend
 from exporter.tritonapi import get_json
@@ -135,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(float, "--window"),
         default=10.0,
         help="seconds to watch the server's traffic (default 10)",
+    )
+    advise.add_argument(
+        "--prometheus",
+        help="Prometheus URL: fit from the exporter's counters over --window instead",
     )
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
     advise.add_argument("--run", type=int, help="run id in --store (python -m loadgen runs)")
@@ -336,15 +345,50 @@ def stored_inputs(
     return config, service, traffic, notes
 
 
+def prometheus_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Service times and traffic from the exporter's counters in Prometheus."""
+    if not args.model:
+        raise UsageError("--prometheus needs --model")
+    window = f"{max(1, round(args.window))}s"
+    notes = [f"fitted from the exporter's counters in {args.prometheus} over {window}"]
+    try:
+        service = calibrated or fit_service_times(
+            batch_times_from_prometheus(args.prometheus, args.model, window)
+        )
+        if traffic is None:
+            step = max(1.0, args.window / 20)
+            traffic = traffic_from_prometheus(args.prometheus, args.model, args.window, step)
+            notes.append(f"traffic: {traffic.describe()}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.url:
+        try:
+            config = from_model_config(get_json(args.url, f"/v2/models/{args.model}/config"))
+        except (requests.RequestException, ValueError) as exc:
+            raise UsageError(
+                f"cannot read {args.model!r}'s config from {args.url}: {exc}"
+            ) from None
+    else:
+        config = flag_config(args)
+    return config, service, traffic, notes
+
+
 def advise(args: argparse.Namespace) -> int:
     cpu, calibrated_service = cpu_model(args)
     traffic = given_traffic(args)
     if args.store:
         config, service, traffic, notes = stored_inputs(args, calibrated_service, traffic)
+    elif args.prometheus:
+        config, service, traffic, notes = prometheus_inputs(args, calibrated_service, traffic)
     elif args.url:
         config, service, traffic, notes = live_inputs(args, calibrated_service, traffic)
     else:
-        raise UsageError("give --url URL --model M (a running Triton) or --store DB --run ID")
+        raise UsageError(
+            "give --url URL --model M (a running Triton), --prometheus URL --model M, "
+            "or --store DB --run ID"
+        )
     if not config.dynamic_batching:
         notes.append("dynamic batching is off in the current config")
     space = SearchSpace(
