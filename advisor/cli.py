@@ -1,0 +1,466 @@
+"""triton-advisor: predict a dynamic-batching config's outcome and recommend a better one.
+
+    triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10
+    triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --url http://127.0.0.1:8000 \
+        --p99-ms 10
+    triton-advisor predict --max-batch-size 64 --delay-us 1000 --service-us 600,41 \\
+        --concurrency 8 --cores 2 --request-us 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from advisor import storedrun
+from advisor.calibrate import load_capture
+from advisor.config import BatcherConfig, from_model_config
+from advisor.fit import (
+    batch_times_from_prometheus,
+    fit_service_times,
+    fit_traffic,
+    traffic_from_prometheus,
+)
+from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from advisor.predict import OBJECTIVES, Prediction, Recommendation, SearchSpace, predict, recommend
+from exporter.tritonapi import get_json
+from exporter.tritonstats import ModelStats, parse_statistics
+
+
+class UsageError(Exception):
+    """Bad input: one line for the user, exit code 2."""
+
+
+def _positive(kind: type, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"preferred sizes: {text!r} is not a comma-separated list of integers"
+        ) from None
+    return sizes
+
+
+def _service(text: str) -> ServiceModel:
+    try:
+        base, per_item = (float(x) for x in text.split(","))
+        return ServiceModel(base / 1e6, per_item / 1e6)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--service-us: {text!r} must be BASE,PER_ITEM microseconds, e.g. 600,41 ({exc})"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triton-advisor",
+        description="Predict what a Triton dynamic-batching config does; recommend a better one.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    traffic = common.add_argument_group("traffic (default: fitted from the server's own traffic)")
+    traffic.add_argument("--rate", type=_positive(float, "--rate"), help="open-loop requests/s")
+    traffic.add_argument(
+        "--cv",
+        type=float,
+        default=None,
+        help="burstiness: coefficient of variation of inter-arrival times (1 = Poisson)",
+    )
+    traffic.add_argument(
+        "--concurrency", type=_positive(int, "--concurrency"), help="closed-loop clients"
+    )
+    costs = common.add_argument_group("costs outside the model")
+    costs.add_argument(
+        "--calibration",
+        type=Path,
+        help="capture written by bench/advisor_calibrate.py (sets the CPU model)",
+    )
+    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores shared")
+    costs.add_argument(
+        "--request-us", type=float, help="CPU microseconds per request outside the model"
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    search = argparse.ArgumentParser(add_help=False)
+    search.add_argument(
+        "--p99-ms", type=_positive(float, "--p99-ms"), required=True, help="p99 latency bound"
+    )
+    search.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    search.add_argument(
+        "--requests",
+        type=_positive(int, "--requests"),
+        default=5000,
+        help="simulated requests per config tried (default 5000; fewer is faster, noisier)",
+    )
+    search.add_argument(
+        "--max-batch-limit",
+        type=_positive(int, "--max-batch-limit"),
+        default=64,
+        help="largest max_batch_size the model accepts (default 64)",
+    )
+
+    config_flags = argparse.ArgumentParser(add_help=False)
+    group = config_flags.add_argument_group("batching config (advise reads it from --url)")
+    group.add_argument("--max-batch-size", type=_positive(int, "--max-batch-size"))
+    group.add_argument("--preferred", type=_sizes, default=(), help="e.g. 2,4")
+    group.add_argument("--delay-us", type=int, default=0)
+    group.add_argument("--instances", type=_positive(int, "--instances"), default=1)
+
+    advise = sub.add_parser(
+        "advise",
+        parents=[common, search, config_flags],
+        help="predict and recommend from a running Triton or a stored load run",
+    )
+    advise.add_argument("--url", help="Triton HTTP base URL (config, statistics, traffic)")
+    advise.add_argument("--model", help="model name (with --url)")
+    advise.add_argument(
+        "--window",
+        type=_positive(float, "--window"),
+        default=10.0,
+        help="seconds to watch the server's traffic (default 10)",
+    )
+    advise.add_argument(
+        "--prometheus",
+        help="Prometheus URL: fit from the exporter's counters over --window instead",
+    )
+    advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
+    advise.add_argument("--run", type=int, help="run id in --store (python -m loadgen runs)")
+
+    pred = sub.add_parser(
+        "predict", parents=[common, config_flags], help="predict one config, no server"
+    )
+    pred.add_argument(
+        "--service-us", type=_service, required=True, help="BASE,PER_ITEM execution microseconds"
+    )
+    return parser
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+def cpu_model(args: argparse.Namespace) -> tuple[CpuModel, ServiceModel | None]:
+    """The CPU model from flags or a calibration capture (and the capture's service fit)."""
+    service = None
+    cpu = CpuModel()
+    if args.calibration:
+        try:
+            service, cpu = load_capture(args.calibration).calibrate()
+        except ValueError as exc:
+            raise UsageError(f"--calibration: {exc}") from None
+    if args.cores or args.request_us is not None:
+        if args.request_us is not None and args.request_us < 0:
+            raise UsageError("--request-us must be >= 0")
+        cpu = replace(
+            cpu,
+            cores=args.cores or cpu.cores,
+            request_s=args.request_us / 1e6 if args.request_us is not None else cpu.request_s,
+        )
+    return cpu, service
+
+
+def given_traffic(args: argparse.Namespace) -> Traffic | None:
+    if args.rate and args.concurrency:
+        raise UsageError("give --rate (open loop) or --concurrency (closed loop), not both")
+    if args.cv is not None and args.cv < 0:
+        raise UsageError(f"--cv must be >= 0, got {args.cv}")
+    if args.rate:
+        return OpenLoop(args.rate, 1.0 if args.cv is None else args.cv)
+    if args.concurrency:
+        return ClosedLoop(args.concurrency)
+    return None
+
+
+def read_server(
+    url: str, model: str, window_s: float
+) -> tuple[BatcherConfig, ModelStats, list[tuple[float, float]], ModelStats]:
+    """Config, stats delta over the window, request-count samples, cumulative stats."""
+    # 20 bins per window, enough to estimate burstiness; at most 1 s each.
+    step_s = min(window_s / 20, 1.0)
+    try:
+        config = from_model_config(get_json(url, f"/v2/models/{model}/config"))
+        path = f"/v2/models/{model}/stats"
+
+        def stats() -> ModelStats:
+            found = [s for s in parse_statistics(get_json(url, path)) if s.name == model]
+            if not found:
+                raise ValueError(f"Triton returned no statistics for {model!r}")
+            return max(found, key=lambda s: int(s.version) if s.version.isdigit() else -1)
+
+        first = last = stats()
+        samples = [(time.monotonic(), float(first.inference_count))]
+        deadline = samples[0][0] + window_s
+        while time.monotonic() < deadline:
+            time.sleep(step_s)
+            last = stats()
+            samples.append((time.monotonic(), float(last.inference_count)))
+    except requests.HTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise UsageError(
+            f"Triton at {url} answered HTTP {status} for model {model!r}: "
+            "check the model name (GET /v2/repository/index lists them)"
+        ) from None
+    except requests.RequestException:
+        raise UsageError(
+            f"cannot reach Triton at {url}: start it (./stack/up) or fix --url"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"Triton at {url} sent something unexpected: {exc}") from None
+    return config, last.minus(first), samples, last
+
+
+# ---- output --------------------------------------------------------------------------------
+
+
+def _line(p: Prediction) -> str:
+    dist = ", ".join(f"{s}: {f:.0%}" for s, f in p.batch_size_distribution.items() if f >= 0.01)
+    return (
+        f"  throughput {p.throughput_per_s:,.0f}/s (limit {p.throughput_limit_per_s:,.0f}/s), "
+        f"average batch {p.mean_batch_size:.2f} [{dist}]\n"
+        f"  queue delay p50 {p.queue_delay_p50_s * 1e6:,.0f} us, "
+        f"p99 {p.queue_delay_p99_s * 1e6:,.0f} us; latency p99 {p.latency_p99_s * 1e3:.2f} ms"
+        + ("; SATURATED: the queue grows" if p.saturated else "")
+    )
+
+
+def print_recommendation(rec: Recommendation, notes: list[str]) -> None:
+    for note in notes:
+        print(note)
+    print(f"current: {rec.current.config.describe()}, under {rec.current.traffic.describe()}")
+    print(_line(rec.current))
+    bound = f"p99 latency <= {rec.p99_bound_s * 1e3:g} ms"
+    if rec.best is None:
+        print(f"no config of the {rec.considered} tried meets {bound}")
+        return
+    if rec.best is rec.current:
+        print(f"keep it: none of the {rec.considered} configs tried does better under {bound}")
+        return
+    print(f"recommended ({rec.objective}, {bound}, {rec.considered} configs tried):")
+    print("  " + rec.best.config.describe())
+    print(_line(rec.best))
+    print(f"  predicted gain: x{rec.gain_ratio:.2f} {rec.objective}")
+    print("config.pbtxt:")
+    print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
+
+
+def flag_config(args: argparse.Namespace) -> BatcherConfig:
+    if args.max_batch_size is None:
+        raise UsageError("give the config: --max-batch-size N [--preferred A,B] [--delay-us D]")
+    try:
+        return BatcherConfig(args.max_batch_size, args.preferred, args.delay_us, args.instances)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def live_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Config, service times and traffic from a running Triton."""
+    if not args.model:
+        raise UsageError("--url needs --model")
+    config, delta, samples, cumulative = read_server(args.url, args.model, args.window)
+    notes = []
+    if calibrated is not None:
+        # Measured at low CPU contention: a busy window's compute times include the
+        # contention the simulator adds itself.
+        service = calibrated
+        notes.append("service times from the calibration capture")
+    elif delta.execution_count > 0:
+        service = fit_service_times(delta)
+        notes.append(f"service times fitted from {delta.execution_count} executions in the window")
+    elif cumulative.execution_count > 0:
+        service = fit_service_times(cumulative)
+        notes.append("no executions in the window: service times fitted since server start")
+    else:
+        raise UsageError(
+            f"model {args.model!r} has never executed: send load first or give --calibration"
+        )
+    if traffic is None:
+        try:
+            traffic = fit_traffic(samples)
+        except ValueError as exc:
+            raise UsageError(
+                f"{exc}; give the traffic with --rate or --concurrency instead"
+            ) from None
+        notes.append(f"traffic fitted from the window: {traffic.describe()}")
+    return config, service, traffic, notes
+
+
+def stored_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Service times and traffic from a stored load run; the config from --url or flags."""
+    if args.run is None:
+        raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
+    try:
+        run = storedrun.load(args.store, args.run)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    notes = [f"from stored {run.describe}"]
+    if args.url:
+        try:
+            config = from_model_config(get_json(args.url, f"/v2/models/{run.model}/config"))
+        except requests.RequestException:
+            raise UsageError(
+                f"cannot read {run.model!r}'s config from {args.url}: fix --url, or drop it "
+                "and give the config with --max-batch-size"
+            ) from None
+        except ValueError as exc:
+            raise UsageError(f"Triton at {args.url} sent something unexpected: {exc}") from None
+        notes.append(f"config read from {args.url} now (the store does not keep it)")
+    else:
+        config = flag_config(args)
+    service = calibrated or run.service
+    notes.append(
+        "service times from the calibration capture"
+        if calibrated
+        else "service times fitted from the run's statistics"
+    )
+    if traffic is None:
+        traffic = run.traffic
+        notes.append(f"traffic of the run: {traffic.describe()}")
+    if run.measured_batch_size:
+        notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
+    return config, service, traffic, notes
+
+
+def prometheus_inputs(
+    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+    """Service times and traffic from the exporter's counters in Prometheus."""
+    if not args.model:
+        raise UsageError("--prometheus needs --model")
+    window = f"{max(1, round(args.window))}s"
+    notes = [f"fitted from the exporter's counters in {args.prometheus} over {window}"]
+    try:
+        service = calibrated or fit_service_times(
+            batch_times_from_prometheus(args.prometheus, args.model, window)
+        )
+        if traffic is None:
+            step = max(1.0, args.window / 20)
+            traffic = traffic_from_prometheus(args.prometheus, args.model, args.window, step)
+            notes.append(f"traffic: {traffic.describe()}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.url:
+        try:
+            config = from_model_config(get_json(args.url, f"/v2/models/{args.model}/config"))
+        except (requests.RequestException, ValueError) as exc:
+            raise UsageError(
+                f"cannot read {args.model!r}'s config from {args.url}: {exc}"
+            ) from None
+    else:
+        config = flag_config(args)
+    return config, service, traffic, notes
+
+
+def advise(args: argparse.Namespace) -> int:
+    cpu, calibrated_service = cpu_model(args)
+    traffic = given_traffic(args)
+    if args.store:
+        config, service, traffic, notes = stored_inputs(args, calibrated_service, traffic)
+    elif args.prometheus:
+        config, service, traffic, notes = prometheus_inputs(args, calibrated_service, traffic)
+    elif args.url:
+        config, service, traffic, notes = live_inputs(args, calibrated_service, traffic)
+    else:
+        raise UsageError(
+            "give --url URL --model M (a running Triton), --prometheus URL --model M, "
+            "or --store DB --run ID"
+        )
+    if not config.dynamic_batching:
+        notes.append("dynamic batching is off in the current config")
+    space = SearchSpace(
+        max_batch_sizes=tuple(m for m in SearchSpace().max_batch_sizes if m <= args.max_batch_limit)
+    )
+    notes.append(
+        f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item; "
+        + (
+            f"{cpu.cores:g} cores, {cpu.request_s * 1e6:.0f} us CPU per request"
+            if cpu.cores
+            else "no CPU contention modelled (give --calibration or --cores)"
+        )
+    )
+    rec = recommend(
+        config,
+        traffic,
+        service,
+        args.p99_ms / 1e3,
+        cpu,
+        args.objective,
+        space,
+        requests=args.requests,
+    )
+    if args.json:
+        print(json.dumps(recommendation_json(rec, notes), indent=1))
+    else:
+        print_recommendation(rec, notes)
+    return 0
+
+
+def recommendation_json(rec: Recommendation, notes: list[str]) -> dict[str, Any]:
+    return {
+        "notes": notes,
+        "current": rec.current.summary(),
+        "recommended": rec.best.summary() if rec.best else None,
+        "recommended_pbtxt": rec.best.config.pbtxt() if rec.best else None,
+        "objective": rec.objective,
+        "gain_ratio": rec.gain_ratio if rec.best else None,
+        "p99_bound_ms": rec.p99_bound_s * 1e3,
+        "configs_tried": rec.considered,
+    }
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    cpu, _ = cpu_model(args)
+    traffic = given_traffic(args)
+    if traffic is None:
+        raise UsageError("predict needs the traffic: --rate R [--cv X] or --concurrency C")
+    try:
+        config = BatcherConfig(args.max_batch_size, args.preferred, args.delay_us, args.instances)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    p = predict(config, traffic, args.service_us, cpu)
+    if args.json:
+        print(json.dumps(p.summary(), indent=1))
+    else:
+        print(f"{config.describe()}, under {traffic.describe()}")
+        print(_line(p))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "advise":
+            return advise(args)
+        return predict_command(args)
+    except UsageError as exc:
+        print(f"triton-advisor: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Fitting the simulator's inputs from what Triton and Prometheus report.
+
+Service time per batch size
+    Triton's statistics API gives, per formed batch size, the number of executions
+    (``compute_infer.count``) and their summed nanoseconds. The mean per size is fitted
+    to ``base + per_item * size`` by least squares, weighted by the number of
+    executions of each size (a size seen twice says little). The exporter's
+    ``triton_batching_batch_*`` counters carry the same numbers through Prometheus.
+
+Traffic
+    The arrival rate is the request count's increase over the window divided by its
+    length. Burstiness is the coefficient of variation of the inter-arrival times,
+    estimated from counts in short bins: for a renewal process the index of
+    dispersion of counts (variance / mean) tends to cv^2 (1 for Poisson).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import requests
+
+from advisor.model import OpenLoop, ServiceModel
+from exporter.tritonstats import ModelStats
+
+# name of the phase sums that occupy a model instance during one execution
+EXECUTION_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+def batch_times(
+    stats: ModelStats, phases: Sequence[str] = EXECUTION_PHASES
+) -> dict[int, tuple[int, float]]:
+    """Per batch size: (executions, total seconds of the given phases)."""
+    out = {}
+    for size, b in sorted(stats.batches.items()):
+        ns = {
+            "compute_input": b.compute_input_ns,
+            "compute_infer": b.compute_infer_ns,
+            "compute_output": b.compute_output_ns,
+        }
+        if b.executions > 0:
+            out[size] = (b.executions, sum(ns[p] for p in phases) / 1e9)
+    return out
+
+
+def fit_service_times(
+    data: ModelStats | Mapping[int, tuple[int, float]],
+    phases: Sequence[str] = EXECUTION_PHASES,
+) -> ServiceModel:
+    """Fit ``base_s + per_item_s * size`` to per-size (executions, seconds).
+
+    ``data`` is a :class:`ModelStats` (a delta over a window is best: cumulative
+    statistics mix in warm-up) or a mapping ``size -> (executions, seconds)``.
+    Sizes with under 0.5 % of the executions (and under 3) are left out when others
+    remain. With a single size observed, the per-item part cannot be separated: it is 0.
+    Raises ValueError when there are no executions.
+    """
+    points = batch_times(data, phases) if isinstance(data, ModelStats) else dict(data)
+    points = {s: (n, t) for s, (n, t) in points.items() if n > 0}
+    if not points:
+        raise ValueError("no executions to fit service times from (send some load first)")
+    # A size seen a handful of times (one slow execution on a busy machine) would pull
+    # the line by its leverage: leave out sizes below 0.5 % of the executions.
+    floor = max(3.0, 0.005 * sum(n for n, _ in points.values()))
+    common = {s: v for s, v in points.items() if v[0] >= floor}
+    if common:
+        points = common
+    weights = {s: float(n) for s, (n, _) in points.items()}
+    means = {s: t / n for s, (n, t) in points.items()}
+    total = sum(weights.values())
+    mean_size = sum(w * s for s, w in weights.items()) / total
+    mean_time = sum(w * means[s] for s, w in weights.items()) / total
+    var = sum(w * (s - mean_size) ** 2 for s, w in weights.items())
+    if var == 0:
+        return ServiceModel(mean_time, 0.0)
+    cov = sum(w * (s - mean_size) * (means[s] - mean_time) for s, w in weights.items())
+    slope = cov / var
+    base = mean_time - slope * mean_size
+    # A negative part is noise around a flat (or a purely per-item) cost: clamp it and
+    # refit the other so the model still passes through the weighted mean.
+    if slope < 0:
+        return ServiceModel(mean_time, 0.0)
+    if base < 0:
+        return ServiceModel(0.0, mean_time / mean_size)
+    return ServiceModel(base, slope)
+
+
+def fit_traffic(samples: Sequence[tuple[float, float]], min_bins: int = 5) -> OpenLoop:
+    """Arrival rate and burstiness from ``(time_s, cumulative_request_count)`` samples.
+
+    Samples should be evenly spaced (a fixed polling interval); each interval is one
+    bin. Raises ValueError with too few samples or no traffic.
+    """
+    if len(samples) < min_bins + 1:
+        raise ValueError(
+            f"need at least {min_bins + 1} samples of the request count, got {len(samples)}"
+        )
+    times = [t for t, _ in samples]
+    counts = [c for _, c in samples]
+    if any(b < a for a, b in zip(counts, counts[1:], strict=False)):
+        raise ValueError("the request count went backwards (server restarted): sample again")
+    span = times[-1] - times[0]
+    total = counts[-1] - counts[0]
+    if span <= 0 or total <= 0:
+        raise ValueError("no requests arrived while sampling: the model has no traffic to fit")
+    bins = [b - a for a, b in zip(counts, counts[1:], strict=False)]
+    mean = sum(bins) / len(bins)
+    var = sum((x - mean) ** 2 for x in bins) / (len(bins) - 1)
+    return OpenLoop(total / span, math.sqrt(var / mean) if mean > 0 else 1.0)
+
+
+# ---- Prometheus (the exporter's metric contract) ------------------------------------------
+
+
+def prometheus_vector(prom_url: str, query: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """Run an instant query; the result vector, or ValueError naming what went wrong."""
+    try:
+        response = requests.get(
+            f"{prom_url.rstrip('/')}/api/v1/query", params={"query": query}, timeout=timeout_s
+        )
+        payload = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise ValueError(f"cannot query Prometheus at {prom_url}: {exc}") from None
+    if payload.get("status") != "success":
+        raise ValueError(f"Prometheus rejected {query!r}: {payload.get('error', payload)}")
+    data = payload.get("data", {})
+    if data.get("resultType") != "vector":
+        raise ValueError(f"Prometheus returned {data.get('resultType')} for {query!r}")
+    return list(data.get("result", []))
+
+
+def batch_times_from_prometheus(
+    prom_url: str, model: str, window: str = "10m"
+) -> dict[int, tuple[int, float]]:
+    """Per batch size (executions, compute-infer seconds) over ``window``, from the exporter."""
+    selector = f'{{job="exporter",model="{model}"}}'
+    counts = prometheus_vector(
+        prom_url,
+        "sum by (batch_size) "
+        f"(increase(triton_batching_batch_executions_total{selector}[{window}]))",
+    )
+    seconds = prometheus_vector(
+        prom_url,
+        "sum by (batch_size) "
+        f"(increase(triton_batching_batch_compute_infer_seconds_total{selector}[{window}]))",
+    )
+    secs = {int(s["metric"]["batch_size"]): float(s["value"][1]) for s in seconds}
+    out = {}
+    for sample in counts:
+        size = int(sample["metric"]["batch_size"])
+        n = round(float(sample["value"][1]))
+        if n > 0 and size in secs:
+            out[size] = (n, secs[size])
+    return out
+
+
+def traffic_from_prometheus(
+    prom_url: str,
+    model: str,
+    window_s: float = 600.0,
+    step_s: float = 10.0,
+    now: float | None = None,
+) -> OpenLoop:
+    """Arrival rate and burstiness over the last ``window_s``, from the exporter's counter.
+
+    The cumulative success counter sampled every ``step_s`` goes to :func:`fit_traffic`.
+    """
+    end = time.time() if now is None else now
+    query = f'sum(triton_batching_requests_success_total{{job="exporter",model="{model}"}})'
+    try:
+        response = requests.get(
+            f"{prom_url.rstrip('/')}/api/v1/query_range",
+            params={
+                "query": query,
+                "start": str(end - window_s),
+                "end": str(end),
+                "step": str(step_s),
+            },
+            timeout=10.0,
+        )
+        payload = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise ValueError(f"cannot query Prometheus at {prom_url}: {exc}") from None
+    if payload.get("status") != "success":
+        raise ValueError(f"Prometheus rejected {query!r}: {payload.get('error', payload)}")
+    result = payload.get("data", {}).get("result", [])
+    if not result:
+        raise ValueError(f"Prometheus has no {query} (is the exporter scraped?)")
+    samples = [(float(t), float(v)) for t, v in result[0]["values"]]
+    return fit_traffic(samples)

@@ -1,0 +1,111 @@
+"""Measure the advisor's cost model on this machine's real Triton, and record the capture.
+
+    PERF_ANALYZER=$(bench/perf_analyzer_env.sh) .venv/bin/python -m bench.advisor_calibrate
+
+1. Service time per batch size at low CPU contention: batch_add_model with
+   max_batch_size 64, no preferred sizes and a 2,000 us queue delay, under perf_analyzer
+   at concurrency 1, 2, 4, 8, 16. Clients wait out the delay together, so batches of
+   about C form while the CPU is otherwise idle; ``compute_*`` per size from the
+   statistics API is then close to the pure cost of an execution.
+   The first run (concurrency 1) on the fresh server also gives the p99 of the
+   batcher's lateness through Triton's queue summary.
+2. CPU per request outside execution, from the same runs: CPU seconds of
+   tritonserver + its stubs + perf_analyzer, minus the fitted execution time of the
+   batches formed, per request (:mod:`advisor.calibrate`).
+3. The issue's crossover case measured here: max_batch_size 64 + 1,000 us + no
+   preferred sizes against max_batch_size 4 + preferred [2, 4] (+ 500 us), at
+   concurrency 8 and 32.
+
+Everything raw (statistics JSON before/after each run, model configs, CPU seconds,
+perf_analyzer's CSV row) is written to tests/advisor/data/calibration.json: the
+advisor's tests rebuild the model from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from advisor.config import BatcherConfig
+from bench.tritonrun import (
+    MODEL,
+    busy_cpu_seconds,
+    cpu_seconds,
+    queue_p99_us,
+    run_perf_analyzer,
+    triton,
+    triton_pids,
+    wait_until_quiet,
+)
+from exporter.tritonapi import get_json
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data" / "calibration.json"
+SERVICE_CONFIG = BatcherConfig(64, (), 2000)
+CROSSOVER = {
+    "max64_delay1000": BatcherConfig(64, (), 1000),
+    "max4_pref2_4": BatcherConfig(4, (2, 4), 500),
+}
+
+
+def measured_run(settings: Any, concurrency: int) -> dict[str, Any]:
+    url = settings.url("triton_http")
+    pids = triton_pids(settings)
+    # The machine is shared: wait (bounded) for other work to calm down, and record
+    # how much CPU it used during the run anyway.
+    wait_until_quiet(0.5, 30.0)
+    before = get_json(url, f"/v2/models/{MODEL}/stats")
+    cpu_before = cpu_seconds(pids)
+    busy_before = busy_cpu_seconds()
+    start = time.monotonic()
+    rate, client_cpu, row = run_perf_analyzer(settings, concurrency)
+    wall = time.monotonic() - start
+    server_cpu = cpu_seconds(pids) - cpu_before
+    other_cores = max(0.0, busy_cpu_seconds() - busy_before - server_cpu - client_cpu) / wall
+    after = get_json(url, f"/v2/models/{MODEL}/stats")
+    # Cumulative since the server started: only the first run on a server is its own.
+    p99 = queue_p99_us(f"{settings.url('triton_metrics')}/metrics")
+    print(
+        f"  c{concurrency}: {rate:,.0f} infer/s, server CPU {server_cpu:.2f} s, "
+        f"client CPU {client_cpu:.2f} s, wall {wall:.1f} s, other processes {other_cores:.2f} cores"
+    )
+    return {
+        "concurrency": concurrency,
+        "infer_per_s": rate,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
+        "wall_s": wall,
+        "stats_before": before,
+        "stats_after": after,
+        "perf_analyzer": row,
+        "queue_p99_us": p99,
+        "other_cores": other_cores,
+    }
+
+
+def main() -> None:
+    capture: dict[str, Any] = {"cores": os.cpu_count(), "service_runs": [], "crossover": {}}
+    print(f"service-time runs: {SERVICE_CONFIG.describe()}")
+    with triton(SERVICE_CONFIG) as settings:
+        capture["service_config"] = get_json(
+            settings.url("triton_http"), f"/v2/models/{MODEL}/config"
+        )
+        for c in (1, 2, 4, 8, 16):
+            capture["service_runs"].append(measured_run(settings, c))
+    for name, config in CROSSOVER.items():
+        print(f"crossover {name}: {config.describe()}")
+        with triton(config) as settings:
+            runs = [measured_run(settings, c) for c in (8, 32)]
+            capture["crossover"][name] = {
+                "config": get_json(settings.url("triton_http"), f"/v2/models/{MODEL}/config"),
+                "runs": runs,
+            }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(capture, indent=1) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Helpers for the advisor's benches: Triton on free ports with a per-config model repository.
+
+Triton is started by the launcher's own code (``stack.triton.service`` under the
+``Supervisor``), with a temporary model repository holding ``batch_add_model`` (the
+project's model.py) under the batching config being measured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import requests
+
+from advisor.config import BatcherConfig
+from stack.services import service_table
+from stack.settings import PORTS, ROOT, Settings, from_env
+from stack.supervisor import Supervisor
+
+MODEL = "batch_add_model"
+
+
+def free_ports(count: int) -> list[int]:
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def write_repository(target: Path, config: BatcherConfig) -> Path:
+    """A model repository with batch_add_model under ``config``."""
+    source = ROOT / "model_repository" / MODEL
+    model_dir = target / MODEL
+    (model_dir / "1").mkdir(parents=True)
+    shutil.copy2(source / "1" / "model.py", model_dir / "1" / "model.py")
+    text = (source / "config.pbtxt").read_text()
+    text = re.sub(r"max_batch_size: \d+", config.pbtxt().split("\n", 1)[0], text)
+    text = re.sub(r"dynamic_batching \{.*?\}\n", "", text, flags=re.S)
+    text += "\n" + config.pbtxt().split("\n", 1)[1] + "\n"
+    (model_dir / "config.pbtxt").write_text(text)
+    return target
+
+
+@contextmanager
+def triton(config: BatcherConfig) -> Iterator[Settings]:
+    """A running Triton serving batch_add_model under ``config``, on free ports."""
+    with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp:
+        repo = write_repository(Path(tmp) / "models", config)
+        env = {k: v for k, v in os.environ.items() if k == "STACK_TRITON_VENV"}
+        ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
+        settings = replace(
+            from_env(env),
+            state_dir=Path(tmp) / "state",
+            model_repository=repo,
+            ports=ports,
+            skip=frozenset({"prometheus", "alertmanager", "exporter", "dashboard"}),
+        )
+        supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
+        supervisor.up()
+        try:
+            yield settings
+        finally:
+            supervisor.down()
+
+
+def triton_pids(settings: Settings) -> list[int]:
+    """tritonserver and its python backend stubs (children), from the state file."""
+    runs = Supervisor(settings, []).read_state()
+    root = next(r.pid for r in runs if r.name == "triton")
+    pids = [root]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == root:
+                pids.append(int(entry.name))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the processes (all threads), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def queue_p99_us(metrics_url: str) -> float:
+    for line in requests.get(metrics_url, timeout=5).text.splitlines():
+        if (
+            line.startswith("nv_inference_queue_summary_us{")
+            and f'model="{MODEL}"' in line
+            and 'quantile="0.99"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    raise RuntimeError("Triton exports no nv_inference_queue_summary_us (summary_latencies off?)")
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process on the machine has used (from /proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pids: list[int]) -> float:
+    """CPU of the given processes plus this one (the bench and its sender)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = Path("/proc/self/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return cpu_seconds(pids) + (int(fields[11]) + int(fields[12])) / tick
+
+
+def wait_until_quiet(max_cores: float, timeout_s: float, sample_s: float = 1.0) -> float:
+    """Wait (bounded) until other processes use under ``max_cores``; return their last use."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        before = busy_cpu_seconds()
+        time.sleep(sample_s)
+        used = (busy_cpu_seconds() - before) / sample_s
+        if used < max_cores or time.monotonic() > deadline:
+            return used
+
+
+def perf_analyzer_path() -> str:
+    """perf_analyzer from PERF_ANALYZER: the wrapper bench/perf_analyzer_env.sh prints."""
+    path = os.environ.get("PERF_ANALYZER", "")
+    if not path or not os.access(path, os.X_OK):
+        raise SystemExit(
+            "set PERF_ANALYZER to perf_analyzer: PERF_ANALYZER=$(bench/perf_analyzer_env.sh)"
+        )
+    return path
+
+
+def run_perf_analyzer(
+    settings: Settings, concurrency: int, interval_ms: int = 2000
+) -> tuple[float, float, dict[str, float]]:
+    """(infer/s, the client's CPU seconds, the CSV row) of one perf_analyzer run."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as csv_file:
+        argv = [
+            perf_analyzer_path(),
+            "-m",
+            MODEL,
+            "-u",
+            f"127.0.0.1:{settings.port('triton_http')}",
+            "-i",
+            "http",
+            "--concurrency-range",
+            str(concurrency),
+            "--measurement-interval",
+            str(interval_ms),
+            # The machine is shared with other work: perf_analyzer's stability test
+            # fails at random. Take the 3 windows as they come; the statistics API
+            # and the CPU counters cover exactly what was sent either way.
+            "--max-trials",
+            "3",
+            "-s",
+            "1000",
+            "-f",
+            csv_file.name,
+        ]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        output = proc.stdout.read().decode() if proc.stdout else ""
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"perf_analyzer failed: {output[-2000:]}")
+        lines = Path(csv_file.name).read_text().splitlines()
+    header, row = lines[0].split(","), lines[1].split(",")
+    values = {k: float(v) for k, v in zip(header, row, strict=False) if v}
+    return values["Inferences/Second"], usage.ru_utime + usage.ru_stime, values

@@ -1,0 +1,204 @@
+"""triton-advisor: bad input gets one line and exit code 2; advise against the real Triton."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from advisor.cli import main
+from stack.settings import Settings
+from tests.helpers import free_ports
+
+DATA = Path(__file__).parent / "data" / "calibration.json"
+
+
+def error_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    return err[-1]
+
+
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["predict", "--max-batch-size", "0", "--service-us", "1,1"], "--max-batch-size"),
+        (["predict", "--max-batch-size", "4", "--service-us", "fast"], "--service-us"),
+        (["advise", "--url", "http://x", "--model", "m"], "--p99-ms"),
+        (["advise", "--url", "http://x", "--model", "m", "--p99-ms", "-1"], "--p99-ms"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert expected in error_of(argv, capsys)
+
+
+def test_inconsistent_config_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_main(
+        [
+            "predict",
+            "--max-batch-size",
+            "4",
+            "--preferred",
+            "8",
+            "--service-us",
+            "600,40",
+            "--rate",
+            "100",
+        ],
+        capsys,
+    )
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "triton-advisor: error: preferred batch size 8 is outside 1..max_batch_size (4)"
+    )
+
+
+def test_predict_needs_traffic(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(["predict", "--max-batch-size", "4", "--service-us", "600,40"], capsys)
+    assert code == 2
+    assert "--rate" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+    (port,) = free_ports(1)
+    code, out, err = run_main(
+        ["advise", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--p99-ms", "5"],
+        capsys,
+    )
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        f"triton-advisor: error: cannot reach Triton at http://127.0.0.1:{port}: "
+        "start it (./stack/up) or fix --url"
+    )
+
+
+def test_bad_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "c.json"
+    bad.write_text("[]")
+    code, _, err = run_main(
+        [
+            "predict",
+            "--max-batch-size",
+            "4",
+            "--service-us",
+            "600,40",
+            "--rate",
+            "100",
+            "--calibration",
+            str(bad),
+        ],
+        capsys,
+    )
+    assert code == 2
+    assert err.startswith("triton-advisor: error: --calibration:")
+
+
+def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(
+        [
+            "predict",
+            "--max-batch-size",
+            "8",
+            "--delay-us",
+            "500",
+            "--service-us",
+            "1000,0",
+            "--rate",
+            "10",
+            "--cv",
+            "0",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    result = json.loads(out)
+    assert result["mean_batch_size"] == 1.0
+    assert result["queue_delay_p99_us"] == 500.0
+
+
+@pytest.mark.integration
+def test_unknown_model_on_the_real_triton(
+    triton_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(
+        ["advise", "--url", triton_url, "--model", "no_such_model", "--p99-ms", "5"], capsys
+    )
+    assert code == 2
+    assert "answered HTTP 404 for model 'no_such_model'" in err
+
+
+def _load(settings: Settings, seconds: float) -> None:
+    client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
+    inputs = []
+    for name in ("INPUT_A", "INPUT_B"):
+        tensor = httpclient.InferInput(name, [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        inputs.append(tensor)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        client.infer("batch_add_model", inputs)
+        time.sleep(0.002)
+    client.close()
+
+
+@pytest.mark.integration
+def test_advise_against_the_running_stack(
+    running_stack: Settings, triton_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Config and statistics read from the real Triton, traffic fitted from its window."""
+    sender = threading.Thread(target=_load, args=(running_stack, 3.0))
+    sender.start()
+    try:
+        code, out, err = run_main(
+            [
+                "advise",
+                "--url",
+                triton_url,
+                "--model",
+                "batch_add_model",
+                "--p99-ms",
+                "20",
+                "--window",
+                "2",
+                "--max-batch-limit",
+                "4",
+                "--requests",
+                "800",
+                "--json",
+            ],
+            capsys,
+        )
+    finally:
+        sender.join()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["current"]["config"] == (
+        "max_batch_size 4, preferred [2, 4], delay 500 us, 1 instance(s)"
+    )
+    assert any(n.startswith("service times fitted from") for n in result["notes"])
+    fitted = [n for n in result["notes"] if n.startswith("traffic fitted from the window")]
+    assert len(fitted) == 1, result["notes"]
+    # "traffic fitted from the window: open loop 212.5/s (cv 0.31)": the sender's rate.
+    rate = float(fitted[0].split("open loop ")[1].split("/s")[0])
+    assert 20 < rate < 1000
+    assert result["configs_tried"] > 10
+    assert 1.0 <= result["current"]["mean_batch_size"] <= 4.0

@@ -1,0 +1,102 @@
+"""Fitting service times, traffic and configs from what Triton reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from advisor.config import BatcherConfig, from_model_config
+from advisor.fit import batch_times, fit_service_times, fit_traffic
+from exporter.tritonstats import parse_statistics
+
+DATA = Path(__file__).parent / "data"
+
+
+def capture() -> dict:
+    return json.loads((DATA / "calibration.json").read_text())
+
+
+def test_points_on_a_line_give_the_line_back() -> None:
+    # 400 us per execution + 50 us per request, 10 executions of each size.
+    data = {s: (10, 10 * (400e-6 + 50e-6 * s)) for s in (1, 2, 4, 8)}
+    service = fit_service_times(data)
+    assert service.base_s == pytest.approx(400e-6)
+    assert service.per_item_s == pytest.approx(50e-6)
+
+
+def test_sizes_weigh_by_their_executions() -> None:
+    # A size seen once with a wild time hardly moves a fit made of 1,000 executions.
+    data = {1: (500, 500 * 450e-6), 2: (500, 500 * 500e-6), 8: (1, 0.05)}
+    service = fit_service_times(data)
+    assert service.time_s(1) == pytest.approx(450e-6, rel=0.2)
+
+
+def test_one_size_gives_a_flat_cost() -> None:
+    service = fit_service_times({4: (10, 10e-3)})
+    assert (service.base_s, service.per_item_s) == (pytest.approx(1e-3), 0.0)
+
+
+def test_no_executions_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no executions"):
+        fit_service_times({})
+
+
+def test_fit_from_a_real_statistics_delta() -> None:
+    run = capture()["service_runs"][2]  # concurrency 4, max_batch_size 64, 2 ms delay
+    delta = parse_statistics(run["stats_after"])[0].minus(parse_statistics(run["stats_before"])[0])
+    times = batch_times(delta)
+    assert sum(n for n, _ in times.values()) == delta.execution_count
+    service = fit_service_times(delta)
+    # Every per-size mean lies within the fit's range over the observed sizes.
+    low, high = service.time_s(min(times)), service.time_s(max(times))
+    assert service.base_s > 0
+    assert low <= high
+    mean = sum(t for _, t in times.values()) / delta.execution_count
+    assert low <= mean <= high or mean == pytest.approx(low, rel=0.05)
+
+
+def test_triton_normalises_missing_preferred_sizes_to_the_max() -> None:
+    # The captured config of a model written without preferred sizes.
+    config_json = capture()["service_config"]
+    assert config_json["dynamic_batching"]["preferred_batch_size"] == [64]
+    config = from_model_config(config_json)
+    assert config == BatcherConfig(64, (), 2000, 1)
+    assert config.effective_preferred == (64,)
+
+
+def test_config_with_preferred_sizes() -> None:
+    config = from_model_config(capture()["crossover"]["max4_pref2_4"]["config"])
+    assert config == BatcherConfig(4, (2, 4), 500, 1)
+
+
+def test_not_a_model_config() -> None:
+    with pytest.raises(ValueError, match="not a Triton model config"):
+        from_model_config({"error": "Request for unknown model"})
+
+
+def test_constant_traffic_has_no_burstiness() -> None:
+    samples = [(t * 0.5, 100.0 * t) for t in range(21)]
+    traffic = fit_traffic(samples)
+    assert traffic.rate_per_s == pytest.approx(200.0)
+    assert traffic.cv == pytest.approx(0.0)
+
+
+def test_bursty_traffic_has_a_large_cv() -> None:
+    # All requests of each 5 s arrive in one 0.5 s bin.
+    counts, total = [], 0.0
+    for i in range(41):
+        counts.append((i * 0.5, total))
+        total += 1000 if i % 10 == 0 else 0
+    traffic = fit_traffic(counts)
+    assert traffic.cv > 3
+
+
+def test_traffic_needs_samples_and_requests() -> None:
+    with pytest.raises(ValueError, match="at least"):
+        fit_traffic([(0.0, 0.0), (1.0, 5.0)])
+    with pytest.raises(ValueError, match="no requests"):
+        fit_traffic([(t, 7.0) for t in range(10)])
+    with pytest.raises(ValueError, match="backwards"):
+        fit_traffic([(t, 100.0 - t) for t in range(10)])
