@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 DASH = "–"
 
 
@@ -24,3 +26,14 @@ def millis(seconds: float | None) -> str:
 
 def count(value: float | None) -> str:
     return DASH if value is None else f"{round(value):,}"
+
+
+def table(frame: pd.DataFrame, formats: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with the named columns as display text, a dash where a value is missing.
+
+    Text, not a pandas Styler: Streamlit shows a missing value of a styled frame as "None".
+    """
+    out = frame.copy()
+    for column, pattern in formats.items():
+        out[column] = [DASH if pd.isna(v) else pattern.format(v) for v in frame[column]]
+    return out

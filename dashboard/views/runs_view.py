@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import requests
 import streamlit as st
 
-from dashboard import charts, fmt, runs
+from dashboard import advice, charts, fmt, runs, tritoninfo
 from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.promapi import PrometheusError, Range, choose_step
@@ -53,7 +55,9 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if selected not in ids:
         st.session_state["run"] = ids[0]
     run_id = st.selectbox("Run", ids, format_func=names.__getitem__, key="run")
-    render_result(cfg, runs.load(cfg.store, run_id))
+    run = runs.load(cfg.store, run_id)
+    render_result(cfg, run)
+    render_advice(cfg, run)
     render_compare(cfg, ids, names)
 
 
@@ -157,7 +161,7 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
     with client:
         st.subheader("Client side")
         st.dataframe(
-            runs.latency_table(run).style.format({"ms": "{:.2f}"}, na_rep="–"),
+            fmt.table(runs.latency_table(run), {"ms": "{:.2f}"}),
             hide_index=True,
         )
         st.plotly_chart(
@@ -231,6 +235,66 @@ def server_data(
     return data, ""
 
 
+@st.cache_data(ttl=600, max_entries=16, show_spinner=False)
+def cached_advice(db: str, run_id: int, triton_url: str) -> advice.Advice:
+    return advice.advise(Path(db), run_id, triton_url)
+
+
+def render_advice(cfg: DashboardSettings, run: dict[str, Any]) -> None:
+    st.subheader("Advisor: predicted vs measured, and a recommendation")
+    if run["scenario"] not in ("concurrency", "rate", "serial"):
+        st.caption(
+            f"The advisor models steady traffic; a {run['scenario']!r} run has none. Ask it "
+            "about a concurrency or rate run."
+        )
+        return
+    key = f"advise_{run['id']}"
+    if not st.session_state.get(key):
+        st.caption(
+            "The advisor simulates Triton's batcher with the service times and traffic of this "
+            "run, compares its prediction with what was measured, and searches for a better "
+            "config (p99 latency ≤ 10 ms). It takes a few seconds."
+        )
+        if st.button("Ask the advisor about this run", key=f"ask_{run['id']}"):
+            st.session_state[key] = True
+        else:
+            return
+    try:
+        with st.spinner("Simulating the batcher..."):
+            a = cached_advice(str(cfg.store), int(run["id"]), cfg.triton_url)
+    except (ValueError, tritoninfo.TritonUnreachable, requests.RequestException) as exc:
+        st.error(f"The advisor cannot model this run: {exc}", icon=":material/error:")
+        return
+    st.markdown(f"Current config: **{a.current}**, under {a.traffic}.")
+    st.dataframe(
+        fmt.table(
+            advice.predicted_vs_measured(a),
+            {"predicted": "{:,.2f}", "measured": "{:,.2f}", "measured / predicted": "{:.2f}x"},
+        ),
+        hide_index=True,
+    )
+    rec = a.recommendation
+    if rec.best is None:
+        st.warning(
+            f"No config of the {rec.considered} tried meets p99 ≤ {rec.p99_bound_s * 1e3:g} ms.",
+            icon=":material/warning:",
+        )
+    elif rec.best is rec.current or rec.gain_ratio <= 1.0:
+        st.success(
+            f"Keep it: none of the {rec.considered} configs tried does better for "
+            f"{rec.objective} with p99 ≤ {rec.p99_bound_s * 1e3:g} ms.",
+            icon=":material/check_circle:",
+        )
+    else:
+        st.info(
+            f"Recommended ({rec.objective}, p99 ≤ {rec.p99_bound_s * 1e3:g} ms, "
+            f"{rec.considered} configs tried): **{rec.best.config.describe()}**, predicted "
+            f"gain x{rec.gain_ratio:.2f}.",
+            icon=":material/lightbulb:",
+        )
+        st.code(rec.best.config.pbtxt(), language="protobuf")
+
+
 def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]) -> None:
     st.subheader("Compare two runs")
     if len(ids) < 2:
@@ -249,7 +313,7 @@ def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]
     run_a, run_b = runs.load(cfg.store, a), runs.load(cfg.store, b)
     table = runs.compare(run_a, run_b)
     st.dataframe(
-        table.style.format({"A": "{:,.2f}", "B": "{:,.2f}", "B / A": "{:.2f}x"}, na_rep="–"),
+        fmt.table(table, {"A": "{:,.2f}", "B": "{:,.2f}", "B / A": "{:.2f}x"}),
         hide_index=True,
         # Every row visible: the table is the point of the section.
         height=36 * (len(table) + 1) + 3,

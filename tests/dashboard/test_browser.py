@@ -149,3 +149,10 @@ def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> N
     compare = page.locator(".js-plotly-plot").last
     assert "B / A" in compare.inner_text()
     assert page.get_by_text("Each bar is run B's value divided by run A's").is_visible()
+
+    # The advisor beside the run: predicted against measured, and its verdict.
+    page.get_by_role("button", name="Ask the advisor about this run").click()
+    page.get_by_text("Current config:").wait_for(timeout=120_000)
+    shows(page, "predicted")
+    assert page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first.is_visible()
+    save_whole_page(page, "dashboard-advisor.png")

@@ -104,7 +104,10 @@ def test_run_from_the_form_then_compare_two(
 
     # The comparison defaults to the previous run (A) against the new one (B).
     table = at.dataframe[-1].value.set_index("measure")
-    assert table.loc["requests sent", "A"] == 6 and table.loc["requests sent", "B"] == sent
+    assert table.loc["requests sent", "A"] == "6.00"
+    assert table.loc["requests sent", "B"] == f"{sent:,.2f}"
     row = table.loc["model executions"]
-    assert (row["A"], row["B"]) == (6, executions)
-    assert row["B / A"] == pytest.approx(executions / 6)
+    assert (row["A"], row["B"]) == ("6.00", f"{executions:,.2f}")
+    assert row["B / A"] == f"{executions / 6:.2f}x"
+    # Nothing failed in either run: no ratio of zeros, a dash.
+    assert table.loc["requests failed or timed out", "B / A"] == "–"
