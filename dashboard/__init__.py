@@ -1,0 +1,1 @@
+"""Streamlit + Plotly dashboard over Prometheus and the load-run store."""
