@@ -16,9 +16,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from stack.services import service_table
 from stack.settings import ROOT, Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import running
 from tests.helpers import make_settings
 
 MODEL = "batch_add_model"
@@ -49,21 +48,15 @@ def stack(
     os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         settings = make_settings(Path(tmp) / "state")
-        every = {s.name for s in service_table(settings)}
         settings = replace(
             settings,
             model_repository=(
                 settings.model_repository if copies is None else repository(Path(tmp), copies)
             ),
-            skip=frozenset(every - set(services)),
             scrape_interval_s=scrape_interval_s,
         )
-        supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
-        supervisor.up()
-        try:
+        with running(settings, only=services):
             yield settings
-        finally:
-            supervisor.down()
 
 
 def private_triton() -> contextlib.AbstractContextManager[Settings]:

@@ -10,31 +10,22 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import requests
 
 from advisor.config import BatcherConfig
-from stack.services import service_table
-from stack.settings import PORTS, ROOT, Settings, from_env
-from stack.supervisor import Supervisor
+from stack.settings import ROOT, Settings
+from stack.supervisor import Supervisor, running
+from tests.helpers import make_settings
 
 MODEL = "batch_add_model"
-
-
-def free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
 
 
 def write_repository(target: Path, config: BatcherConfig) -> Path:
@@ -56,21 +47,9 @@ def triton(config: BatcherConfig) -> Iterator[Settings]:
     """A running Triton serving batch_add_model under ``config``, on free ports."""
     with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp:
         repo = write_repository(Path(tmp) / "models", config)
-        env = {k: v for k, v in os.environ.items() if k == "STACK_TRITON_VENV"}
-        ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
-        settings = replace(
-            from_env(env),
-            state_dir=Path(tmp) / "state",
-            model_repository=repo,
-            ports=ports,
-            skip=frozenset({"prometheus", "alertmanager", "exporter", "dashboard"}),
-        )
-        supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
-        supervisor.up()
-        try:
+        settings = replace(make_settings(Path(tmp) / "state"), model_repository=repo)
+        with running(settings, only={"triton"}):
             yield settings
-        finally:
-            supervisor.down()
 
 
 def triton_pids(settings: Settings) -> list[int]:

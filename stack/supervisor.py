@@ -17,7 +17,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -316,3 +316,30 @@ class Supervisor:
                 {"name": run.name, "pid": run.pid, "state": state, "urls": run.urls, "log": run.log}
             )
         return rows
+
+
+@contextlib.contextmanager
+def running(
+    settings: Settings,
+    only: Collection[str] | None = None,
+    exclude: Collection[str] = (),
+    log: Log = lambda _: None,
+) -> Iterator[Supervisor]:
+    """The stack's services (``only`` those named, less ``exclude``) up for a with-block.
+
+    For tests and benchmarks: everything started is stopped on the way out, whatever
+    happens inside.
+    """
+    from stack.services import service_table
+
+    services = [
+        s
+        for s in service_table(settings)
+        if (only is None or s.name in only) and s.name not in exclude
+    ]
+    supervisor = Supervisor(settings, services, log=log)
+    supervisor.up()
+    try:
+        yield supervisor
+    finally:
+        supervisor.down()

@@ -6,9 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from stack.services import service_table
 from stack.settings import Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import running
 from tests.helpers import make_settings
 
 
@@ -20,12 +19,8 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 @pytest.fixture(scope="session")
 def running_stack(stack_settings: Settings) -> Iterator[Settings]:
     """Every service of the stack, started with the launcher's own code on free ports."""
-    supervisor = Supervisor(stack_settings, service_table(stack_settings), log=lambda _: None)
-    supervisor.up()
-    try:
+    with running(stack_settings):
         yield stack_settings
-    finally:
-        supervisor.down()
 
 
 @pytest.fixture(scope="session")

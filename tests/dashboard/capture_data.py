@@ -19,9 +19,8 @@ import requests
 import yaml
 
 from loadgen.burst import burst, infer_body
-from stack.services import service_table
 from stack.settings import Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import running
 from tests.helpers import make_settings
 
 DATA = Path(__file__).parent / "data"
@@ -62,12 +61,8 @@ def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         settings = make_settings(Path(tmp))
-        supervisor = Supervisor(settings, service_table(settings), log=print)
-        supervisor.up()
-        try:
+        with running(settings, log=print):
             capture(settings)
-        finally:
-            supervisor.down()
 
 
 def capture(settings: Settings) -> None:

@@ -11,9 +11,8 @@ import requests
 from streamlit.testing.v1 import AppTest
 
 from loadgen.burst import burst, infer_body
-from stack.services import service_table
 from stack.settings import Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import running
 from tests.helpers import free_ports, make_settings
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
@@ -77,18 +76,13 @@ def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     The dashboard row is left out: the tests drive the app with AppTest.
     """
     settings = make_settings(tmp_path_factory.mktemp("idle"))
-    services = [s for s in service_table(settings) if s.name != "dashboard"]
-    supervisor = Supervisor(settings, services, log=lambda _: None)
-    supervisor.up()
-    try:
+    with running(settings, exclude={"dashboard"}):
         wait_for(
             lambda: prom_has(settings, "triton_batching_model_ready"),
             30,
             "the exporter's first scrape",
         )
         yield settings
-    finally:
-        supervisor.down()
 
 
 @pytest.fixture
@@ -110,10 +104,7 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
 def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """The stack with Triton down: every other service runs, Triton's ports are closed."""
     settings = make_settings(tmp_path_factory.mktemp("tritonless"))
-    services = [s for s in service_table(settings) if s.name not in ("triton", "dashboard")]
-    supervisor = Supervisor(settings, services, log=lambda _: None)
-    supervisor.up()
-    try:
+    with running(settings, exclude={"triton", "dashboard"}):
         wait_for(scraped_after(settings, "triton", time.time()), 30, "a failed scrape of Triton")
         wait_for(
             lambda: prom_has(settings, "triton_batching_target_up == 0"),
@@ -126,5 +117,3 @@ def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setti
             "the TritonDown alert to be pending",
         )
         yield settings
-    finally:
-        supervisor.down()

@@ -22,9 +22,8 @@ import requests
 import yaml
 
 from loadgen.burst import infer_body
-from stack.services import service_table
 from stack.settings import RULES_SETTINGS, Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import Supervisor, running
 from tests.helpers import make_settings
 
 pytestmark = pytest.mark.integration
@@ -111,12 +110,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("alerting")
     settings = make_settings(folder / "state")
     settings = replace(settings, rules_settings=test_rules_settings(folder, webhook.url))
-    supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
-    supervisor.up()
     try:
-        yield Stack(settings, supervisor, webhook)
+        with running(settings) as supervisor:
+            yield Stack(settings, supervisor, webhook)
     finally:
-        supervisor.down()
         webhook.server.shutdown()
         webhook.server.server_close()
 

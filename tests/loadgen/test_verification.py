@@ -18,9 +18,8 @@ import pytest
 from loadgen.api import RunParams, run
 from loadgen.checks import WRONG_SUM
 from loadgen.errors import LoadgenError
-from stack.services import service_table
 from stack.settings import ROOT, Settings
-from stack.supervisor import Supervisor
+from stack.supervisor import running
 from tests.helpers import make_settings
 
 pytestmark = pytest.mark.integration
@@ -34,15 +33,9 @@ def wrong_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
     shutil.copytree(ROOT / "model_repository" / "batch_add_model", repo / "batch_add_model")
     for model in (HERE / "model_repository").iterdir():
         shutil.copytree(model, repo / model.name)
-    settings = replace(
-        make_settings(base / "state"), model_repository=repo, skip=frozenset({"prometheus"})
-    )
-    supervisor = Supervisor(settings, service_table(settings), log=lambda _: None)
-    supervisor.up()
-    try:
+    settings = replace(make_settings(base / "state"), model_repository=repo)
+    with running(settings, only={"triton"}):
         yield settings
-    finally:
-        supervisor.down()
 
 
 def _params(settings: Settings, protocol: str, **kwargs: object) -> RunParams:
