@@ -171,42 +171,28 @@ def generated_files(settings_path: Path) -> dict[str, str]:
 
 
 def rules(settings_path: Path, output: Path, check: bool) -> int:
-    files = generated_files(settings_path)
-    if check:
-        stale = [f for f, text in files.items() if _read(output / f) != text]
-        for file in stale:
-            print(f"rules: {output / file} is out of date", file=sys.stderr)
-        if stale:
-            print("rules: run `python -m stack rules` and commit the result", file=sys.stderr)
-            return 1
-        print(f"rules: {len(files)} file(s) in {output} match {settings_path}")
-        return 0
-    for path in rulegen.write(files, output):
-        print(f"wrote {path}")
-    return 0
+    files = {output / name: text for name, text in generated_files(settings_path).items()}
+    return write_or_check("rules", files, check)
 
 
 def render(check: bool) -> int:
-    files = deployfiles.render()
-    if check:
-        stale = deployfiles.stale(files)
-        for path in stale:
-            print(f"render: {path} is out of date", file=sys.stderr)
-        if stale:
-            print("render: run `python -m stack render` and commit the result", file=sys.stderr)
-            return 1
-        print(f"render: {len(files)} file(s) under deploy/ are up to date")
+    return write_or_check("render", deployfiles.render(), check)
+
+
+def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
+    """Write generated files, or with ``check`` fail (exit 1) if any differs from its source."""
+    if not check:
+        for path in deployfiles.write(files):
+            print(f"wrote {path}")
         return 0
-    for path in deployfiles.write(files):
-        print(f"wrote {path}")
+    stale = deployfiles.stale(files)
+    for path in stale:
+        print(f"{command}: {path} is out of date", file=sys.stderr)
+    if stale:
+        print(f"{command}: run `python -m stack {command}` and commit the result", file=sys.stderr)
+        return 1
+    print(f"{command}: {len(files)} generated file(s) are up to date")
     return 0
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
 
 
 def up(settings: Settings, detach: bool, warm: bool = True) -> int:
