@@ -8,6 +8,9 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import tritonclient.http as httpclient
+
 from stack.settings import PORTS, Settings, from_env
 
 
@@ -29,3 +32,18 @@ def make_settings(state_dir: Path) -> Settings:
     env = {k: v for k, v in os.environ.items() if k == "STACK_TRITON_VENV"}
     ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
     return replace(from_env(env), state_dir=state_dir, ports=ports, scrape_interval_s=1.0)
+
+
+def add_inputs(a: float, b: float) -> list[httpclient.InferInput]:
+    """INPUT_A and INPUT_B of the add model, one row of one value each."""
+    inputs = []
+    for name, value in (("INPUT_A", a), ("INPUT_B", b)):
+        tensor = httpclient.InferInput(name, [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+        inputs.append(tensor)
+    return inputs
+
+
+def infer_add(client: httpclient.InferenceServerClient, model: str, a: float, b: float) -> float:
+    """One request to an add model; its OUTPUT_SUM."""
+    return float(client.infer(model, add_inputs(a, b)).as_numpy("OUTPUT_SUM")[0, 0])

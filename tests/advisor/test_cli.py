@@ -7,13 +7,12 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from advisor.cli import main
 from stack.settings import Settings
-from tests.helpers import free_ports
+from tests.helpers import add_inputs, free_ports
 
 DATA = Path(__file__).parent / "data" / "calibration.json"
 
@@ -148,11 +147,7 @@ def test_unknown_model_on_the_real_triton(
 
 def _load(settings: Settings, seconds: float) -> None:
     client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
-    inputs = []
-    for name in ("INPUT_A", "INPUT_B"):
-        tensor = httpclient.InferInput(name, [1, 1], "FP32")
-        tensor.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        inputs.append(tensor)
+    inputs = add_inputs(1.0, 1.0)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         client.infer("batch_add_model", inputs)

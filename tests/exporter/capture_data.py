@@ -26,7 +26,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import requests
 import tritonclient.http as httpclient
 
@@ -34,7 +33,7 @@ from loadgen.burst import burst, infer_body
 from stack.services import service_table
 from stack.settings import ROOT, Settings
 from stack.supervisor import Supervisor
-from tests.helpers import make_settings
+from tests.helpers import infer_add, make_settings
 
 DATA = Path(__file__).resolve().parent / "data"
 MODELS = ("batch_add_model", "add_unbatched", "add_max_batch_0")
@@ -76,13 +75,7 @@ def capture(settings: Settings, moment: str) -> None:
 
 
 def infer(client: httpclient.InferenceServerClient, model: str, a: float, b: float) -> None:
-    inputs = []
-    for name, value in (("INPUT_A", a), ("INPUT_B", b)):
-        tensor = httpclient.InferInput(name, [1, 1], "FP32")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
-        inputs.append(tensor)
-    result = client.infer(model, inputs)
-    assert float(result.as_numpy("OUTPUT_SUM").reshape(-1)[0]) == a + b
+    assert infer_add(client, model, a, b) == a + b
 
 
 def load(settings: Settings, stop: threading.Event, threads: int = 8) -> list[threading.Thread]:

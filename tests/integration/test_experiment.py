@@ -11,25 +11,15 @@ from __future__ import annotations
 import random
 import time
 
-import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
 from exporter.tritonapi import model_stats
 from loadgen.burst import burst, infer_body
 from stack.settings import Settings
+from tests.helpers import infer_add
 
 pytestmark = pytest.mark.integration
-
-
-def infer_once(client: httpclient.InferenceServerClient, model: str, a: float, b: float) -> float:
-    inputs = []
-    for name, value in (("INPUT_A", a), ("INPUT_B", b)):
-        tensor = httpclient.InferInput(name, [1, 1], "FP32")
-        tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
-        inputs.append(tensor)
-    result = client.infer(model, inputs)
-    return float(result.as_numpy("OUTPUT_SUM")[0, 0])
 
 
 def send_burst(settings: Settings, model: str, n: int) -> tuple[list[tuple[float, float]], list]:
@@ -48,7 +38,7 @@ def test_three_serial_requests_cost_three_executions(
     )
     before = model_stats(triton_url, "batch_add_model")
     for i in range(3):
-        assert infer_once(client, "batch_add_model", i, 10 * i) == 11 * i
+        assert infer_add(client, "batch_add_model", i, 10 * i) == 11 * i
         time.sleep(0.010)
     delta = model_stats(triton_url, "batch_add_model").minus(before)
     assert delta.inference_count == 3

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
@@ -22,7 +21,7 @@ from exporter.collector import BatchingCollector
 from exporter.targets import Target
 from loadgen.burst import burst, infer_body
 from stack.settings import Settings
-from tests.helpers import free_ports
+from tests.helpers import free_ports, infer_add
 
 pytestmark = pytest.mark.integration
 
@@ -70,13 +69,7 @@ def concurrent_load(settings: Settings, threads: int = 6, per_thread: int = 40) 
         try:
             for _ in range(per_thread):
                 a, b = float(random.randint(-50, 50)), float(random.randint(-50, 50))
-                inputs = []
-                for name, value in (("INPUT_A", a), ("INPUT_B", b)):
-                    tensor = httpclient.InferInput(name, [1, 1], "FP32")
-                    tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
-                    inputs.append(tensor)
-                out = client.infer(MODEL, inputs).as_numpy("OUTPUT_SUM")
-                assert float(out[0, 0]) == a + b
+                assert infer_add(client, MODEL, a, b) == a + b
         finally:
             client.close()
 

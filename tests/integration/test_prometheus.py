@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
 
 from stack.settings import Settings
+from tests.helpers import infer_add
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +26,7 @@ def test_prometheus_scrapes_triton_inference_count(running_stack: Settings) -> N
     client = httpclient.InferenceServerClient(
         f"{running_stack.host}:{running_stack.port('triton_http')}"
     )
-    inputs = []
-    for name in ("INPUT_A", "INPUT_B"):
-        tensor = httpclient.InferInput(name, [1, 1], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 1), dtype=np.float32))
-        inputs.append(tensor)
-    client.infer("batch_add_model", inputs)
+    assert infer_add(client, "batch_add_model", 1.0, 1.0) == 2.0
     promql = 'nv_inference_count{job="triton",model="batch_add_model"}'
     deadline = time.monotonic() + 30
     value = 0.0
