@@ -5,8 +5,8 @@ The API the dashboard and the CLI use::
     from advisor import BatcherConfig, OpenLoop, ClosedLoop, CpuModel
     from advisor import fit_service_times, fit_traffic, predict, recommend
 
-    service = fit_service_times(stats_delta)        # exporter.tritonstats.ModelStats
-    config = from_model_config(config_json)          # GET /v2/models/{m}/config
+    service = fit_service_times(stats_delta)        # tritonapi.stats.ModelStats
+    config = from_model_config(TritonClient(url).model_config(model))
     p = predict(config, OpenLoop(2000, cv=1.0), service, CpuModel(cores=2, request_s=1e-4))
     p.mean_batch_size, p.batch_size_distribution, p.queue_delay_p99_s, p.throughput_limit_per_s
     r = recommend(config, OpenLoop(2000), service, p99_bound_s=0.010)

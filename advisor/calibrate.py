@@ -38,7 +38,7 @@ from typing import Any
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import batch_times, fit_service_times
 from advisor.model import CpuModel, ServiceModel
-from exporter.tritonstats import ModelStats, parse_statistics
+from tritonapi.stats import ModelStats, parse_statistics
 
 # The front-end work's spread is not measured: exponential (cv 1) is the assumption.
 DEFAULT_REQUEST_CV = 1.0

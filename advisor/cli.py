@@ -18,8 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from advisor import storedrun
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
@@ -31,8 +29,8 @@ from advisor.fit import (
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from advisor.predict import OBJECTIVES, Prediction, Recommendation, SearchSpace, predict, recommend
-from exporter.tritonapi import get_json
-from exporter.tritonstats import ModelStats, parse_statistics
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
+from tritonapi.stats import ModelStats
 
 
 class UsageError(Exception):
@@ -198,36 +196,38 @@ def read_server(
     """Config, stats delta over the window, request-count samples, cumulative stats."""
     # 20 bins per window, enough to estimate burstiness; at most 1 s each.
     step_s = min(window_s / 20, 1.0)
+    client = TritonClient(url)
+    config = server_config(client, model)
     try:
-        config = from_model_config(get_json(url, f"/v2/models/{model}/config"))
-        path = f"/v2/models/{model}/stats"
-
-        def stats() -> ModelStats:
-            found = [s for s in parse_statistics(get_json(url, path)) if s.name == model]
-            if not found:
-                raise ValueError(f"Triton returned no statistics for {model!r}")
-            return max(found, key=lambda s: int(s.version) if s.version.isdigit() else -1)
-
-        first = last = stats()
+        first = last = client.model_stats(model)
         samples = [(time.monotonic(), float(first.inference_count))]
         deadline = samples[0][0] + window_s
         while time.monotonic() < deadline:
             time.sleep(step_s)
-            last = stats()
+            last = client.model_stats(model)
             samples.append((time.monotonic(), float(last.inference_count)))
-    except requests.HTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        raise UsageError(
-            f"Triton at {url} answered HTTP {status} for model {model!r}: "
-            "check the model name (GET /v2/repository/index lists them)"
-        ) from None
-    except requests.RequestException:
-        raise UsageError(
-            f"cannot reach Triton at {url}: start it (./stack/up) or fix --url"
-        ) from None
-    except ValueError as exc:
-        raise UsageError(f"Triton at {url} sent something unexpected: {exc}") from None
+    except TritonError as exc:
+        raise UsageError(_triton_problem(exc, model)) from None
     return config, last.minus(first), samples, last
+
+
+def server_config(client: TritonClient, model: str) -> BatcherConfig:
+    """The model's batching config as the server loaded it; UsageError (one line) if not."""
+    try:
+        return from_model_config(client.model_config(model))
+    except TritonError as exc:
+        raise UsageError(_triton_problem(exc, model)) from None
+
+
+def _triton_problem(exc: TritonError, model: str) -> str:
+    if isinstance(exc, TritonUnreachable):
+        return f"{exc}: start it (./stack/up) or fix --url"
+    if isinstance(exc, TritonHTTPError):
+        return (
+            f"{exc}: check the model name {model!r} "
+            "(GET /v2/repository/index lists them), or fix --url"
+        )
+    return f"{exc}: is --url the HTTP port of a Triton server?"
 
 
 # ---- output --------------------------------------------------------------------------------
@@ -319,15 +319,7 @@ def stored_inputs(
         raise UsageError(str(exc)) from None
     notes = [f"from stored {run.describe}"]
     if args.url:
-        try:
-            config = from_model_config(get_json(args.url, f"/v2/models/{run.model}/config"))
-        except requests.RequestException:
-            raise UsageError(
-                f"cannot read {run.model!r}'s config from {args.url}: fix --url, or drop it "
-                "and give the config with --max-batch-size"
-            ) from None
-        except ValueError as exc:
-            raise UsageError(f"Triton at {args.url} sent something unexpected: {exc}") from None
+        config = server_config(TritonClient(args.url), run.model)
         notes.append(f"config read from {args.url} now (the store does not keep it)")
     else:
         config = flag_config(args)
@@ -364,12 +356,7 @@ def prometheus_inputs(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.url:
-        try:
-            config = from_model_config(get_json(args.url, f"/v2/models/{args.model}/config"))
-        except (requests.RequestException, ValueError) as exc:
-            raise UsageError(
-                f"cannot read {args.model!r}'s config from {args.url}: {exc}"
-            ) from None
+        config = server_config(TritonClient(args.url), args.model)
     else:
         config = flag_config(args)
     return config, service, traffic, notes

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tritonapi.modelconfig import ModelConfig, parse_json
+
 
 @dataclass(frozen=True)
 class BatcherConfig:
@@ -75,29 +77,23 @@ class BatcherConfig:
         return "\n".join(lines)
 
 
-def from_model_config(config: Any) -> BatcherConfig:
-    """BatcherConfig from Triton's model config JSON; ValueError if it is not one."""
-    if not isinstance(config, dict) or "name" not in config:
-        raise ValueError("not a Triton model config (no name)")
-    try:
-        max_batch = int(config.get("max_batch_size", 0))
-        dyn = config.get("dynamic_batching")
-        instances = sum(int(g.get("count", 1)) for g in config.get("instance_group") or []) or 1
-        if max_batch < 1:
-            return BatcherConfig(1, (), 0, instances, False, name=str(config["name"]))
-        if not isinstance(dyn, dict):
-            return BatcherConfig(max_batch, (), 0, instances, False, name=str(config["name"]))
-        preferred = tuple(int(s) for s in dyn.get("preferred_batch_size") or [])
-        # Triton's normalised default ([max_batch_size]) is the same as "none" here.
-        if preferred == (max_batch,):
-            preferred = ()
-        return BatcherConfig(
-            max_batch,
-            preferred,
-            int(dyn.get("max_queue_delay_microseconds", 0)),
-            instances,
-            True,
-            name=str(config["name"]),
-        )
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"malformed model config: {exc}") from None
+def from_model_config(config: ModelConfig | Any) -> BatcherConfig:
+    """BatcherConfig from a typed model config, or from Triton's config JSON.
+
+    ValueError if the JSON is not a model config.
+    """
+    if not isinstance(config, ModelConfig):
+        config = parse_json(config)
+    instances = config.instances or 1
+    max_batch = config.max_batch_size
+    if max_batch < 1:
+        return BatcherConfig(1, (), 0, instances, False, name=config.name)
+    if config.dynamic is None:
+        return BatcherConfig(max_batch, (), 0, instances, False, name=config.name)
+    preferred = config.preferred_batch_sizes
+    # Triton's normalised default ([max_batch_size]) is the same as "none" here.
+    if preferred == (max_batch,):
+        preferred = ()
+    return BatcherConfig(
+        max_batch, preferred, config.dynamic.max_queue_delay_us, instances, True, name=config.name
+    )

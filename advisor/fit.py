@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
-import requests
+import pandas as pd
 
 from advisor.model import OpenLoop, ServiceModel
-from exporter.tritonstats import ModelStats
+from promapi import PromClient, PrometheusError, Range
+from tritonapi.stats import ModelStats
 
 # name of the phase sums that occupy a model instance during one execution
 EXECUTION_PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -115,21 +115,12 @@ def fit_traffic(samples: Sequence[tuple[float, float]], min_bins: int = 5) -> Op
 # ---- Prometheus (the exporter's metric contract) ------------------------------------------
 
 
-def prometheus_vector(prom_url: str, query: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """Run an instant query; the result vector, or ValueError naming what went wrong."""
+def _query(prom_url: str, run: Callable[[PromClient], pd.DataFrame]) -> pd.DataFrame:
+    """One read of Prometheus; ValueError (one line) naming what went wrong."""
     try:
-        response = requests.get(
-            f"{prom_url.rstrip('/')}/api/v1/query", params={"query": query}, timeout=timeout_s
-        )
-        payload = response.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise ValueError(f"cannot query Prometheus at {prom_url}: {exc}") from None
-    if payload.get("status") != "success":
-        raise ValueError(f"Prometheus rejected {query!r}: {payload.get('error', payload)}")
-    data = payload.get("data", {})
-    if data.get("resultType") != "vector":
-        raise ValueError(f"Prometheus returned {data.get('resultType')} for {query!r}")
-    return list(data.get("result", []))
+        return run(PromClient(prom_url, timeout_s=10.0, hint="check --prometheus"))
+    except PrometheusError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def batch_times_from_prometheus(
@@ -137,24 +128,21 @@ def batch_times_from_prometheus(
 ) -> dict[int, tuple[int, float]]:
     """Per batch size (executions, compute-infer seconds) over ``window``, from the exporter."""
     selector = f'{{job="exporter",model="{model}"}}'
-    counts = prometheus_vector(
-        prom_url,
-        "sum by (batch_size) "
-        f"(increase(triton_batching_batch_executions_total{selector}[{window}]))",
-    )
-    seconds = prometheus_vector(
-        prom_url,
-        "sum by (batch_size) "
-        f"(increase(triton_batching_batch_compute_infer_seconds_total{selector}[{window}]))",
-    )
-    secs = {int(s["metric"]["batch_size"]): float(s["value"][1]) for s in seconds}
-    out = {}
-    for sample in counts:
-        size = int(sample["metric"]["batch_size"])
-        n = round(float(sample["value"][1]))
-        if n > 0 and size in secs:
-            out[size] = (n, secs[size])
-    return out
+
+    def per_size(counter: str) -> dict[int, float]:
+        expr = f"sum by (batch_size) (increase({counter}{selector}[{window}]))"
+        frame = _query(prom_url, lambda client: client.query(expr))
+        if frame.empty:
+            return {}
+        return {
+            int(size): float(v) for size, v in zip(frame["batch_size"], frame["value"], strict=True)
+        }
+
+    counts = per_size("triton_batching_batch_executions_total")
+    secs = per_size("triton_batching_batch_compute_infer_seconds_total")
+    return {
+        size: (round(n), secs[size]) for size, n in counts.items() if round(n) > 0 and size in secs
+    }
 
 
 def traffic_from_prometheus(
@@ -170,24 +158,11 @@ def traffic_from_prometheus(
     """
     end = time.time() if now is None else now
     query = f'sum(triton_batching_requests_success_total{{job="exporter",model="{model}"}})'
-    try:
-        response = requests.get(
-            f"{prom_url.rstrip('/')}/api/v1/query_range",
-            params={
-                "query": query,
-                "start": str(end - window_s),
-                "end": str(end),
-                "step": str(step_s),
-            },
-            timeout=10.0,
-        )
-        payload = response.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise ValueError(f"cannot query Prometheus at {prom_url}: {exc}") from None
-    if payload.get("status") != "success":
-        raise ValueError(f"Prometheus rejected {query!r}: {payload.get('error', payload)}")
-    result = payload.get("data", {}).get("result", [])
-    if not result:
+    window = Range(end - window_s, end, max(1, round(step_s)))
+    frame = _query(prom_url, lambda client: client.query_range(query, window))
+    if frame.empty:
         raise ValueError(f"Prometheus has no {query} (is the exporter scraped?)")
-    samples = [(float(t), float(v)) for t, v in result[0]["values"]]
+    samples = [
+        (t.timestamp(), float(v)) for t, v in zip(frame["time"], frame["value"], strict=True)
+    ]
     return fit_traffic(samples)

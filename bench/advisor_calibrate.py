@@ -32,15 +32,14 @@ from typing import Any
 from advisor.config import BatcherConfig
 from bench.tritonrun import (
     MODEL,
-    busy_cpu_seconds,
-    cpu_seconds,
     queue_p99_us,
     run_perf_analyzer,
     triton,
     triton_pids,
     wait_until_quiet,
 )
-from exporter.tritonapi import get_json
+from stacksettings import procstat
+from tritonapi.client import TritonClient
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data" / "calibration.json"
 SERVICE_CONFIG = BatcherConfig(64, (), 2000)
@@ -51,20 +50,21 @@ CROSSOVER = {
 
 
 def measured_run(settings: Any, concurrency: int) -> dict[str, Any]:
-    url = settings.url("triton_http")
+    triton = TritonClient(settings.url("triton_http"))
     pids = triton_pids(settings)
     # The machine is shared: wait (bounded) for other work to calm down, and record
     # how much CPU it used during the run anyway.
     wait_until_quiet(0.5, 30.0)
-    before = get_json(url, f"/v2/models/{MODEL}/stats")
-    cpu_before = cpu_seconds(pids)
-    busy_before = busy_cpu_seconds()
+    before = triton.statistics_json(MODEL)
+    cpu_before = procstat.cpu_seconds(pids)
+    busy_before = procstat.machine_busy_seconds()
     start = time.monotonic()
     rate, client_cpu, row = run_perf_analyzer(settings, concurrency)
     wall = time.monotonic() - start
-    server_cpu = cpu_seconds(pids) - cpu_before
-    other_cores = max(0.0, busy_cpu_seconds() - busy_before - server_cpu - client_cpu) / wall
-    after = get_json(url, f"/v2/models/{MODEL}/stats")
+    server_cpu = procstat.cpu_seconds(pids) - cpu_before
+    busy = procstat.machine_busy_seconds() - busy_before
+    other_cores = max(0.0, busy - server_cpu - client_cpu) / wall
+    after = triton.statistics_json(MODEL)
     # Cumulative since the server started: only the first run on a server is its own.
     p99 = queue_p99_us(f"{settings.url('triton_metrics')}/metrics")
     print(
@@ -89,8 +89,8 @@ def main() -> None:
     capture: dict[str, Any] = {"cores": os.cpu_count(), "service_runs": [], "crossover": {}}
     print(f"service-time runs: {SERVICE_CONFIG.describe()}")
     with triton(SERVICE_CONFIG) as settings:
-        capture["service_config"] = get_json(
-            settings.url("triton_http"), f"/v2/models/{MODEL}/config"
+        capture["service_config"] = TritonClient(settings.url("triton_http")).model_config_json(
+            MODEL
         )
         for c in (1, 2, 4, 8, 16):
             capture["service_runs"].append(measured_run(settings, c))
@@ -99,7 +99,7 @@ def main() -> None:
         with triton(config) as settings:
             runs = [measured_run(settings, c) for c in (8, 32)]
             capture["crossover"][name] = {
-                "config": get_json(settings.url("triton_http"), f"/v2/models/{MODEL}/config"),
+                "config": TritonClient(settings.url("triton_http")).model_config_json(MODEL),
                 "runs": runs,
             }
     OUT.parent.mkdir(parents=True, exist_ok=True)

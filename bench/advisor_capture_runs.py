@@ -15,8 +15,8 @@ from pathlib import Path
 
 from advisor.config import BatcherConfig
 from bench.tritonrun import MODEL, triton, wait_until_quiet
-from exporter.tritonapi import get_json
 from loadgen.api import RunParams, run
+from tritonapi.client import TritonClient
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data"
 
@@ -38,7 +38,7 @@ def main() -> None:
                 result.run_id,
                 result.summary["server"].get("average_batch_size"),
             )
-        config = get_json(url, f"/v2/models/{MODEL}/config")
+        config = TritonClient(url).model_config_json(MODEL)
     with sqlite3.connect(db) as conn:  # keep the committed file small
         conn.execute("VACUUM")
     (DATA / "loadruns_config.json").write_text(json.dumps(config, indent=1) + "\n")

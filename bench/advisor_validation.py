@@ -32,15 +32,15 @@ from advisor.predict import predict
 from bench.poisson import poisson_load
 from bench.tritonrun import (
     MODEL,
-    busy_cpu_seconds,
     own_cpu_seconds,
     queue_p99_us,
     triton,
     triton_pids,
     wait_until_quiet,
 )
-from exporter.tritonapi import model_stats
 from loadgen.burst import infer_body
+from stacksettings import procstat
+from tritonapi.client import TritonClient
 
 CAPTURE = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data" / "calibration.json"
 # A point during which other processes used more CPU than this is measured again.
@@ -73,11 +73,11 @@ def measure(
         wait_until_quiet(0.5, quiet_wait_s)
         url = settings.url("triton_http")
         pids = triton_pids(settings)
-        before = model_stats(url, MODEL)
-        busy0, own0 = busy_cpu_seconds(), own_cpu_seconds(pids)
+        before = TritonClient(url).model_stats(MODEL)
+        busy0, own0 = procstat.machine_busy_seconds(), own_cpu_seconds(pids)
         sent = poisson_load(host, port, MODEL, rate, duration_s)
-        busy1, own1 = busy_cpu_seconds(), own_cpu_seconds(pids)
-        delta = model_stats(url, MODEL).minus(before)
+        busy1, own1 = procstat.machine_busy_seconds(), own_cpu_seconds(pids)
+        delta = TritonClient(url).model_stats(MODEL).minus(before)
         p99 = queue_p99_us(f"{settings.url('triton_metrics')}/metrics")
     span = sent.send_times[-1] - sent.send_times[0]
     other_cores = max(0.0, ((busy1 - busy0) - (own1 - own0)) / span)

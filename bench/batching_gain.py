@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -26,31 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, private_triton  # noqa: E402
 from loadgen.api import RunParams, run  # noqa: E402
+from stacksettings import procstat  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 MODELS = ("batch_add_model", "add_unbatched")
 
 
-def group_cpu_s(pgid: int) -> float:
-    """utime + stime of every process in the group (Triton and its backend stubs)."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / TICK
-
-
 def one(url: str, pgid: int, model: str, c: int, seconds: float) -> dict[str, float]:
-    cpu0 = group_cpu_s(pgid)
+    cpu0 = procstat.group_cpu_seconds(pgid)
     r = run(RunParams("concurrency", model=model, url=url, concurrency=c, duration_s=seconds))
-    cpu = group_cpu_s(pgid) - cpu0
+    cpu = procstat.group_cpu_seconds(pgid) - cpu0
     cl, sv = r.summary["client"], r.summary["server"]
     assert cl["sent"] == cl["ok"], cl["errors"]
     return {

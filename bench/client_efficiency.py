@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, private_triton  # noqa: E402
-from exporter.tritonapi import model_stats  # noqa: E402
 from loadgen.api import RunParams, run  # noqa: E402
+from tritonapi.client import TritonClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def perf_analyzer(
     pa: str, url: str, model: str, concurrency: int, seconds: float
 ) -> tuple[float, float]:
     """Throughput of its final window, and its CPU per request over all its windows."""
-    before, cpu0 = model_stats(f"http://{url}", model), children_cpu_s()
+    before, cpu0 = TritonClient(f"http://{url}").model_stats(model), children_cpu_s()
     out = subprocess.run(
         [
             pa,
@@ -78,7 +78,7 @@ def perf_analyzer(
         raise SystemExit(
             f"perf_analyzer gave no throughput:\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
         )
-    delta = model_stats(f"http://{url}", model).minus(before)
+    delta = TritonClient(f"http://{url}").model_stats(model).minus(before)
     cpu_per_request = (children_cpu_s() - cpu0) / max(delta.phase("success").count, 1)
     return float(found[-1]), cpu_per_request
 

@@ -16,9 +16,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from stack.settings import ROOT, Settings
 from stack.supervisor import running
-from tests.helpers import make_settings
+from stacksettings import ROOT, Settings, isolated
 
 MODEL = "batch_add_model"
 
@@ -47,7 +46,7 @@ def stack(
     """``services`` of the stack; ``copies=None`` serves the project's model repository."""
     os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        settings = make_settings(Path(tmp) / "state")
+        settings = isolated(Path(tmp) / "state")
         settings = replace(
             settings,
             model_repository=(

@@ -9,7 +9,7 @@ starts the real Prometheus on that data folder, and times, side by side in one r
   another: what a naive dashboard would do;
 - the same with the dashboard's step (at most 300 points per series), one query
   after another;
-- the same, the queries run concurrently (what ``dashboard.live.fetch`` does);
+- the same, the queries run concurrently (what ``dashboard.live.fetch_range`` does);
 - the whole page (``streamlit.testing`` AppTest run of dashboard/app.py), cold
   (caches cleared) and cached (the refresh that follows within the same step).
 
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import requests
@@ -42,7 +43,7 @@ os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")
 
 from dashboard import live  # noqa: E402
 from dashboard import queries as q  # noqa: E402
-from dashboard.promapi import PromClient, Range, aligned_range, rate_window  # noqa: E402
+from promapi import PromClient, Range, aligned_range, rate_window  # noqa: E402
 
 MODELS = {"batch_add_model": [2, 4], "other_model": [8]}
 MAX_BATCH = {"batch_add_model": 4, "other_model": 8}
@@ -233,19 +234,19 @@ def measure(url: str, end: int, rounds: int) -> int:
         rows.append(
             (
                 f"{model}: step 1 s, one query after another",
-                timed(lambda m=model: sequential(client, m, fine, scrape_s), rounds),
+                timed(partial(sequential, client, model, fine, scrape_s), rounds),
             )
         )
         rows.append(
             (
                 f"{model}: step {chosen.step_s} s, one query after another",
-                timed(lambda m=model: sequential(client, m, chosen, scrape_s), rounds),
+                timed(partial(sequential, client, model, chosen, scrape_s), rounds),
             )
         )
         rows.append(
             (
-                f"{model}: step {chosen.step_s} s, concurrent (live.fetch)",
-                timed(lambda m=model: live.fetch_range(client, m, chosen, scrape_s), rounds),
+                f"{model}: step {chosen.step_s} s, concurrent (live.fetch_range)",
+                timed(partial(live.fetch_range, client, model, chosen, scrape_s), rounds),
             )
         )
     rows.extend(page_rows(url, rounds))

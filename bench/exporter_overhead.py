@@ -27,8 +27,8 @@ import requests
 import tritonclient.http as httpclient
 
 from bench.common import MODEL, mean, stack
-from stack.settings import ROOT, Settings
 from stack.supervisor import Supervisor
+from stacksettings import ROOT, Settings, procstat
 
 BENCH_VENV = ROOT / ".venv-bench"
 
@@ -54,13 +54,6 @@ def perf_analyzer() -> tuple[Path, dict[str, str]] | None:
         (links / name).symlink_to(found[0])
     env = {**os.environ, "LD_LIBRARY_PATH": f"{links}:{libs[-1]}"}
     return binary, env
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Scraper:
@@ -186,11 +179,11 @@ def main() -> None:
         exporter_cpu = 0.0
         for i in range(args.rounds * 2):
             if i % 2 == 0:
-                before = cpu_seconds(exporter_pid)
+                before = procstat.cpu_seconds([exporter_pid])
                 with Scraper(f"{settings.url('exporter')}/metrics") as scraper:
                     scraped.append(measure())
                 scrapes += scraper.scrapes
-                exporter_cpu += cpu_seconds(exporter_pid) - before
+                exporter_cpu += procstat.cpu_seconds([exporter_pid]) - before
             else:
                 plain.append(measure())
 

@@ -17,7 +17,7 @@ import requests
 
 from bench.common import MODEL, percentile, stack
 from loadgen.burst import burst, infer_body
-from stack.settings import Settings
+from stacksettings import Settings
 
 
 def warm(settings: Settings, models: list[str]) -> None:

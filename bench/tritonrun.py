@@ -21,9 +21,8 @@ from pathlib import Path
 import requests
 
 from advisor.config import BatcherConfig
-from stack.settings import ROOT, Settings
 from stack.supervisor import Supervisor, running
-from tests.helpers import make_settings
+from stacksettings import ROOT, Settings, isolated, procstat
 
 MODEL = "batch_add_model"
 
@@ -47,7 +46,7 @@ def triton(config: BatcherConfig) -> Iterator[Settings]:
     """A running Triton serving batch_add_model under ``config``, on free ports."""
     with tempfile.TemporaryDirectory(prefix="advisor-bench-") as tmp:
         repo = write_repository(Path(tmp) / "models", config)
-        settings = replace(make_settings(Path(tmp) / "state"), model_repository=repo)
+        settings = replace(isolated(Path(tmp) / "state"), model_repository=repo)
         with running(settings, only={"triton"}):
             yield settings
 
@@ -56,30 +55,7 @@ def triton_pids(settings: Settings) -> list[int]:
     """tritonserver and its python backend stubs (children), from the state file."""
     runs = Supervisor(settings, []).read_state()
     root = next(r.pid for r in runs if r.name == "triton")
-    pids = [root]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == root:
-                pids.append(int(entry.name))
-    return pids
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of the processes (all threads), in seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
+    return [root, *sorted(procstat.descendants(root))]
 
 
 def queue_p99_us(metrics_url: str) -> float:
@@ -93,28 +69,18 @@ def queue_p99_us(metrics_url: str) -> float:
     raise RuntimeError("Triton exports no nv_inference_queue_summary_us (summary_latencies off?)")
 
 
-def busy_cpu_seconds() -> float:
-    """CPU seconds every process on the machine has used (from /proc/stat)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def own_cpu_seconds(pids: list[int]) -> float:
     """CPU of the given processes plus this one (the bench and its sender)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stat = Path("/proc/self/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return cpu_seconds(pids) + (int(fields[11]) + int(fields[12])) / tick
+    return procstat.cpu_seconds([*pids, os.getpid()])
 
 
 def wait_until_quiet(max_cores: float, timeout_s: float, sample_s: float = 1.0) -> float:
     """Wait (bounded) until other processes use under ``max_cores``; return their last use."""
     deadline = time.monotonic() + timeout_s
     while True:
-        before = busy_cpu_seconds()
+        before = procstat.machine_busy_seconds()
         time.sleep(sample_s)
-        used = (busy_cpu_seconds() - before) / sample_s
+        used = (procstat.machine_busy_seconds() - before) / sample_s
         if used < max_cores or time.monotonic() > deadline:
             return used
 

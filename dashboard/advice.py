@@ -18,7 +18,7 @@ from advisor import (
     recommend,
     storedrun,
 )
-from dashboard import tritoninfo
+from tritonapi.client import TritonClient
 
 # Simulated requests per candidate config: enough for stable averages, few enough that a
 # recommendation (about 150 configs) takes seconds, not minutes, on a small machine.
@@ -39,9 +39,10 @@ class Advice:
 
 
 def advise(db: Path, run_id: int, triton_url: str, p99_bound_s: float = P99_BOUND_S) -> Advice:
-    """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics)."""
+    """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics);
+    tritonapi.TritonError when the model's config cannot be read from ``triton_url``."""
     run = storedrun.load(db, run_id)
-    config = from_model_config(tritoninfo.model_config(triton_url, run.model))
+    config = from_model_config(TritonClient(triton_url).model_config(run.model))
     cpu = CpuModel()
     predicted = predict(config, run.traffic, run.service, cpu, requests=REQUESTS)
     rec = recommend(config, run.traffic, run.service, p99_bound_s, cpu, requests=REQUESTS)

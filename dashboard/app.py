@@ -23,7 +23,7 @@ if _ROOT not in sys.path:
 
 from dashboard import settings  # noqa: E402 - set_page_config must run first
 from dashboard.views import config_view, live_view, runs_view, status  # noqa: E402
-from stack import checkconfig  # noqa: E402
+from tritonapi import repocheck  # noqa: E402
 
 VIEWS = ["Live", "Load runs", "Model config"]
 DEFAULT_MODEL = "batch_add_model"
@@ -31,7 +31,7 @@ DEFAULT_MODEL = "batch_add_model"
 
 def repository_models(cfg: settings.DashboardSettings) -> list[str]:
     try:
-        return [c.name for c in checkconfig.check_repository(cfg.model_repository)]
+        return [c.name for c in repocheck.check_repository(cfg.model_repository)]
     except FileNotFoundError:
         return []
 

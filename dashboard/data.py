@@ -11,8 +11,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import live, tritoninfo
-from dashboard.promapi import PromClient, Range
+from dashboard import live
+from promapi import PromClient, Range
+from tritonapi.client import TritonClient
+
+# What to do when Prometheus does not answer usably, in the dashboard's terms.
+PROMETHEUS_HINT = (
+    "start the stack with ./stack/up, or point the dashboard at the right server with "
+    "DASHBOARD_PROMETHEUS_URL"
+)
 
 # Long enough to serve every refresh within a step, short enough to stay bounded.
 QUERY_TTL_S = 60
@@ -21,7 +28,7 @@ STATE_TTL_S = 5
 
 @st.cache_resource(show_spinner=False)
 def client(url: str) -> PromClient:
-    return PromClient(url)
+    return PromClient(url, hint=PROMETHEUS_HINT)
 
 
 @st.cache_data(ttl=QUERY_TTL_S, max_entries=64, show_spinner=False)
@@ -55,4 +62,4 @@ def instant(url: str, expr: str) -> pd.DataFrame:
 
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
 def triton_ready(url: str) -> bool:
-    return tritoninfo.is_ready(url)
+    return TritonClient(url, timeout_s=2.0).is_ready()

@@ -8,7 +8,6 @@ independent), so a refresh costs about the slowest query, not their sum.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dashboard import queries as q
-from dashboard.promapi import PromClient, PrometheusError, Range, aligned_range, rate_window
+from promapi import PromClient, PrometheusError, Range, rate_window
 
 # KPI name -> query template. Each yields at most one series.
 KPI_QUERIES: dict[str, str] = {
@@ -64,22 +63,6 @@ class LiveData:
         """Did the model execute anything in the window?"""
         executions = self.kpis.get("executions_per_s")
         return executions is not None and executions > 0
-
-
-def fetch(
-    client: PromClient,
-    model: str,
-    window_s: float,
-    scrape_interval_s: float,
-    end: float | None = None,
-    target: str | None = None,
-) -> LiveData:
-    """Every number and series of the live view, for ``model`` over the last ``window_s``."""
-    now = time.time() if end is None else end
-    window = aligned_range(window_s, end=now, min_step_s=scrape_interval_s)
-    return fetch_range(
-        client, model, window, scrape_interval_s, target, at=kpi_time(now, scrape_interval_s)
-    )
 
 
 def kpi_time(now: float, scrape_interval_s: float) -> float:

@@ -10,13 +10,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import stacksettings
+
+# The local stack's defaults (its STACK_* variables), for a dashboard run by hand.
+_STACK = stacksettings.from_env_or_default()
 
 ENV = {
     "prometheus_url": "DASHBOARD_PROMETHEUS_URL",
     "triton_url": "DASHBOARD_TRITON_URL",
     "store": "DASHBOARD_STORE",
     "model_repository": "DASHBOARD_MODEL_REPOSITORY",
+    "logs_dir": "DASHBOARD_LOGS_DIR",
     "scrape_interval_s": "DASHBOARD_SCRAPE_INTERVAL",
     "refresh_s": "DASHBOARD_REFRESH_S",
 }
@@ -24,11 +28,13 @@ ENV = {
 
 @dataclass(frozen=True)
 class DashboardSettings:
-    prometheus_url: str = "http://127.0.0.1:9090"
-    triton_url: str = "http://127.0.0.1:8000"
+    prometheus_url: str = _STACK.url("prometheus")
+    triton_url: str = _STACK.url("triton_http")
     # The load generator's SQLite results store.
-    store: Path = ROOT / ".stack" / "loadgen.sqlite3"
-    model_repository: Path = ROOT / "model_repository"
+    store: Path = _STACK.store
+    model_repository: Path = _STACK.model_repository
+    # The stack's service logs (named in messages that send the user to them).
+    logs_dir: Path = _STACK.logs_dir
     # Prometheus' scrape interval: the finest step a chart can use.
     scrape_interval_s: float = 5.0
     # How often the live view refreshes itself.
@@ -60,6 +66,7 @@ def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
         triton_url=env.get(ENV["triton_url"]) or base.triton_url,
         store=Path(env.get(ENV["store"]) or base.store),
         model_repository=Path(env.get(ENV["model_repository"]) or base.model_repository),
+        logs_dir=Path(env.get(ENV["logs_dir"]) or base.logs_dir),
         scrape_interval_s=_seconds(env, "scrape_interval_s", base.scrape_interval_s),
         refresh_s=_seconds(env, "refresh_s", base.refresh_s),
     )

@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 
 from exporter.scrape import Fetcher, ModelView, Snapshot, TargetView, parse_snapshot
 from exporter.targets import Target
-from exporter.tritonstats import ModelStats
+from tritonapi.stats import ModelStats
 
 log = logging.getLogger(__name__)
 

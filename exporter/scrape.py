@@ -11,13 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import requests
-
-from exporter import tritonapi
 from exporter.targets import Target
-from exporter.tritonconfig import BatchingConfig, parse_config
-from exporter.tritonmetrics import GpuStats, parse_metrics
-from exporter.tritonstats import ModelStats, parse_statistics
+from tritonapi.client import TritonClient, TritonError, metrics_text
+from tritonapi.metrics import GpuStats, parse_metrics
+from tritonapi.modelconfig import ModelConfig, parse_json
+from tritonapi.stats import ModelStats, parse_statistics
 
 T = TypeVar("T")
 
@@ -40,7 +38,7 @@ class Snapshot:
 @dataclass(frozen=True)
 class ModelView:
     stats: ModelStats
-    config: BatchingConfig
+    config: ModelConfig
     pending: float | None
 
 
@@ -58,33 +56,31 @@ class Fetcher:
     """Reads a target's endpoints, one connection pool per target, all within one deadline."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, requests.Session] = {}
+        self._clients: dict[str, TritonClient] = {}
 
     def __call__(self, target: Target, timeout_s: float) -> Snapshot:
-        session = self._sessions.get(target.url)
-        if session is None:
-            session = self._sessions.setdefault(target.url, requests.Session())
+        client = self._clients.get(target.url)
+        if client is None:
+            client = self._clients.setdefault(target.url, TritonClient(target.url))
         deadline = time.monotonic() + timeout_s
 
-        def step(what: str, call: Callable[..., T], *args: str) -> T:
+        def step(call: Callable[[float], T]) -> T:
             # Each request gets what is left of the target's budget, not a fresh one.
             left = max(deadline - time.monotonic(), 0.01)
             try:
-                return call(*args, left, session)
-            except requests.JSONDecodeError as exc:
-                raise UpstreamError(f"{what}: the body is not JSON ({exc})") from exc
-            except requests.RequestException as exc:
-                raise UpstreamError(f"{what}: {exc}") from exc
+                return call(left)
+            except TritonError as exc:
+                raise UpstreamError(str(exc)) from exc
 
-        url = target.url
-        metrics = step(f"GET {target.metrics_url}", tritonapi.metrics_text, target.metrics_url)
-        stats = step(f"GET {url}/v2/models/stats", tritonapi.all_stats, url)
-        index = step(f"POST {url}/v2/repository/index", tritonapi.repository_index, url)
-        configs = {
-            name: step(f"GET {url}/v2/models/{name}/config", tritonapi.model_config, url, name)
-            for name in sorted(_model_names(stats))
-        }
-        ready = step(f"GET {url}/v2/health/ready", tritonapi.server_ready, url)
+        metrics = step(lambda t: metrics_text(target.metrics_url, t, client.session))
+        stats = step(lambda t: client.statistics_json(timeout_s=t))
+        index = step(lambda t: client.repository_index(t))
+
+        def config(name: str) -> Any:
+            return step(lambda t: client.model_config_json(name, timeout_s=t))
+
+        configs = {name: config(name) for name in sorted(_model_names(stats))}
+        ready = step(lambda t: client.ready(t))
         return Snapshot(metrics, stats, index, configs, ready)
 
 
@@ -109,7 +105,7 @@ def parse_index(payload: Any) -> list[tuple[str, str, bool]]:
 def parse_snapshot(snapshot: Snapshot) -> TargetView:
     """Everything the collector exports for one target; ValueError on any malformed part."""
     metrics = parse_metrics(snapshot.metrics_text)
-    configs = {name: parse_config(body) for name, body in snapshot.configs.items()}
+    configs = {name: parse_json(body) for name, body in snapshot.configs.items()}
     models = []
     for stats in parse_statistics(snapshot.stats):
         if stats.name not in configs:

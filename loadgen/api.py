@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from exporter.tritonstats import ModelStats
 from loadgen import limits, scenarios, serverside, store
 from loadgen.clients import Client
 from loadgen.errors import LoadgenError
@@ -32,6 +31,7 @@ from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import Recorder
 from loadgen.shapes import ConstantRate, LoadShape, Steps
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
+from tritonapi.stats import ModelStats
 
 __all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "run_many", "LoadgenError"]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from loadgen import limits
 from loadgen.errors import LoadgenError
+from stacksettings import from_env_or_default
 
 SCENARIOS = ("serial", "concurrent", "concurrency", "rate", "steps")
 PROTOCOLS = ("http", "grpc")
@@ -15,28 +16,13 @@ PROTOCOLS = ("http", "grpc")
 
 def default_urls() -> tuple[str, str]:
     """Triton's HTTP and gRPC addresses of the local stack (its STACK_* port settings)."""
-    from stack.settings import from_env
-
-    try:
-        settings = from_env()
-    except Exception:  # a bad STACK_* variable: fall back to Triton's defaults
-        return "http://127.0.0.1:8000", "127.0.0.1:8001"
-    return settings.url("triton_http"), f"{settings.host}:{settings.port('triton_grpc')}"
+    settings = from_env_or_default()
+    return settings.url("triton_http"), settings.grpc_address
 
 
 def default_db() -> str:
     """LOADGEN_DB, else loadgen.sqlite3 in the stack's state folder (.stack/)."""
-    if os.environ.get("LOADGEN_DB"):
-        return os.environ["LOADGEN_DB"]
-    from stack.settings import from_env
-
-    try:
-        state = from_env().state_dir
-    except Exception:
-        from stack.settings import Settings
-
-        state = Settings().state_dir
-    return str(state / "loadgen.sqlite3")
+    return os.environ.get("LOADGEN_DB") or str(from_env_or_default().store)
 
 
 @dataclass(frozen=True)

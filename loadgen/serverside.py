@@ -1,6 +1,6 @@
 """The server's view of a run's window: statistics-API deltas taken before and after.
 
-Counters are Triton's own (``exporter.tritonstats``); this module only frames them for a
+Counters are Triton's own (``tritonapi.stats``); this module only frames them for a
 load run: executions, inferences, average batch size, executions per batch size, and where
 the time went (queue vs compute), per request and per execution. The delta covers every
 request the model served in the window, including any traffic that was not ours.
@@ -11,18 +11,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import requests
-
-from exporter.tritonapi import model_stats
-from exporter.tritonstats import ModelStats
 from loadgen.errors import LoadgenError
+from tritonapi.client import TritonClient, TritonError
+from tritonapi.stats import ModelStats
 
 
 def snapshot(base_url: str, model: str) -> ModelStats:
     try:
-        return model_stats(base_url, model)
-    except (requests.RequestException, ValueError) as exc:
-        raise LoadgenError(f"cannot read statistics of {model!r} at {base_url}: {exc}") from None
+        return TritonClient(base_url).model_stats(model)
+    except TritonError as exc:
+        raise LoadgenError(f"cannot read statistics of {model!r}: {exc}") from None
 
 
 def settled_after(base_url: str, model: str, before: ModelStats, answered: int) -> ModelStats:

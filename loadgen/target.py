@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
-
 from loadgen.errors import LoadgenError
+from tritonapi.client import (
+    TritonClient,
+    TritonError,
+    TritonHTTPError,
+    TritonUnreachable,
+    newest_version,
+)
 
 
 @dataclass(frozen=True)
@@ -96,40 +101,39 @@ def _tensors(items: Any, batched: bool) -> tuple[TensorSpec, ...]:
     return tuple(out)
 
 
-def _get(url: str, timeout_s: float) -> requests.Response:
-    try:
-        return requests.get(url, timeout=timeout_s)
-    except requests.RequestException as exc:
-        reason = type(exc).__name__
-        raise LoadgenError(
-            f"cannot reach Triton at {url.split('/v2')[0]} ({reason}); start it with "
-            "`python -m stack up` or pass --url"
-        ) from None
-
-
 def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
     """The model's metadata and config; one clear error if the server or model is missing."""
-    meta = _get(f"{base_url}/v2/models/{model}", timeout_s)
-    if meta.status_code != 200:
-        known = ""
-        index = requests.post(f"{base_url}/v2/repository/index", timeout=timeout_s)
-        if index.status_code == 200:
-            names = sorted({m.get("name", "") for m in index.json() if m.get("state") == "READY"})
-            known = f" (ready models: {', '.join(names) or 'none'})"
-        raise LoadgenError(f"--model: Triton at {base_url} has no model {model!r}{known}")
-    config = _get(f"{base_url}/v2/models/{model}/config", timeout_s)
+    client = TritonClient(base_url, timeout_s)
     try:
-        m, c = meta.json(), config.json()
-        max_batch = int(c.get("max_batch_size", 0))
-        versions = m.get("versions") or [""]
+        meta = client.model_metadata(model)
+        config = client.model_config(model)
+    except TritonUnreachable as exc:
+        raise LoadgenError(f"{exc}; start it with `python -m stack up` or pass --url") from None
+    except TritonHTTPError as exc:
+        if exc.status not in (400, 404):
+            raise LoadgenError(str(exc)) from None
+        raise LoadgenError(
+            f"--model: Triton at {base_url} has no model {model!r}{_ready_models(client)}"
+        ) from None
+    except TritonError as exc:
+        raise LoadgenError(str(exc)) from None
+    batched = config.max_batch_size > 0
+    try:
         return ModelSpec(
             name=model,
-            version=str(versions[-1]),
-            max_batch_size=max_batch,
-            inputs=_tensors(m.get("inputs"), max_batch > 0),
-            outputs=_tensors(m.get("outputs"), max_batch > 0),
+            version=newest_version(str(v) for v in meta.get("versions") or []),
+            max_batch_size=config.max_batch_size,
+            inputs=_tensors(meta.get("inputs"), batched),
+            outputs=_tensors(meta.get("outputs"), batched),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise LoadgenError(
             f"Triton at {base_url} sent unreadable metadata for {model!r}: {exc}"
         ) from None
+
+
+def _ready_models(client: TritonClient) -> str:
+    try:
+        return f" (ready models: {', '.join(client.ready_models()) or 'none'})"
+    except TritonError:
+        return ""

@@ -19,7 +19,7 @@ from stack.prometheus import find_binary
 from stack.rulegen import dump
 from stack.rulesettings import SEVERITIES, RuleSettings
 from stack.services import Service
-from stack.settings import Settings
+from stacksettings import Settings
 
 BINARY = "prometheus-alertmanager"
 INSTALL_HINT = (

@@ -8,11 +8,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import alertmanager, checkconfig, deployfiles, rulegen, rulesettings, warmup
+from stack import alertmanager, deployfiles, rulegen, rulesettings, warmup
 from stack.errors import StackError
 from stack.services import service_table
-from stack.settings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
 from stack.supervisor import Supervisor
+from stacksettings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
+from tritonapi import repocheck
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +142,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def check_config(settings: Settings) -> int:
     try:
-        checks = checkconfig.check_repository(settings.model_repository)
+        checks = repocheck.check_repository(settings.model_repository)
     except FileNotFoundError as exc:
         raise StackError(
             f"{exc}: pass --model-repository or STACK_MODEL_REPOSITORY", exit_code=2
@@ -149,7 +150,7 @@ def check_config(settings: Settings) -> int:
     for check in checks:
         for finding in check.findings:
             print(finding, file=sys.stderr)
-    problems = checkconfig.errors(checks)
+    problems = repocheck.errors(checks)
     if problems:
         print(
             f"check-config: {len(problems)} error(s) in {settings.model_repository}; "

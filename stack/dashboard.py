@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stack.services import Service
-from stack.settings import ROOT, Settings
+from stacksettings import ROOT, Settings
 
 
 def environment(settings: Settings) -> dict[str, str]:

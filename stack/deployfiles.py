@@ -21,7 +21,7 @@ import yaml
 
 from stack import prometheus, rulegen, rulesettings
 from stack.rulesettings import RuleSettings
-from stack.settings import ROOT, Settings
+from stacksettings import ROOT, Settings
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 K8S_GENERATED_DIR = ROOT / "deploy" / "k8s" / "generated"

@@ -17,7 +17,7 @@ import yaml
 from stack import rulegen, rulesettings
 from stack.errors import StackError
 from stack.services import Service
-from stack.settings import Settings
+from stacksettings import Settings
 
 INSTALL_HINT = (
     "install it with `apt-get install prometheus` (Debian/Ubuntu; ./stack/up does this when "

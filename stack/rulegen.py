@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from stack.rulesettings import RuleSettings
-from stack.settings import ROOT
+from stacksettings import ROOT
 
 GENERATED_DIR = ROOT / "stack" / "rules" / "generated"
 BY = "target, model, version"

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from stack.errors import StackError
-from stack.settings import RULES_SETTINGS
+from stacksettings import RULES_SETTINGS
 
 SEVERITIES = ("critical", "warning", "info")
 TOP_KEYS = {"windows", "jobs", "min_load_inferences_per_second", "alerts", "alertmanager"}

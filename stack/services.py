@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stack.settings import Settings
+from stacksettings import Settings
 
 
 @dataclass

@@ -26,7 +26,7 @@ import requests
 
 from stack.errors import StackError
 from stack.services import Service
-from stack.settings import PORTS, Settings
+from stacksettings import PORTS, Settings, procstat
 
 STOP_TIMEOUT_S = 15.0
 Log = Callable[[str], None]
@@ -60,20 +60,8 @@ def _port_flag(port: int, settings: Settings) -> str:
     return "the port settings"
 
 
-def process_start_time(pid: int) -> str | None:
-    """Start time of a live (non-zombie) process, or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return fields[19]
-
-
 def is_alive(run: Running) -> bool:
-    return process_start_time(run.pid) == run.started
+    return procstat.start_time(run.pid) == run.started
 
 
 def is_healthy(url: str, timeout: float = 2.0) -> bool:
@@ -187,7 +175,7 @@ class Supervisor:
         finally:
             log_file.close()
         self.children[svc.name] = proc
-        started = process_start_time(proc.pid) or ""
+        started = procstat.start_time(proc.pid) or ""
         self.log(f"started {svc.name} (pid {proc.pid}), log: {log_path}")
         return Running(svc.name, proc.pid, started, svc.health_url, svc.urls, str(log_path))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stack.errors import StackError
 from stack.services import Service
-from stack.settings import Settings
+from stacksettings import Settings
 
 INSTALL_HINT = "run ./stack/up once (it creates the Triton environment), or set STACK_TRITON_VENV"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import requests
-
 from loadgen.api import LoadgenError, RunParams, run
-from stack import checkconfig, prometheus
-from stack.settings import Settings
+from promapi import PromClient, PrometheusError
+from stack import prometheus
+from stacksettings import Settings
+from tritonapi import repocheck
 
 DURATION_S = 6.0
 CONCURRENCY = 4
@@ -25,8 +25,8 @@ def models(settings: Settings) -> list[str]:
     """Models whose config passes check-config (the others Triton may not have loaded)."""
     return [
         c.name
-        for c in checkconfig.check_repository(settings.model_repository)
-        if c.config is not None and not checkconfig.errors([c])
+        for c in repocheck.check_repository(settings.model_repository)
+        if c.config is not None and not repocheck.errors([c])
     ]
 
 
@@ -37,15 +37,14 @@ def wait_for_first_scrapes(settings: Settings) -> bool:
     rate(), so load sent right after start would be invisible on the dashboard.
     """
     jobs = len(prometheus.local_targets(settings))
-    url = f"{settings.url('prometheus')}/api/v1/query"
+    client = PromClient(settings.url("prometheus"), timeout_s=2.0)
     deadline = time.monotonic() + 3 * settings.scrape_interval_s + 5.0
     while time.monotonic() < deadline:
         try:
-            result = requests.get(url, params={"query": "count(up)"}, timeout=2).json()
-            series = result["data"]["result"]
-            if series and float(series[0]["value"][1]) >= jobs:
+            scraped = client.scalar("count(up)")
+            if scraped is not None and scraped >= jobs:
                 return True
-        except (requests.RequestException, ValueError, KeyError):
+        except PrometheusError:
             pass
         time.sleep(0.2)
     return False

@@ -6,14 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from stack.settings import Settings
 from stack.supervisor import running
-from tests.helpers import make_settings
+from stacksettings import Settings, isolated
 
 
 @pytest.fixture(scope="session")
 def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return make_settings(tmp_path_factory.mktemp("stack"))
+    return isolated(tmp_path_factory.mktemp("stack"))
 
 
 @pytest.fixture(scope="session")

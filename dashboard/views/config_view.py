@@ -3,39 +3,21 @@ findings of ``python -m stack check-config``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import requests
 import streamlit as st
-from google.protobuf import json_format
 
-from dashboard import tritoninfo
 from dashboard.settings import DashboardSettings
-from stack import checkconfig
-
-
-def batching_summary(config: dict[str, Any]) -> str:
-    """One line: what the batcher is allowed to do with this config."""
-    mbs = int(config.get("maxBatchSize", config.get("max_batch_size", 0)) or 0)
-    dyn = config.get("dynamicBatching", config.get("dynamic_batching"))
-    if dyn is None:
-        return f"max_batch_size {mbs}, no dynamic batching: every request executes alone"
-    preferred = dyn.get("preferredBatchSize", dyn.get("preferred_batch_size", []))
-    delay = int(dyn.get("maxQueueDelayMicroseconds", dyn.get("max_queue_delay_microseconds", 0)))
-    return (
-        f"max_batch_size {mbs}, dynamic batching with preferred sizes "
-        f"{', '.join(map(str, preferred)) or 'none'} and a queue delay of {delay} µs"
-    )
+from tritonapi import repocheck
+from tritonapi.client import TritonClient, TritonError
 
 
 def render(cfg: DashboardSettings) -> None:
     st.header("Model configuration")
     try:
-        checks = checkconfig.check_repository(cfg.model_repository)
+        checks = repocheck.check_repository(cfg.model_repository)
     except FileNotFoundError as exc:
         st.error(f"{exc}: set DASHBOARD_MODEL_REPOSITORY to the model repository Triton serves.")
         return
-    problems = checkconfig.errors(checks)
+    problems = repocheck.errors(checks)
     if problems:
         st.error(
             f"check-config found {len(problems)} error(s) in {cfg.model_repository}: Triton "
@@ -47,7 +29,8 @@ def render(cfg: DashboardSettings) -> None:
             f"check-config: {len(checks)} model(s) OK in {cfg.model_repository}",
             icon=":material/check_circle:",
         )
-    triton_up = tritoninfo.is_ready(cfg.triton_url)
+    triton = TritonClient(cfg.triton_url)
+    triton_up = triton.is_ready(timeout_s=2.0)
     if not triton_up:
         st.warning(
             f"Triton at {cfg.triton_url} is not answering: only the files are shown. Start the "
@@ -55,34 +38,31 @@ def render(cfg: DashboardSettings) -> None:
             icon=":material/warning:",
         )
     for check in checks:
-        render_model(cfg, check, triton_up)
+        render_model(cfg, triton, check, triton_up)
 
 
-def render_model(cfg: DashboardSettings, check: checkconfig.ModelCheck, triton_up: bool) -> None:
+def render_model(
+    cfg: DashboardSettings, triton: TritonClient, check: repocheck.ModelCheck, triton_up: bool
+) -> None:
     st.subheader(check.name)
     for finding in check.findings:
-        show = st.error if finding.severity == checkconfig.ERROR else st.warning
+        show = st.error if finding.severity == repocheck.ERROR else st.warning
         show(str(finding))
-    parsed = (
-        json_format.MessageToDict(check.config, preserving_proto_field_name=True)
-        if check.config is not None
-        else None
-    )
-    if parsed is not None:
-        st.markdown(batching_summary(parsed))
+    if check.config is not None:
+        st.markdown(check.config.batching_summary())
     left, right = st.columns(2)
     with left:
         st.caption(f"{check.folder / 'config.pbtxt'}, parsed with Triton's ModelConfig")
-        if parsed is None:
+        if check.config is None:
             st.write("(does not parse; see the finding above)")
         else:
-            st.json(parsed, expanded=False)
+            st.json(check.parsed, expanded=False)
     with right:
         st.caption(f"as Triton loaded it: {cfg.triton_url}/v2/models/{check.name}/config")
         if not triton_up:
             st.write("(Triton is not answering)")
             return
         try:
-            st.json(tritoninfo.model_config(cfg.triton_url, check.name), expanded=False)
-        except (tritoninfo.TritonUnreachable, requests.RequestException) as exc:
-            st.write(f"Triton did not load this model ({exc}); see .stack/logs/triton.log")
+            st.json(triton.model_config_json(check.name), expanded=False)
+        except TritonError as exc:
+            st.write(f"Triton did not load this model ({exc}); see {cfg.logs_dir / 'triton.log'}")

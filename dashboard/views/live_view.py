@@ -9,8 +9,8 @@ import streamlit as st
 from dashboard import charts, fmt, gpu
 from dashboard import data as cached
 from dashboard.live import LiveData, kpi_time
-from dashboard.promapi import PrometheusError, aligned_range
 from dashboard.settings import DashboardSettings
+from promapi import PrometheusError, aligned_range
 
 TIME_RANGES = {
     "5 minutes": 300,

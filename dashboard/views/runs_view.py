@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import requests
 import streamlit as st
 
-from dashboard import advice, charts, fmt, runs, tritoninfo
+from dashboard import advice, charts, fmt, runs
 from dashboard import data as cached
 from dashboard.live import LiveData
-from dashboard.promapi import PrometheusError, Range, choose_step
 from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
+from promapi import PrometheusError, Range, choose_step
+from tritonapi.client import TritonError
 
 PROGRESS_EVERY_S = 0.5
 DEFAULT_MODEL = "batch_add_model"
@@ -262,7 +262,7 @@ def render_advice(cfg: DashboardSettings, run: dict[str, Any]) -> None:
     try:
         with st.spinner("Simulating the batcher..."):
             a = cached_advice(str(cfg.store), int(run["id"]), cfg.triton_url)
-    except (ValueError, tritoninfo.TritonUnreachable, requests.RequestException) as exc:
+    except (ValueError, TritonError) as exc:
         st.error(f"The advisor cannot model this run: {exc}", icon=":material/error:")
         return
     st.markdown(f"Current config: **{a.current}**, under {a.traffic}.")

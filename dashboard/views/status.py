@@ -8,9 +8,9 @@ import streamlit as st
 
 from dashboard import data as cached
 from dashboard import queries as q
-from dashboard.promapi import PrometheusError, PrometheusUnreachable
 from dashboard.settings import DashboardSettings
-from dashboard.tritoninfo import TritonUnreachable
+from promapi import PrometheusError, PrometheusUnreachable
+from tritonapi.client import TritonUnreachable
 
 
 @dataclass
@@ -49,7 +49,11 @@ def show_problems(cfg: DashboardSettings, state: StackState) -> None:
     if state.prometheus_error:
         st.error(state.prometheus_error, icon=":material/error:")
     if not state.triton_ready:
-        st.warning(str(TritonUnreachable(cfg.triton_url, "not ready")), icon=":material/warning:")
+        st.warning(
+            f"{TritonUnreachable(cfg.triton_url, 'not ready')}: start the stack with ./stack/up, "
+            f"or see {cfg.logs_dir / 'triton.log'} for why it stopped",
+            icon=":material/warning:",
+        )
     for target in state.targets_down:
         st.warning(
             f"The exporter cannot read Triton at {target}: is that Triton running? The charts "
@@ -59,7 +63,7 @@ def show_problems(cfg: DashboardSettings, state: StackState) -> None:
     for job in state.jobs_down:
         st.warning(
             f"Prometheus cannot scrape its `{job}` job: see {cfg.prometheus_url}/targets, and "
-            f"the log in .stack/logs/{job}.log",
+            f"the log in {cfg.logs_dir / (job + '.log')}",
             icon=":material/warning:",
         )
 

@@ -11,8 +11,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from advisor.cli import main
-from stack.settings import Settings
-from tests.helpers import add_inputs, free_ports
+from stacksettings import Settings, free_ports
+from tests.helpers import add_inputs
 
 DATA = Path(__file__).parent / "data" / "calibration.json"
 
@@ -84,8 +84,8 @@ def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 2 and out == ""
     assert err.strip() == (
-        f"triton-advisor: error: cannot reach Triton at http://127.0.0.1:{port}: "
-        "start it (./stack/up) or fix --url"
+        f"triton-advisor: error: Triton at http://127.0.0.1:{port} is not answering "
+        "(connection refused): start it (./stack/up) or fix --url"
     )
 
 

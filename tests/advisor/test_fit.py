@@ -9,7 +9,7 @@ import pytest
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import batch_times, fit_service_times, fit_traffic
-from exporter.tritonstats import parse_statistics
+from tritonapi.stats import parse_statistics
 
 DATA = Path(__file__).parent / "data"
 

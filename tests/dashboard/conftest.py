@@ -11,9 +11,8 @@ import requests
 from streamlit.testing.v1 import AppTest
 
 from loadgen.burst import burst, infer_body
-from stack.settings import Settings
 from stack.supervisor import running
-from tests.helpers import free_ports, make_settings
+from stacksettings import Settings, free_ports, isolated
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 
@@ -75,7 +74,7 @@ def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
     The dashboard row is left out: the tests drive the app with AppTest.
     """
-    settings = make_settings(tmp_path_factory.mktemp("idle"))
+    settings = isolated(tmp_path_factory.mktemp("idle"))
     with running(settings, exclude={"dashboard"}):
         wait_for(
             lambda: prom_has(settings, "triton_batching_model_ready"),
@@ -103,7 +102,7 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
 @pytest.fixture(scope="module")
 def tritonless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """The stack with Triton down: every other service runs, Triton's ports are closed."""
-    settings = make_settings(tmp_path_factory.mktemp("tritonless"))
+    settings = isolated(tmp_path_factory.mktemp("tritonless"))
     with running(settings, exclude={"triton", "dashboard"}):
         wait_for(scraped_after(settings, "triton", time.time()), 30, "a failed scrape of Triton")
         wait_for(

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from loadgen.api import RunParams, run
-from stack.settings import Settings
+from stacksettings import Settings
 
 pytestmark = pytest.mark.integration
 

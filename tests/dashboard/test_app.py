@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import gpu
-from stack.settings import Settings
+from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from loadgen import store
-from stack.settings import Settings
+from stacksettings import Settings
 from tests.dashboard.conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]

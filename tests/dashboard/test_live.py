@@ -13,12 +13,12 @@ import time
 
 import pytest
 import requests
+from exporter.tritonapi import model_stats
 
 from dashboard import live
 from dashboard import queries as q
-from dashboard.promapi import PromClient, Range
-from exporter.tritonapi import model_stats
-from stack.settings import Settings
+from promapi import PromClient, Range
+from stacksettings import Settings
 from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
 
 pytestmark = pytest.mark.integration

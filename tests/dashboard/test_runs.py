@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import runs
-from stack.settings import Settings
+from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
 
 MakeApp = Callable[..., AppTest]

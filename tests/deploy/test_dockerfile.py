@@ -16,7 +16,7 @@ import dockerfile
 import pytest
 from packaging.requirements import Requirement
 
-from stack.settings import ROOT
+from stacksettings import ROOT
 
 COMMANDS = dockerfile.parse_file(str(ROOT / "Dockerfile"))
 

@@ -16,7 +16,7 @@ import yaml
 from exporter import cli as exporter_cli
 from stack import deployfiles, prometheus, rulegen, rulesettings
 from stack import exporter as exporter_row
-from stack.settings import ROOT, Settings
+from stacksettings import ROOT, Settings
 from tests.deploy.tools import promtool, run_tool
 
 K8S = ROOT / "deploy" / "k8s"

@@ -31,9 +31,9 @@ import tritonclient.http as httpclient
 
 from loadgen.burst import burst, infer_body
 from stack.services import service_table
-from stack.settings import ROOT, Settings
 from stack.supervisor import Supervisor
-from tests.helpers import infer_add, make_settings
+from stacksettings import ROOT, Settings, isolated
+from tests.helpers import infer_add
 
 DATA = Path(__file__).resolve().parent / "data"
 MODELS = ("batch_add_model", "add_unbatched", "add_max_batch_0")
@@ -108,7 +108,7 @@ def load(settings: Settings, stop: threading.Event, threads: int = 8) -> list[th
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = replace(
-            make_settings(Path(tmp) / "state"),
+            isolated(Path(tmp) / "state"),
             model_repository=make_repository(Path(tmp)),
             skip=frozenset({"prometheus", "exporter"}),
         )

@@ -12,9 +12,8 @@ import requests
 
 from exporter.cli import Options, build_parser, main, options_from
 from exporter.targets import Target
-from stack.settings import ROOT
+from stacksettings import ROOT, free_ports
 from tests.exporter.replay import captured_replies, replay_server
-from tests.helpers import free_ports
 
 
 def options(argv: list[str], env: dict[str, str] | None = None) -> Options:

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter.collector import BatchingCollector
 from exporter.targets import Target
+from stacksettings import free_ports
 from tests.exporter.replay import DATA, Reply, captured_replies, replay_server
-from tests.helpers import free_ports
 
 LOGGER = "exporter.collector"
 

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 from exporter.collector import BatchingCollector
 from exporter.scrape import Snapshot, parse_snapshot
 from exporter.targets import Target
-from exporter.tritonmetrics import GpuStats, parse_metrics
 from tests.exporter.replay import DATA, snapshot
+from tritonapi.metrics import GpuStats, parse_metrics
 
 URL = "http://triton:8000"
 TARGET = Target(URL, "http://triton:8002/metrics")

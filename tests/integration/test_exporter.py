@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collector import BatchingCollector
 from exporter.targets import Target
 from loadgen.burst import burst, infer_body
-from stack.settings import Settings
-from tests.helpers import free_ports, infer_add
+from stacksettings import Settings, free_ports
+from tests.helpers import infer_add
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from stack.settings import Settings
+from stacksettings import Settings
 from tests.helpers import infer_add
 
 pytestmark = pytest.mark.integration

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from exporter.tritonapi import model_stats
+
 from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
-from stack.settings import ROOT, Settings
+from stacksettings import ROOT, Settings
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,8 @@ import pytest
 from loadgen.api import RunParams, run
 from loadgen.checks import WRONG_SUM
 from loadgen.errors import LoadgenError
-from stack.settings import ROOT, Settings
 from stack.supervisor import running
-from tests.helpers import make_settings
+from stacksettings import ROOT, Settings, isolated
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent
@@ -33,7 +32,7 @@ def wrong_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
     shutil.copytree(ROOT / "model_repository" / "batch_add_model", repo / "batch_add_model")
     for model in (HERE / "model_repository").iterdir():
         shutil.copytree(model, repo / model.name)
-    settings = replace(make_settings(base / "state"), model_repository=repo)
+    settings = replace(isolated(base / "state"), model_repository=repo)
     with running(settings, only={"triton"}):
         yield settings
 

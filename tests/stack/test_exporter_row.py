@@ -7,16 +7,16 @@ from pathlib import Path
 
 from stack import prometheus
 from stack.services import service_table
-from tests.helpers import make_settings
+from stacksettings import isolated
 
 
 def test_exporter_starts_after_triton_and_before_prometheus(tmp_path: Path) -> None:
-    names = [s.name for s in service_table(make_settings(tmp_path))]
+    names = [s.name for s in service_table(isolated(tmp_path))]
     assert names.index("triton") < names.index("exporter") < names.index("prometheus")
 
 
 def test_exporter_reads_the_stacks_triton(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    settings = isolated(tmp_path)
     row = next(s for s in service_table(settings) if s.name == "exporter")
     assert row.argv[:3] == [sys.executable, "-m", "exporter"]
     assert f"--triton-url={settings.url('triton_http')}" in row.argv
@@ -29,6 +29,6 @@ def test_exporter_reads_the_stacks_triton(tmp_path: Path) -> None:
 
 
 def test_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    settings = isolated(tmp_path)
     targets = prometheus.local_targets(settings)
     assert targets["exporter"] == [f"{settings.host}:{settings.port('exporter')}"]

@@ -13,8 +13,7 @@ import yaml
 
 from stack import alertmanager, cli, prometheus, rulegen, rulesettings
 from stack.rulesettings import THRESHOLDS, RuleSettingsError
-from stack.settings import ROOT, RULES_SETTINGS
-from tests.helpers import make_settings
+from stacksettings import ROOT, RULES_SETTINGS, isolated
 
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*_test.yml"))
 
@@ -56,7 +55,7 @@ def test_amtool_accepts_the_alertmanager_config() -> None:
 
 
 def test_promtool_accepts_the_prometheus_config_the_launcher_writes(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    settings = isolated(tmp_path)
     path = prometheus.write_config(settings)
     body = yaml.safe_load(path.read_text())
     assert body["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
@@ -70,7 +69,7 @@ def test_promtool_accepts_the_prometheus_config_the_launcher_writes(tmp_path: Pa
 
 
 def test_no_alerting_section_when_alertmanager_is_skipped(tmp_path: Path) -> None:
-    settings = replace(make_settings(tmp_path), skip=frozenset({"alertmanager"}))
+    settings = replace(isolated(tmp_path), skip=frozenset({"alertmanager"}))
     body = yaml.safe_load(prometheus.write_config(settings).read_text())
     assert "alerting" not in body and len(body["rule_files"]) == 2
 

@@ -10,7 +10,7 @@ import pytest
 from stack.errors import StackError
 from stack.services import Service
 from stack.supervisor import Supervisor, is_alive, is_healthy
-from tests.helpers import free_ports, make_settings
+from stacksettings import free_ports, isolated
 
 
 def web_server(name: str, port: int) -> Service:
@@ -20,7 +20,7 @@ def web_server(name: str, port: int) -> Service:
 
 
 def test_stop_and_start_one_service(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    settings = isolated(tmp_path)
     first, second = free_ports(2)
     services = [web_server("one", first), web_server("two", second)]
     supervisor = Supervisor(settings, services, log=lambda _: None)

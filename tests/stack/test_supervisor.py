@@ -18,9 +18,8 @@ import pytest
 
 from stack.errors import StackError
 from stack.services import Service, service_table
-from stack.settings import Settings
-from stack.supervisor import Supervisor, process_start_time
-from tests.helpers import free_ports, make_settings
+from stack.supervisor import Supervisor
+from stacksettings import Settings, free_ports, isolated, procstat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,27 +57,10 @@ def failing_service(code: int = 3) -> Service:
 
 
 def alive(pid: int) -> bool:
-    return process_start_time(pid) is not None
+    return procstat.start_time(pid) is not None
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (children, grandchildren, ...)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def wait_until(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -89,7 +71,7 @@ def wait_until(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-unt
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path / "state")
+    return isolated(tmp_path / "state")
 
 
 def test_port_in_use_is_a_clear_error_and_nothing_starts(
@@ -192,7 +174,7 @@ def wait_for_line(proc: subprocess.Popen[str], text: str) -> list[str]:
 def test_sigterm_stops_every_child_of_the_foreground_stack(settings: Settings) -> None:
     with launcher(settings) as proc:
         wait_for_line(proc, "Ctrl-C stops it.")
-        tree = descendants(proc.pid)
+        tree = procstat.descendants(proc.pid)
         triton = json.loads(settings.state_file.read_text())["services"][0]["pid"]
         # tritonserver plus a python backend stub per model instance
         assert triton in tree and len(tree) >= 3
@@ -206,7 +188,7 @@ def test_sigterm_stops_every_child_of_the_foreground_stack(settings: Settings) -
 def test_children_die_with_a_killed_foreground_launcher(settings: Settings) -> None:
     with launcher(settings) as proc:
         wait_for_line(proc, "Ctrl-C stops it.")
-        tree = descendants(proc.pid)
+        tree = procstat.descendants(proc.pid)
         proc.kill()  # no chance to clean up: the children must notice on their own
         proc.wait(timeout=10)
         assert wait_until(lambda: not any(alive(p) for p in tree), 30)

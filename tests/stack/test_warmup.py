@@ -8,7 +8,7 @@ import pytest
 
 from stack import warmup
 from stack.cli import build_parser
-from stack.settings import Settings
+from stacksettings import Settings
 from tests.dashboard.conftest import prom_has, wait_for
 
 

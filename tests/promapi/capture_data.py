@@ -1,11 +1,11 @@
-"""Capture real Prometheus API answers for the dashboard's parsing tests.
+"""Capture real Prometheus API answers for the Prometheus client's parsing tests.
 
 Starts this project's stack with the launcher's code on free ports, sends a few
 requests to Triton, waits for Prometheus to scrape them, loads a rules file with
 one firing and one pending alert, and saves the raw HTTP bodies under
-tests/dashboard/data/. Run it again after changing what is captured:
+tests/promapi/data/. Run it again after changing what is captured:
 
-    .venv/bin/python -m tests.dashboard.capture_data
+    .venv/bin/python -m tests.promapi.capture_data
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import requests
 import yaml
 
 from loadgen.burst import burst, infer_body
-from stack.settings import Settings
 from stack.supervisor import running
-from tests.helpers import make_settings
+from stacksettings import Settings, isolated
 
 DATA = Path(__file__).parent / "data"
 
@@ -60,7 +59,7 @@ def save(name: str, response: requests.Response) -> None:
 def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = make_settings(Path(tmp))
+        settings = isolated(Path(tmp))
         with running(settings, log=print):
             capture(settings)
 
@@ -85,7 +84,7 @@ def capture(settings: Settings) -> None:
     requests.post(f"{prom}/-/reload", timeout=10).raise_for_status()
     time.sleep(3 * settings.scrape_interval_s)
 
-    def get(path: str, **params: object) -> requests.Response:
+    def get(path: str, **params: str) -> requests.Response:
         return requests.get(f"{prom}{path}", params=params, timeout=10)
 
     end = time.time()

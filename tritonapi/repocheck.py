@@ -1,20 +1,21 @@
 """Validate every model of a Triton model repository before the server sees it.
 
 Parsing uses the real ModelConfig protobuf that Triton itself uses
-(``tritonclient.grpc.model_config_pb2``), so a syntax error is reported with
-the line and column Triton would complain about. On top of the syntax, the
-batching rules a config can break without Triton refusing it are checked.
+(:mod:`tritonapi.modelconfig`), so a syntax error is reported with the line and
+column Triton would complain about. On top of the syntax, the batching rules a
+config can break without Triton refusing it are checked. ``python -m stack
+check-config``, the launcher's ``up`` and the dashboard's config view run these.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
+from tritonapi.modelconfig import ModelConfig, ParseError, from_proto, parse_pbtxt, to_dict
 
 ERROR = "error"
 WARNING = "warning"
@@ -42,13 +43,10 @@ class Finding:
 class ModelCheck:
     name: str
     folder: Path
-    config: model_config_pb2.ModelConfig | None
+    config: ModelConfig | None
     findings: list[Finding]
-
-
-def parse_config(text: str) -> model_config_pb2.ModelConfig:
-    """Parse config.pbtxt text; raises text_format.ParseError."""
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
+    # The file as protobuf JSON (field names as written), for display; empty if it does not parse.
+    parsed: dict[str, Any] = field(default_factory=dict)
 
 
 def check_model(folder: Path) -> ModelCheck:
@@ -66,10 +64,11 @@ def check_model(folder: Path) -> ModelCheck:
         )
         return ModelCheck(name, folder, None, found)
     try:
-        config = parse_config(path.read_text())
-    except text_format.ParseError as exc:
+        message = parse_pbtxt(path.read_text())
+    except ParseError as exc:
         add(_parse_message(exc), line=exc.GetLine(), column=exc.GetColumn())
         return ModelCheck(name, folder, None, found)
+    config = from_proto(message)
 
     if config.name and config.name != name:
         add(
@@ -78,10 +77,10 @@ def check_model(folder: Path) -> ModelCheck:
         )
     _check_batching(config, add)
     _check_versions(folder, config, add)
-    return ModelCheck(name, folder, config, found)
+    return ModelCheck(name, folder, config, found, to_dict(message))
 
 
-def _parse_message(exc: text_format.ParseError) -> str:
+def _parse_message(exc: ParseError) -> str:
     # "3:50 : 'text': Value out of range: -5" -> the part after the position.
     message = re.sub(r"^\d+:\d+ : ", "", str(exc))
     if "Value out of range: -" in message:
@@ -92,13 +91,13 @@ def _parse_message(exc: text_format.ParseError) -> str:
     return f"syntax error: {message}"
 
 
-def _check_batching(config: model_config_pb2.ModelConfig, add: Add) -> None:
+def _check_batching(config: ModelConfig, add: Add) -> None:
     mbs = config.max_batch_size
     if mbs < 0:
         add(f"max_batch_size is {mbs}: use 0 (no batching) or a positive size")
-    if not config.HasField("dynamic_batching"):
+    dyn = config.dynamic
+    if dyn is None:
         return
-    dyn = config.dynamic_batching
     if mbs == 0:
         add(
             "dynamic_batching is set but max_batch_size is 0: the batcher can never form a "
@@ -120,7 +119,7 @@ def _check_batching(config: model_config_pb2.ModelConfig, add: Add) -> None:
         add("max_batch_size is 1: dynamic batching cannot merge requests", WARNING)
 
 
-def _check_versions(folder: Path, config: model_config_pb2.ModelConfig, add: Add) -> None:
+def _check_versions(folder: Path, config: ModelConfig, add: Add) -> None:
     versions = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
     if not versions:
         add(f"no version folder (e.g. {folder.name}/1/): Triton has nothing to load")

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dashboard.promapi import (
+from promapi import (
     PromClient,
     PrometheusQueryError,
     PrometheusResponseError,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stack import checkconfig
 from stack.cli import main
+from tritonapi import repocheck
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = (ROOT / "model_repository" / "batch_add_model" / "config.pbtxt").read_text()
@@ -23,19 +23,19 @@ def make_repo(tmp_path: Path, config: str, model_file: bool = True) -> Path:
     return tmp_path / "repo"
 
 
-def findings(repo: Path) -> list[checkconfig.Finding]:
-    return [f for check in checkconfig.check_repository(repo) for f in check.findings]
+def findings(repo: Path) -> list[repocheck.Finding]:
+    return [f for check in repocheck.check_repository(repo) for f in check.findings]
 
 
 def test_shipped_repository_is_clean() -> None:
-    checks = checkconfig.check_repository(ROOT / "model_repository")
+    checks = repocheck.check_repository(ROOT / "model_repository")
     assert {c.name for c in checks} == {"batch_add_model", "add_unbatched"}
     assert [f for c in checks for f in c.findings] == []
     spec = next(c.config for c in checks if c.name == "batch_add_model")
     assert spec is not None
     assert spec.max_batch_size == 4
-    assert list(spec.dynamic_batching.preferred_batch_size) == [2, 4]
-    assert spec.dynamic_batching.max_queue_delay_microseconds == 500
+    assert spec.preferred_batch_sizes == (2, 4)
+    assert spec.max_queue_delay_us == 500
 
 
 def test_syntax_error_reports_line_and_column(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """Prometheus' HTTP API as pandas DataFrames: instant queries, range queries, alerts.
 
-Plain Python, no Streamlit, so it is tested on its own. Prometheus sends every
-sample value as a string ("1e+00", "NaN", "+Inf"); they become floats here, and
-timestamps become timezone-aware datetimes. What can go wrong becomes one of
-three typed errors, each with a message that says what to do:
+The project's one Prometheus query client: the dashboard, the advisor's fits and the
+launcher's warm-up all read Prometheus through it. Plain Python, no Streamlit.
+Prometheus sends every sample value as a string ("1e+00", "NaN", "+Inf"); they become
+floats here, and timestamps become timezone-aware datetimes. What can go wrong becomes one of
+three typed errors, each with a message that says what to do (the caller's ``hint``
+names its own setting, e.g. the dashboard's DASHBOARD_PROMETHEUS_URL):
 
 - ``PrometheusUnreachable``: nothing answered (wrong URL, server down, timeout);
 - ``PrometheusQueryError``: Prometheus answered ``status: error`` (bad PromQL,
@@ -34,12 +36,12 @@ class PrometheusError(RuntimeError):
     """Base of every error this module raises."""
 
 
+DEFAULT_HINT = "start the stack with ./stack/up, or give the right Prometheus URL"
+
+
 class PrometheusUnreachable(PrometheusError):
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(
-            f"Prometheus at {url} is unreachable ({reason}): start the stack with ./stack/up, "
-            "or point the dashboard at the right server with DASHBOARD_PROMETHEUS_URL"
-        )
+    def __init__(self, url: str, reason: str, hint: str = DEFAULT_HINT) -> None:
+        super().__init__(f"Prometheus at {url} is unreachable ({reason}): {hint}")
         self.url = url
 
 
@@ -116,12 +118,11 @@ def promql_duration(seconds: float) -> str:
 # ---- parsing (pure functions over the decoded JSON) ----------------------------------
 
 
-def unwrap(payload: Any, query: str = "") -> Any:
+def unwrap(payload: Any, query: str = "", hint: str = DEFAULT_HINT) -> Any:
     """The ``data`` of a success response; a typed error for anything else."""
     if not isinstance(payload, dict) or "status" not in payload:
         raise PrometheusResponseError(
-            "the server's answer is not a Prometheus API response: check that "
-            "DASHBOARD_PROMETHEUS_URL points at Prometheus itself"
+            f"the server's answer is not a Prometheus API response: {hint}"
         )
     if payload["status"] != "success":
         raise PrometheusQueryError(
@@ -221,9 +222,11 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 class PromClient:
     """Reads one Prometheus server. Thread-safe: each call makes its own request."""
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0, hint: str = DEFAULT_HINT) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        # What the user can do when Prometheus does not answer usably (names their setting).
+        self.hint = hint
         self._session = requests.Session()
         # The live view runs its queries concurrently (up to 8); keep a connection each.
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=16)
@@ -264,18 +267,18 @@ class PromClient:
             response = self._session.get(url, params=params, timeout=self.timeout_s)
         except requests.Timeout:
             raise PrometheusUnreachable(
-                self.base_url, f"no answer within {self.timeout_s:g} s"
+                self.base_url, f"no answer within {self.timeout_s:g} s", self.hint
             ) from None
         except requests.RequestException as exc:
-            raise PrometheusUnreachable(self.base_url, _reason(exc)) from None
+            raise PrometheusUnreachable(self.base_url, _reason(exc), self.hint) from None
         try:
             payload = response.json()
         except ValueError:
             raise PrometheusResponseError(
                 f"{url} answered HTTP {response.status_code} with a body that is not JSON: "
-                "check that DASHBOARD_PROMETHEUS_URL points at Prometheus"
+                f"{self.hint}"
             ) from None
-        return unwrap(payload, query)
+        return unwrap(payload, query, self.hint)
 
 
 def _reason(exc: requests.RequestException) -> str:

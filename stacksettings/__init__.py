@@ -1,15 +1,22 @@
-"""Where the stack lives and which ports it binds: one object, from flags and environment."""
+"""Where the stack lives and which ports it binds: one object, from flags and environment.
+
+The bottom of the house: every package (launcher, exporter, load generator, advisor,
+dashboard, benchmarks) reads ports and paths from here, and this module imports none of
+them. The launcher fills :class:`Settings` from its flags; a tool run by hand reads the
+same ``STACK_*`` variables through :func:`from_env`, so both agree on where things are.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stack.errors import StackError
-
 ROOT = Path(__file__).resolve().parent.parent
 RULES_SETTINGS = ROOT / "stack" / "rules" / "settings.yaml"
+STORE_NAME = "loadgen.sqlite3"
 
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
@@ -23,11 +30,10 @@ PORTS: dict[str, tuple[int, str]] = {
 }
 
 
-class SettingsError(StackError):
-    """A setting from a flag or the environment is unusable."""
+class SettingsError(ValueError):
+    """A setting from a flag or the environment is unusable (misuse: exit code 2)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, exit_code=2)
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,25 @@ class Settings:
         return f"http://{self.host}:{self.port(port_name)}"
 
     @property
+    def grpc_address(self) -> str:
+        """Triton's gRPC endpoint as host:port (gRPC has no URL scheme of its own)."""
+        return f"{self.host}:{self.port('triton_grpc')}"
+
+    @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
+
+    def log_file(self, service: str) -> Path:
+        return self.logs_dir / f"{service}.log"
 
     @property
     def state_file(self) -> Path:
         return self.state_dir / "stack.json"
+
+    @property
+    def store(self) -> Path:
+        """The load generator's SQLite results store."""
+        return self.state_dir / STORE_NAME
 
     def with_ports(self, **ports: int) -> Settings:
         return replace(self, ports={**self.ports, **ports})
@@ -98,3 +117,36 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def from_env_or_default(env: dict[str, str] | None = None) -> Settings:
+    """:func:`from_env`, or the defaults when a STACK_* variable is unusable.
+
+    For tools that only need a sensible default (a URL, a store path) and report
+    their own flags' errors: a broken variable of the launcher's is not theirs to reject.
+    """
+    try:
+        return from_env(env)
+    except SettingsError:
+        return Settings()
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on loopback (held open together so they differ)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def isolated(state_dir: Path) -> Settings:
+    """Settings on free loopback ports with their own state folder and 1 s scrapes.
+
+    For tests and benchmarks that run a private stack beside a user's. Only
+    STACK_TRITON_VENV is taken from the environment: a developer's other STACK_*
+    variables must not leak in.
+    """
+    env = {k: v for k, v in os.environ.items() if k == "STACK_TRITON_VENV"}
+    ports = dict(zip(PORTS, free_ports(len(PORTS)), strict=True))
+    return replace(from_env(env), state_dir=state_dir, ports=ports, scrape_interval_s=1.0)
