@@ -14,8 +14,10 @@ def environment(settings: Settings) -> dict[str, str]:
         "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
         "DASHBOARD_TRITON_URL": settings.url("triton_http"),
         # Where `python -m loadgen` stores runs by default (loadgen.params.default_db).
-        "DASHBOARD_STORE": str(settings.state_dir / "loadgen.sqlite3"),
+        "DASHBOARD_STORE": str(settings.store),
         "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),
+        # Named in the dashboard's messages when a service stops: the --state-dir in use.
+        "DASHBOARD_LOGS_DIR": str(settings.logs_dir),
         "DASHBOARD_SCRAPE_INTERVAL": f"{settings.scrape_interval_s:g}",
     }
 

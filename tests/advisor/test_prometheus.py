@@ -44,7 +44,8 @@ def test_service_times_and_traffic_from_prometheus(running_stack: Settings) -> N
 
 
 def test_unreachable_prometheus_is_one_line() -> None:
-    with pytest.raises(ValueError, match="cannot query Prometheus at http://127.0.0.1:9"):
+    unreachable = r"Prometheus at http://127.0.0.1:9 is unreachable \(connection refused\)"
+    with pytest.raises(ValueError, match=unreachable + ": check --prometheus"):
         batch_times_from_prometheus("http://127.0.0.1:9", "m")
 
 

@@ -184,7 +184,8 @@ def test_unreachable_server_and_remote_target(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     assert main(["serial", "--url", f"http://127.0.0.1:{port}", "--db", str(db)]) == 2
-    assert "cannot reach Triton" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not answering (connection refused); start it with" in err
     assert main(["serial", "--url", "http://192.0.2.1:8000", "--db", str(db)]) == 2
     assert "--allow-remote" in capsys.readouterr().err
     assert not db.exists()

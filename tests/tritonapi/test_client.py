@@ -45,7 +45,7 @@ def test_model_stats_of_the_newest_version(triton: TritonClient) -> None:
 def test_an_unknown_model_keeps_tritons_own_error(triton: TritonClient) -> None:
     with pytest.raises(TritonHTTPError) as caught:
         triton.model_config("no_such_model")
-    assert caught.value.status == 400
+    assert caught.value.status == 404
     assert "no_such_model" in caught.value.error
     assert "GET /v2/models/no_such_model/config" in str(caught.value)
 
@@ -59,8 +59,9 @@ def test_trace_settings_are_read_and_changed_per_model(triton: TritonClient) -> 
     finally:
         # None clears the model's own value: the global setting applies again.
         triton.update_trace_settings({"trace_rate": None}, model="add_unbatched")
-    assert triton.trace_settings("add_unbatched")["trace_rate"] == (
-        triton.trace_settings()["trace_rate"]
+    assert (
+        triton.trace_settings("add_unbatched")["trace_rate"]
+        == (triton.trace_settings()["trace_rate"])
     )
 
 

@@ -1,0 +1,92 @@
+"""The direction of imports, checked on the source of every module.
+
+The one place the layering is written down (DESIGN.md draws the same picture).
+Highest first: a package may import the packages of the layers below it, and
+none of its own layer or above. Imports inside functions count as much as those
+at the top of a module: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAYERS: list[tuple[str, ...]] = [
+    ("bench",),  # benchmarks: stand on the packages (the launcher's code included), not on tests
+    ("stack",),  # the launcher: starts and wires everything; no package imports it
+    ("dashboard",),
+    ("advisor", "doctor"),
+    ("loadgen",),
+    ("exporter",),
+    ("tritonapi", "promapi"),  # the one Triton client, the one Prometheus client
+    ("stacksettings",),  # ports, paths, /proc: imports none of the others
+]
+RANK = {package: level for level, packages in enumerate(LAYERS) for package in packages}
+
+
+def imported_packages(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, top-level package) of every absolute import in a module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def violations(root: Path) -> list[str]:
+    """Every import that points up or sideways, as 'file:line: a imports b'."""
+    found = []
+    for package in RANK:
+        for path in sorted((root / package).rglob("*.py")):
+            for line, target in imported_packages(path):
+                sideways_or_up = (
+                    target in RANK and target != package and RANK[target] <= RANK[package]
+                )
+                if sideways_or_up or target == "tests":
+                    found.append(f"{path.relative_to(root)}:{line}: {package} imports {target}")
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for package in RANK:
+        for path in (root / package).rglob("*.py"):
+            targets = {t for _, t in imported_packages(path) if t in RANK and t != package}
+            graph.setdefault(package, set()).update(targets)
+    return graph
+
+
+def test_imports_only_point_down() -> None:
+    assert violations(ROOT) == []
+
+
+def test_no_two_packages_import_each_other() -> None:
+    graph = import_graph(ROOT)
+    mutual = sorted(
+        f"{a} <-> {b}" for a, targets in graph.items() for b in targets if a in graph.get(b, ())
+    )
+    assert mutual == []
+
+
+def test_every_package_is_placed_in_a_layer() -> None:
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert packages <= set(RANK), f"add {sorted(packages - set(RANK))} to LAYERS"
+
+
+def test_the_check_catches_an_upward_and_a_lazy_import(tmp_path: Path) -> None:
+    (tmp_path / "loadgen").mkdir()
+    (tmp_path / "loadgen" / "ok.py").write_text("from tritonapi import client\nimport json\n")
+    (tmp_path / "loadgen" / "bad.py").write_text(
+        "def default():\n    from stack.settings import from_env\n    return from_env()\n"
+    )
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "common.py").write_text("from tests.helpers import infer_add\n")
+    assert violations(tmp_path) == [
+        "bench/common.py:1: bench imports tests",
+        "loadgen/bad.py:2: loadgen imports stack",
+    ]
