@@ -12,14 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
-from exporter.tritonapi import model_stats
 
 from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
 from stacksettings import ROOT, Settings
+from tritonapi.client import TritonClient
+from tritonapi.stats import ModelStats
 
 pytestmark = pytest.mark.integration
+
+
+def model_stats(url: str, model: str) -> ModelStats:
+    return TritonClient(url).model_stats(model)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -184,7 +189,7 @@ def test_unreachable_server_and_remote_target(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     assert main(["serial", "--url", f"http://127.0.0.1:{port}", "--db", str(db)]) == 2
-    assert "cannot reach Triton" in capsys.readouterr().err
+    assert "is not answering" in capsys.readouterr().err
     assert main(["serial", "--url", "http://192.0.2.1:8000", "--db", str(db)]) == 2
     assert "--allow-remote" in capsys.readouterr().err
     assert not db.exists()
