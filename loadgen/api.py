@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen import limits, scenarios, serverside, store
@@ -33,7 +33,7 @@ from loadgen.shapes import ConstantRate, LoadShape, Steps
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from tritonapi.stats import ModelStats
 
-__all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "run_many", "LoadgenError"]
+__all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "LoadgenError"]
 
 CHECKED_KINDS = ("wrong answer", "bad answer")
 Progress = Callable[[dict[str, Any]], None]
@@ -97,30 +97,6 @@ def run(
     if db is not None:
         result.run_id = store.save(db, result)
     return result
-
-
-def run_many(
-    runs: list[RunParams],
-    db: str | None = None,
-    stop: threading.Event | None = None,
-    progress: Progress | None = None,
-    handle_sigint: bool = False,
-    group_id: str | None = None,
-) -> list[RunResult]:
-    """Several runs back to back (a sweep, a comparison), all checked before the first.
-
-    They share a ``group_id`` in the store. An interrupted run ends the series.
-    """
-    prepared = [prepare(p) for p in runs]
-    group = group_id if group_id is not None else f"g{int(time.time() * 1000)}"
-    stop = stop or threading.Event()
-    results = []
-    for item in prepared:
-        result = run(item, db, stop, progress, handle_sigint, group)
-        results.append(result)
-        if result.status != "ok":
-            break
-    return results
 
 
 def _client(prepared: Prepared, recorder: Recorder) -> Client:
@@ -266,7 +242,3 @@ async def _report_progress(recorder: Recorder, p: RunParams, progress: Progress)
     while True:
         await asyncio.sleep(0.25)
         progress(_progress_snapshot(recorder, p))
-
-
-def with_model(params: RunParams, model: str) -> RunParams:
-    return replace(params, model=model)

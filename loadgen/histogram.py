@@ -53,14 +53,6 @@ class Histogram:
         if seconds < self.low:
             self.low = seconds
 
-    def merge(self, other: Histogram) -> None:
-        for b, c in other.counts.items():
-            self.counts[b] = self.counts.get(b, 0) + c
-        self.n += other.n
-        self.total += other.total
-        self.high = max(self.high, other.high)
-        self.low = min(self.low, other.low)
-
     def quantile(self, q: float) -> float | None:
         """The q-quantile (0..1) in seconds; None when empty. q=1 gives the exact max."""
         if self.n == 0:

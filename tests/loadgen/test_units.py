@@ -62,7 +62,6 @@ def test_recorder_accounts_for_every_request() -> None:
 def test_shapes_tick_like_locust() -> None:
     steps = Steps([(100.0, 2.0), (400.0, 1.0)])
     assert [steps.tick(t) for t in (0, 1.99, 2.0, 2.5, 3.0)] == [100, 100, 400, 400, None]
-    assert steps.duration_s == 3.0
     assert ConstantRate(50, 1).tick(0.5) == 50 and ConstantRate(50, 1).tick(1) is None
 
 
