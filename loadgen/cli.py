@@ -219,8 +219,7 @@ def _exit_code(results: list[api.RunResult]) -> int:
     if any(r.status == "interrupted" for r in results):
         return 130
     bad = any(
-        r.status != "ok" or r.summary["client"]["failed"] or r.summary["client"]["timed_out"]
-        for r in results
+        r.status != "ok" or r.summary.client.failed or r.summary.client.timed_out for r in results
     )
     return 1 if bad else 0
 
@@ -312,7 +311,7 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show_run(args: argparse.Namespace) -> int:
-    run = store.load_run(args.db or default_db(), args.run_id)
+    run = store.load_row(args.db or default_db(), args.run_id)
     print(json.dumps(run, indent=2))
     return 0
 

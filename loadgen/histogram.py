@@ -9,7 +9,6 @@ reported percentile is within 0.4 % of the true value (the bucket's midpoint).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 SUB_BITS = 7
 SUB = 1 << SUB_BITS
@@ -69,9 +68,6 @@ class Histogram:
                 # Never outside what was seen.
                 return min(max(value, self.low), self.high)
         return self.high
-
-    def quantiles(self, qs: Iterable[float]) -> dict[str, float | None]:
-        return {f"p{round(q * 100):d}": self.quantile(q) for q in qs}
 
     @property
     def mean(self) -> float | None:

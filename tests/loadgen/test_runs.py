@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,15 +17,17 @@ import pytest
 from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
+from loadgen.summary import ServerSummary
 from stacksettings import ROOT, Settings
-from tritonapi.client import TritonClient
-from tritonapi.stats import ModelStats
+from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
 
 
-def model_stats(url: str, model: str) -> ModelStats:
-    return TritonClient(url).model_stats(model)
+def stored_server(db: Path, run_id: int) -> ServerSummary:
+    server = store.load_run(db, run_id).summary.server
+    assert server is not None
+    return server
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
@@ -42,7 +45,7 @@ def test_spec_case_one_three_serial_requests_cost_three_executions(
     assert (out["client"]["sent"], out["client"]["ok"]) == (3, 3)
     assert out["server"]["executions"] == 3
     assert out["server"]["executions_by_batch_size"] == {"1": 3}
-    assert store.load_run(db, out["run_id"])["server"]["executions"] == 3
+    assert stored_server(db, out["run_id"]).executions == 3
 
 
 def test_spec_case_two_three_concurrent_requests_are_batched(
@@ -73,32 +76,31 @@ def test_accounting_under_load(
         duration_s=1.5,
     )
     result = run(params, db=str(db))
-    c = result.summary["client"]
-    assert c["sent"] > 100
-    assert c["sent"] == c["ok"] + c["failed"] + c["timed_out"]
-    assert c["failed"] == c["timed_out"] == 0, c["errors"]
-    assert result.summary["server"]["requests"] == c["sent"]
-    assert result.summary["server"]["average_batch_size"] > 1  # 16 in flight get batched
+    c, server = result.summary.client, result.summary.server
+    assert c.sent > 100
+    assert c.sent == c.ok + c.failed + c.timed_out
+    assert c.failed == c.timed_out == 0, c.errors
+    assert server is not None and server.requests == c.sent
+    assert (server.average_batch_size or 0) > 1  # 16 in flight get batched
     records = store.load_records(db, result.run_id or 0)
-    assert len(records) == c["sent"]
-    assert sorted(r["seq"] for r in records) == list(range(c["sent"]))
+    assert len(records) == c.sent
+    assert sorted(r["seq"] for r in records) == list(range(c.sent))
     timeline = store.load_timeline(db, result.run_id or 0)
-    assert sum(t["ok"] for t in timeline) == c["ok"]
-    assert sum(t["sent"] for t in timeline) == c["sent"]
+    assert sum(t["ok"] for t in timeline) == c.ok
+    assert sum(t["sent"] for t in timeline) == c.sent
 
 
 def test_server_side_deltas_agree_with_the_statistics_api(triton_url: str) -> None:
     before = model_stats(triton_url, "batch_add_model")
     result = run(RunParams("rate", url=triton_url, rate=400, duration_s=1.0, poisson=True))
     delta = model_stats(triton_url, "batch_add_model").minus(before)
-    server = result.summary["server"]
-    assert server["executions"] == delta.execution_count
-    assert server["inferences"] == delta.inference_count == result.summary["client"]["ok"]
-    assert server["executions_by_batch_size"] == {
-        str(k): v for k, v in delta.executions_by_size().items()
-    }
-    assert server["queue_s_total"] == delta.phase("queue").ns / 1e9
-    assert server["average_batch_size"] == delta.inference_count / delta.execution_count
+    server = result.summary.server
+    assert server is not None
+    assert server.executions == delta.execution_count
+    assert server.inferences == delta.inference_count == result.summary.client.ok
+    assert server.executions_by_batch_size == delta.executions_by_size()
+    assert server.queue_s_total == delta.phase("queue").ns / 1e9
+    assert server.average_batch_size == delta.inference_count / delta.execution_count
 
 
 def _cli_env(db: Path) -> dict[str, str]:
@@ -139,10 +141,11 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
     result = json.loads(out)
     assert result["status"] == "interrupted"
     assert result["client"]["duration_s"] < 20
-    run_row = store.load_run(db, result["run_id"])
-    assert run_row["status"] == "interrupted"
-    assert run_row["sent"] == run_row["ok"] + run_row["failed"] + run_row["timed_out"] > 0
-    assert len(store.load_records(db, result["run_id"])) == run_row["sent"]
+    stored = store.load_run(db, result["run_id"])
+    assert stored.status == "interrupted"
+    c = stored.summary.client
+    assert c.sent == c.ok + c.failed + c.timed_out > 0
+    assert len(store.load_records(db, result["run_id"])) == c.sent
 
 
 BAD_INPUTS = [
@@ -216,7 +219,36 @@ def test_compare_two_models_prints_the_ratio_table(
     assert [r["model"] for r in runs] == ["add_unbatched", "batch_add_model"]
     assert runs[0]["group_id"] == runs[1]["group_id"] != ""
     unbatched = store.load_run(db, runs[0]["id"])
-    assert unbatched["server"]["executions"] == unbatched["ok"]  # no batching: one per request
+    # No batching: one execution per request.
+    assert stored_server(db, runs[0]["id"]).executions == unbatched.summary.client.ok
+
+
+def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "steps",
+        url=triton_url,
+        stages=((300.0, 0.3), (100.0, 0.3)),
+        poisson=True,
+        seed=3,
+        shapes=(("INPUT_A", (1,)), ("INPUT_B", (1,))),
+        dtypes=(("INPUT_A", "FP32"),),
+        label="round trip",
+    )
+    result = run(params, db=str(db))
+    assert result.run_id is not None and result.summary.client.not_sent is not None
+    stored = store.load_run(db, result.run_id)
+    assert stored.params == result.params
+    assert stored.summary == result.summary
+    assert (stored.status, stored.started_at, stored.finished_at, stored.group_id) == (
+        result.status,
+        result.started_at,
+        result.finished_at,
+        result.group_id,
+    )
+    # The restart flag is kept too (a restart itself is not provoked here).
+    restarted = replace(result, summary=replace(result.summary, server_restarted=True))
+    assert store.load_run(db, store.save(db, restarted)).summary.server_restarted
 
 
 def test_csv_export(triton_url: str, tmp_path: Path) -> None:
