@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ import pandas as pd
 
 from loadgen import store
 from loadgen.api import LoadRun, RunParams, run
+from loadgen.compare import compare as compare_runs
 from loadgen.errors import LoadgenError
-from loadgen.summary import RunSummary
 
 SCENARIOS = {
     "concurrency": "closed loop: N clients, each sends its next request when answered",
@@ -156,24 +155,6 @@ def timeline(db: Path, run_id: int) -> pd.DataFrame:
     return store.timeline_frame(db, run_id)
 
 
-def describe(run: LoadRun) -> str:
-    """One line naming a run: id, label or scenario, model, when."""
-    p = run.params
-    what = p.label or _scenario_text(p)
-    when = time.strftime("%H:%M:%S", time.localtime(run.started_at))
-    return f"#{run.run_id} {what} on {p.model} at {when}"
-
-
-def _scenario_text(p: RunParams) -> str:
-    if p.scenario == "concurrency":
-        return f"concurrency {p.concurrency} for {p.duration_s:g} s"
-    if p.scenario == "rate":
-        return f"rate {p.rate:g}/s for {p.duration_s:g} s"
-    if p.scenario in ("serial", "concurrent"):
-        return f"{p.scenario} x{p.requests}"
-    return p.scenario
-
-
 def latency_table(run: LoadRun) -> pd.DataFrame:
     """Client-side latency percentiles in milliseconds."""
     latency = asdict(run.summary.client.latency_s)  # p50, p90, p95, p99, max, mean
@@ -181,32 +162,12 @@ def latency_table(run: LoadRun) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["percentile", "ms"])
 
 
-# (label, function of a run's summary) for the comparison: what a person compares runs by.
-COMPARED: list[tuple[str, Callable[[RunSummary], float | None]]] = [
-    ("requests sent", lambda s: s.client.sent),
-    ("requests ok", lambda s: s.client.ok),
-    ("requests failed or timed out", lambda s: s.client.failed + s.client.timed_out),
-    ("throughput (req/s)", lambda s: s.client.throughput_per_s),
-    ("p50 latency (ms)", lambda s: _ms(s.client.latency_s.p50)),
-    ("p99 latency (ms)", lambda s: _ms(s.client.latency_s.p99)),
-    ("model executions", lambda s: s.server.executions if s.server else None),
-    ("inferences", lambda s: s.server.inferences if s.server else None),
-    ("average batch size", lambda s: s.server.average_batch_size if s.server else None),
-    ("queue per request (ms)", lambda s: _ms(s.server.queue_s_per_request) if s.server else None),
-    (
-        "compute per request (ms)",
-        lambda s: _ms(s.server.compute_s_per_request) if s.server else None,
-    ),
-]
-
-
 def compare(a: LoadRun, b: LoadRun) -> pd.DataFrame:
-    """Side by side: one row per measure, the two values and the ratio B / A."""
-    rows = []
-    for label, get in COMPARED:
-        va, vb = get(a.summary), get(b.summary)
-        ratio = vb / va if va not in (None, 0) and vb is not None else None
-        rows.append({"measure": label, "A": va, "B": vb, "B / A": ratio})
+    """``loadgen.compare`` as a frame: one row per measure, A, B and the ratio B / A."""
+    rows = [
+        {"measure": r.measure, "A": r.a, "B": r.b, "B / A": r.b_over_a}
+        for r in compare_runs(a.summary, b.summary)
+    ]
     # None -> NaN: a missing value stays missing (shown as a dash), never a zero.
     return pd.DataFrame(rows).astype({"A": float, "B": float, "B / A": float})
 

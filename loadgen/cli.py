@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser(
         "compare",
         help="two scenarios or two models back to back, with a ratio table",
-        description="Run A then B and print B beside A. Either two quoted scenario command "
-        "lines, or one scenario and --models A,B.",
-        epilog="examples:  compare --models batch_add_model,add_unbatched 'concurrency -c 8 -d 3'"
+        description="Run A then B and print B beside A, with B / A for each measure (above 1: "
+        "B has more of it). Either two quoted scenario command lines, or one scenario and "
+        "--models A,B.",
+        epilog="examples:  compare --models add_unbatched,batch_add_model 'concurrency -c 8 -d 3'"
         "   |   compare 'serial -n 3' 'concurrent -n 3'",
     )
     cmp.add_argument("scenarios", nargs="+", metavar="'SCENARIO ARGS'")
@@ -283,7 +284,7 @@ def run_compare(args: argparse.Namespace) -> int:
             out = {
                 "a": report.result_json(results[0]),
                 "b": report.result_json(results[1]),
-                "ratios": report.compare_rows(results[0], results[1]),
+                "ratios": report.compare_json(results[0], results[1]),
             }
             print(json.dumps(out, indent=2))
         else:

@@ -1,13 +1,14 @@
 """What the user reads: a progress line while a run goes, a table after it, and the ratio
-table of a comparison. Plain text: it goes to logs and CI output as well as terminals."""
+table of a comparison (``loadgen.compare``, the one the dashboard shows too). Plain text: it
+goes to logs and CI output as well as terminals."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import IO, Any
 
-from loadgen.summary import LoadRun, RunSummary
+from loadgen.compare import compare
+from loadgen.summary import LoadRun
 
 
 def _ms(seconds: float | None) -> str:
@@ -44,11 +45,9 @@ class ProgressBar:
 def run_table(run: LoadRun) -> str:
     c = run.summary.client
     s = run.summary.server
-    p = run.params
     lat = c.latency_s
     lines = [
-        f"run {run.run_id if run.run_id is not None else '(not stored)'}: "
-        f"{p.describe()} -> {p.model} over {p.protocol}   status: {run.status}",
+        f"{run.describe()} over {run.params.protocol}   status: {run.status}",
         "",
         "client side",
         f"  requests      sent {c.sent:,} = ok {c.ok:,} + failed {c.failed:,} "
@@ -81,46 +80,27 @@ def run_table(run: LoadRun) -> str:
     return "\n".join(lines)
 
 
-COMPARE_ROWS: list[tuple[str, Callable[[RunSummary], float | None]]] = [
-    ("requests ok", lambda s: s.client.ok),
-    ("server calls", lambda s: s.server.executions if s.server else None),
-    ("average batch", lambda s: s.server.average_batch_size if s.server else None),
-    ("total time (s)", lambda s: s.client.duration_s),
-    ("throughput (/s)", lambda s: s.client.throughput_per_s),
-    ("p50 (ms)", lambda s: _scale(s.client.latency_s.p50)),
-    ("p99 (ms)", lambda s: _scale(s.client.latency_s.p99)),
-    (
-        "queue per request (ms)",
-        lambda s: _scale(s.server.queue_s_per_request) if s.server else None,
-    ),
-]
-
-
-def _scale(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
-
-
-def compare_rows(a: LoadRun, b: LoadRun) -> list[dict[str, Any]]:
-    rows = []
-    for name, get in COMPARE_ROWS:
-        va, vb = get(a.summary), get(b.summary)
-        ratio = va / vb if va is not None and vb else None
-        rows.append({"metric": name, "a": va, "b": vb, "a_over_b": ratio})
-    return rows
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if isinstance(value, int) else f"{value:,.3f}"
 
 
 def compare_table(a: LoadRun, b: LoadRun) -> str:
-    name_a = f"A: {a.params.model} {a.params.describe()}"
-    name_b = f"B: {b.params.model} {b.params.describe()}"
-    lines = [name_a, name_b, "", f"{'':<24}{'A':>14}{'B':>14}{'A / B':>10}"]
-    for row in compare_rows(a, b):
-        cells = [
-            "-" if v is None else (f"{v:,.0f}" if isinstance(v, int) else f"{v:,.3f}")
-            for v in (row["a"], row["b"])
-        ]
-        ratio = "-" if row["a_over_b"] is None else f"{row['a_over_b']:.2f}x"
-        lines.append(f"{row['metric']:<24}{cells[0]:>14}{cells[1]:>14}{ratio:>10}")
+    """``loadgen.compare`` as text: A, B and B / A per measure."""
+    lines = [f"A: {a.describe()}", f"B: {b.describe()}", ""]
+    lines.append(f"{'':<30}{'A':>14}{'B':>14}{'B / A':>10}")
+    for row in compare(a.summary, b.summary):
+        ratio = "-" if row.b_over_a is None else f"{row.b_over_a:.2f}x"
+        lines.append(f"{row.measure:<30}{_cell(row.a):>14}{_cell(row.b):>14}{ratio:>10}")
     return "\n".join(lines)
+
+
+def compare_json(a: LoadRun, b: LoadRun) -> list[dict[str, Any]]:
+    return [
+        {"measure": r.measure, "a": r.a, "b": r.b, "b_over_a": r.b_over_a}
+        for r in compare(a.summary, b.summary)
+    ]
 
 
 def result_json(run: LoadRun) -> dict[str, Any]:

@@ -12,6 +12,7 @@ failed), so a store written before these types existed reads as the same values.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -166,3 +167,10 @@ class LoadRun:
     summary: RunSummary
     run_id: int | None = None  # None: not stored
     group_id: str = ""  # shared by the runs of one sweep or comparison
+
+    def describe(self) -> str:
+        """One line naming the run: id, label (or what it did), model, start time."""
+        p = self.params
+        name = "(not stored)" if self.run_id is None else f"#{self.run_id}"
+        when = time.strftime("%H:%M:%S", time.localtime(self.started_at))
+        return f"{name} {p.label or p.describe()} on {p.model} at {when}"

@@ -48,7 +48,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         return
     ids = [int(i) for i in listed["id"]]
     names = {
-        int(r["id"]): runs.describe(runs.load(cfg.store, int(r["id"])))
+        int(r["id"]): runs.load(cfg.store, int(r["id"])).describe()
         for _, r in listed.head(50).iterrows()
     }
     ids = [i for i in ids if i in names]

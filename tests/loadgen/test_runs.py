@@ -198,6 +198,11 @@ def test_unreachable_server_and_remote_target(
     assert not db.exists()
 
 
+def ratio_in_table(table: str, measure: str) -> float:
+    (line,) = [line for line in table.splitlines() if line.startswith(measure)]
+    return float(line.split()[-1].rstrip("x"))
+
+
 def test_compare_two_models_prints_the_ratio_table(
     triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -206,7 +211,7 @@ def test_compare_two_models_prints_the_ratio_table(
         [
             "compare",
             "--models",
-            "batch_add_model,add_unbatched",
+            "add_unbatched,batch_add_model",
             f"concurrency -c 8 -d 1 --url {triton_url}",
             "--db",
             str(db),
@@ -214,13 +219,39 @@ def test_compare_two_models_prints_the_ratio_table(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "server calls" in out and "throughput (/s)" in out and "A / B" in out
+    assert "model executions" in out and "throughput (req/s)" in out and "B / A" in out
     runs = store.list_runs(db)
-    assert [r["model"] for r in runs] == ["add_unbatched", "batch_add_model"]
+    assert [r["model"] for r in runs] == ["batch_add_model", "add_unbatched"]
     assert runs[0]["group_id"] == runs[1]["group_id"] != ""
-    unbatched = store.load_run(db, runs[0]["id"])
+    unbatched = store.load_run(db, runs[1]["id"])
     # No batching: one execution per request.
-    assert stored_server(db, runs[0]["id"]).executions == unbatched.summary.client.ok
+    assert stored_server(db, runs[1]["id"]).executions == unbatched.summary.client.ok
+    # B batches, A cannot (its average batch is exactly 1): B / A reads above 1.
+    assert ratio_in_table(out, "average batch size") > 1
+
+
+def test_b_faster_than_a_reads_as_a_gain(
+    triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Serial requests (A) against eight clients (B): B's throughput is many times A's, and
+    the table says so as B / A above 1, in the text and in --json alike."""
+    db = tmp_path / "runs.sqlite3"
+    argv = [
+        "compare",
+        f"serial -n 20 --gap-ms 20 --url {triton_url}",
+        f"concurrency -c 8 -d 1 --url {triton_url}",
+        "--db",
+        str(db),
+    ]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[3].split() == ["A", "B", "B", "/", "A"]
+    gain = ratio_in_table(table, "throughput (req/s)")
+    assert gain > 2
+    assert main([*argv, "--json"]) == 0
+    ratios = {r["measure"]: r for r in json.loads(capsys.readouterr().out)["ratios"]}
+    row = ratios["throughput (req/s)"]
+    assert row["b"] > row["a"] and row["b_over_a"] == row["b"] / row["a"] > 2
 
 
 def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path: Path) -> None:
@@ -246,6 +277,7 @@ def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path
         result.finished_at,
         result.group_id,
     )
+    assert stored.describe() == result.describe()
     # The restart flag is kept too (a restart itself is not provoked here).
     restarted = replace(result, summary=replace(result.summary, server_restarted=True))
     assert store.load_run(db, store.save(db, restarted)).summary.server_restarted

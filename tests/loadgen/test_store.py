@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import store
+from loadgen import report, store
 from loadgen.params import RunParams
 from loadgen.summary import Latency
 
@@ -56,3 +56,14 @@ def test_the_types_write_the_shape_the_store_has_always_had(run_id: int) -> None
     assert run.params.to_json() == row["params"]
     assert run.summary.client.to_json() == row["summary"]
     assert run.summary.server_json() == row["server"]
+
+
+def test_b_faster_than_a_gives_a_throughput_ratio_above_one() -> None:
+    a, b = store.load_run(DB, 1), store.load_run(DB, 2)  # 397/s, then 5,773/s
+    table = report.compare_table(a, b)
+    header = table.splitlines()[3]
+    assert header.split() == ["A", "B", "B", "/", "A"]
+    (row,) = [line for line in table.splitlines() if line.startswith("throughput (req/s)")]
+    assert row.split()[-3:] == ["396.960", "5,772.650", "14.54x"]
+    (row,) = [line for line in table.splitlines() if line.startswith("average batch size")]
+    assert row.split()[-1] == "2.51x"  # 3.125 / 1.245
