@@ -56,19 +56,7 @@ class ClientSummary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientSummary:
-        latency = data.get("latency_s") or {}
-        return cls(
-            sent=int(data["sent"]),
-            ok=int(data["ok"]),
-            failed=int(data["failed"]),
-            timed_out=int(data["timed_out"]),
-            duration_s=float(data["duration_s"]),
-            throughput_per_s=data.get("throughput_per_s"),
-            latency_s=Latency(**{k: latency.get(k) for k in Latency.__dataclass_fields__}),
-            errors={str(k): int(v) for k, v in (data.get("errors") or {}).items()},
-            not_sent=data.get("not_sent"),
-            error=str(data.get("error", "")),
-        )
+        return cls(**{**data, "latency_s": Latency(**data["latency_s"])})
 
 
 @dataclass(frozen=True)
@@ -96,34 +84,18 @@ class ServerSummary:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("executions_by_batch_size", "compute_infer_s_per_execution_by_batch_size"):
+        for key in BY_SIZE:
             data[key] = {str(size): value for size, value in data[key].items()}
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerSummary:
-        by_size = data["compute_infer_s_per_execution_by_batch_size"]
-        return cls(
-            model=str(data["model"]),
-            version=str(data["version"]),
-            requests=int(data["requests"]),
-            requests_success=int(data["requests_success"]),
-            requests_failure=int(data["requests_failure"]),
-            inferences=int(data["inferences"]),
-            executions=int(data["executions"]),
-            average_batch_size=data["average_batch_size"],
-            executions_by_batch_size={
-                int(k): int(v) for k, v in data["executions_by_batch_size"].items()
-            },
-            queue_s_total=float(data["queue_s_total"]),
-            compute_s_total=float(data["compute_s_total"]),
-            compute_s_by_phase={str(k): float(v) for k, v in data["compute_s_by_phase"].items()},
-            queue_s_per_request=data["queue_s_per_request"],
-            compute_s_per_request=data["compute_s_per_request"],
-            request_s_per_request=data["request_s_per_request"],
-            compute_infer_s_per_execution=data["compute_infer_s_per_execution"],
-            compute_infer_s_per_execution_by_batch_size={int(k): v for k, v in by_size.items()},
-        )
+        by_size = {key: {int(size): value for size, value in data[key].items()} for key in BY_SIZE}
+        return cls(**{**data, **by_size})
+
+
+# Keyed by batch size: JSON object keys are text, so the size is written as text.
+BY_SIZE = ("executions_by_batch_size", "compute_infer_s_per_execution_by_batch_size")
 
 
 @dataclass(frozen=True)
