@@ -116,10 +116,11 @@ def test_latency_findings() -> None:
     bounded = {
         **SPEC,
         "dynamic_batching": {
-            **SPEC["dynamic_batching"],
+            "preferred_batch_size": [2, 4],
+            "max_queue_delay_microseconds": "500",
             "default_queue_policy": {"max_queue_size": "8"},
         },
-    }  # type: ignore[dict-item]
+    }
     # Too few answered requests for the traffic checks, but the queue was seen full.
     full = window(requests_ok=10, inferences=10, executions=5, pending_max=8, queue_s=0.01)
     assert codes(bounded, full) == ["queue-full"]
