@@ -59,9 +59,8 @@ def test_trace_settings_are_read_and_changed_per_model(triton: TritonClient) -> 
     finally:
         # None clears the model's own value: the global setting applies again.
         triton.update_trace_settings({"trace_rate": None}, model="add_unbatched")
-    assert (
-        triton.trace_settings("add_unbatched")["trace_rate"]
-        == (triton.trace_settings()["trace_rate"])
+    assert triton.trace_settings("add_unbatched")["trace_rate"] == (
+        triton.trace_settings()["trace_rate"]
     )
 
 
