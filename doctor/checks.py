@@ -66,6 +66,8 @@ def ms(seconds: float) -> str:
 
 
 def pct(ratio: float) -> str:
+    if 0 < ratio < 0.005:
+        return "<1 %"
     return f"{ratio * 100:.0f} %"
 
 
@@ -201,9 +203,15 @@ def check_overlap(config: ModelConfig, window: Window) -> list[Finding]:
                 "delay-too-short",
                 "the queue delay is too short to gather a second request",
                 tuple(numbers),
-                f"During one {config.dynamic.max_queue_delay_us} µs delay about "
-                f"{arrivals:.2f} other requests arrive, so the batcher sends almost every "
-                f"request alone. A delay of {proposed:,} µs would gather about "
+                (
+                    "With a delay of 0 the batcher never waits for a second request: it "
+                    "merges only requests that queued while the instance was busy."
+                    if delay_s == 0
+                    else f"During one {config.dynamic.max_queue_delay_us} µs delay about "
+                    f"{arrivals:.2f} other requests arrive, so the batcher sends almost every "
+                    "request alone."
+                )
+                + f" A delay of {proposed:,} µs would gather about "
                 f"{gathered:.1f} requests per batch"
                 + (
                     f" (a batch of {target} would need {wanted_us:,.0f} µs: more latency than "
@@ -299,10 +307,11 @@ def _queue_full_finding(config: ModelConfig, window: Window) -> Finding:
         "the queue is full: Triton rejects new requests",
         numbers,
         f"Once {limit} requests wait, Triton answers every new one at once with HTTP 503 "
-        "'Exceeds maximum queue size' (and counts it nowhere: the clients see the "
-        "errors). The instances do not keep up with the arrivals: add instances (or "
-        "GPUs), or let more requests wait if the latency allows; priority levels keep "
-        "latency-sensitive requests ahead of the rest.",
+        "'Exceeds maximum queue size' (Triton 2.51 counts these nowhere, neither in the "
+        "statistics nor in /metrics: only the clients see them). The instances do not "
+        "keep up with the arrivals: add instances (or GPUs), or let more requests wait if "
+        "the latency allows; priority levels keep latency-sensitive requests ahead of the "
+        "rest.",
         (
             _instances_line(config),
             f"dynamic_batching {{ default_queue_policy {{ max_queue_size: {limit * 4} }} }}",
