@@ -138,9 +138,14 @@ def windows(
         seconds = args.window or PROMETHEUS_S
         if not 0 < seconds <= MAX_PROMETHEUS_S:
             raise UsageError(f"--window {seconds:g}: between 1 and {MAX_PROMETHEUS_S:g} seconds")
-        target = client.url if not args.prometheus else None
         try:
-            found = {m: prometheus_window(prom, m, seconds, target) for m in models}
+            # The exporter labels series with the Triton URL it reads (target), which may
+            # be another name for --url (a service name in compose): then the model's
+            # series of every target are summed, and the output says so.
+            found = {m: prometheus_window(prom, m, seconds, client.url) for m in models}
+            if args.prometheus and not any(found.values()):
+                found = {m: prometheus_window(prom, m, seconds) for m in models}
+                notes.append(f"no series with target={client.url}: every target's are summed")
         except PrometheusError as exc:
             raise UsageError(str(exc)) from None
         got = {m: w for m, w in found.items() if w is not None}

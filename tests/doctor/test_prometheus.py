@@ -38,3 +38,16 @@ def test_the_stacks_prometheus_is_the_default(
     [model] = json.loads(capsys.readouterr().out)
     window = next(f for f in model["facts"] if f.startswith("window: "))
     assert f"Prometheus at {loaded_stack.url('prometheus')}" in window and "last 300s" in window
+
+
+def test_another_name_for_the_server_sums_every_target(
+    loaded_stack: Settings,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s = loaded_stack
+    other_name = s.url("triton_http").replace("127.0.0.1", "localhost")
+    argv = ["doctor", "--url", other_name, "--prometheus", s.url("prometheus"), "--json"]
+    assert stack_main([*argv, "--model", "add_unbatched", "--window", "600"]) == 1
+    [model] = json.loads(capsys.readouterr().out)
+    assert model["notes"] == [f"no series with target={other_name}: every target's are summed"]
+    assert [f["code"] for f in model["findings"]] == ["batching-off"]
