@@ -30,6 +30,9 @@ class Window:
     pending_max: float | None = None  # None: not read
     gpu_utilization: float | None = None  # mean over the window, 0..1; None: no GPU reported
     gpus: int | None = None  # None: not read
+    # The part of the window with traffic; None: all of it. A load run of 10 s in a
+    # 5-minute window must not look like a thirtieth of its rate to the overlap check.
+    active_seconds: float | None = None
 
     @property
     def requests(self) -> float:
@@ -37,8 +40,9 @@ class Window:
 
     @property
     def arrival_rate(self) -> float:
-        """Requests per second that reached the model (answered or rejected)."""
-        return self.requests / self.seconds if self.seconds > 0 else 0.0
+        """Requests per second that reached the model (answered or rejected) while busy."""
+        seconds = self.active_seconds if self.active_seconds else self.seconds
+        return self.requests / seconds if seconds > 0 else 0.0
 
     @property
     def average_batch(self) -> float | None:
@@ -65,11 +69,15 @@ class Window:
 
     @property
     def batched_share(self) -> float | None:
-        """Share of inferences that ran in a batch of two or more."""
-        if self.inferences <= 0:
+        """Share of inferences that ran in a batch of two or more.
+
+        From the distribution alone: in Prometheus each counter's increase() is
+        extrapolated on its own, so mixing it with the inference counter would not add up.
+        """
+        total = sum(size * n for size, n in self.executions_by_size.items())
+        if total <= 0:
             return None
-        alone = self.executions_by_size.get(1, 0.0)
-        return max(0.0, (self.inferences - alone) / self.inferences)
+        return sum(size * n for size, n in self.executions_by_size.items() if size > 1) / total
 
     def hit_ratio(self, preferred: tuple[int, ...]) -> float | None:
         """Executions at a preferred size / all executions; None without either."""

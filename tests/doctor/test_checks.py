@@ -22,7 +22,7 @@ def window(**overrides: object) -> Window:
         "source": "test",
         "requests_ok": 1000,
         "requests_failed": 0,
-        "inferences": 1000,
+        "inferences": 1060,  # = the distribution below: 20 x 1 + 40 x 2 + 240 x 4
         "executions": 300,
         "queue_s": 1.0,  # 1 ms per request
         "compute_s": 0.5,
@@ -41,9 +41,11 @@ def codes(config: dict[str, object], w: Window | None) -> list[str]:
 def test_window_numbers() -> None:
     w = window()
     assert w.arrival_rate == 100.0
-    assert w.average_batch == pytest.approx(1000 / 300)
+    assert w.average_batch == pytest.approx(1060 / 300)
     assert w.hit_ratio((2, 4)) == pytest.approx(280 / 300)
-    assert w.batched_share == pytest.approx(980 / 1000)
+    assert w.batched_share == pytest.approx(1040 / 1060)
+    # Traffic during 2 s of the 10 s window: the rate while busy.
+    assert Window(10.0, "t", 100, 0, 100, 100, 0.0, 0.0, active_seconds=2.0).arrival_rate == 50
     # Little's law: 100/s x (1 ms + 0.5 ms) inside Triton.
     assert w.in_server == pytest.approx(0.15)
     assert Window(1.0, "t", 0, 0, 0, 0, 0.0, 0.0).average_batch is None
