@@ -70,8 +70,10 @@ def trace_state(client: TritonClient, model: str) -> str:
 class StatisticsSampler:
     """Reads the statistics of ``models`` at ``start()`` and ``finish()``; ``poll()`` between.
 
-    ``metrics_url`` (Triton's ``/metrics``) adds pending requests and GPU utilisation;
-    when it does not answer those stay unknown and ``notes`` says why.
+    Each poll reads the statistics too, so that the arrival rate is that of the time the
+    model was busy (to one poll interval), not of the whole window. ``metrics_url``
+    (Triton's ``/metrics``) adds pending requests and GPU utilisation; when it does not
+    answer those stay unknown and ``notes`` says why.
     """
 
     def __init__(
@@ -92,6 +94,9 @@ class StatisticsSampler:
         self._gpu_samples: list[float] = []
         self._gpus: int | None = None
         self._metrics_ok = metrics_url is not None
+        self._last: dict[str, tuple[float, int]] = {}  # model -> (when, requests so far)
+        self._busy: dict[str, float] = {}
+        self._reads = 0
 
     def _stats(self) -> dict[str, ModelStats]:
         all_stats = parse_statistics(self.client.statistics_json())
@@ -106,9 +111,29 @@ class StatisticsSampler:
     def start(self) -> None:
         self._before = self._stats()
         self._t0 = self.clock()
-        self.poll()
+        self._track(self._before)
+        self._poll_metrics()
 
     def poll(self) -> None:
+        """Between start and finish: which models are busy, pending requests, GPUs."""
+        try:
+            self._track(self._stats())
+        except (TritonError, ValueError):
+            pass  # finish() reads the statistics again, and says so if it cannot
+        self._poll_metrics()
+
+    def _track(self, stats: dict[str, ModelStats]) -> None:
+        """Add the time since the previous read to a model's busy time if requests came."""
+        now = self.clock()
+        for model, s in stats.items():
+            total = s.phase("success").count + s.phase("fail").count
+            last = self._last.get(model)
+            if last is not None and total > last[1]:
+                self._busy[model] = self._busy.get(model, 0.0) + now - last[0]
+            self._last[model] = (now, total)
+        self._reads += 1
+
+    def _poll_metrics(self) -> None:
         if not self._metrics_ok or self.metrics_url is None:
             return
         try:
@@ -132,9 +157,12 @@ class StatisticsSampler:
         return metrics_text(url, timeout_s=2.0, session=self.client.session)
 
     def finish(self) -> dict[str, Window]:
-        self.poll()
+        self._poll_metrics()
         after = self._stats()
+        self._track(after)
         seconds = max(self.clock() - self._t0, 1e-3)
+        # Busy time needs reads in between; with only the two ends it is the whole window.
+        polled = self._reads > 2
         gpu = math.fsum(self._gpu_samples) / len(self._gpu_samples) if self._gpu_samples else None
         windows = {}
         for model, stats in after.items():
@@ -146,6 +174,7 @@ class StatisticsSampler:
                 pending_max=self._pending.get(model) if self._metrics_ok else None,
                 gpu_utilization=gpu,
                 gpus=self._gpus if self._metrics_ok else None,
+                active_seconds=min(seconds, self._busy.get(model, 0.0)) if polled else None,
             )
         return windows
 

@@ -101,12 +101,14 @@ def from_statistics(
     pending_max: float | None = None,
     gpu_utilization: float | None = None,
     gpus: int | None = None,
+    active_seconds: float | None = None,
 ) -> Window:
     """The window between two reads of the statistics API (a restart counts from zero)."""
     delta = after.minus(before)
     return Window(
         seconds=seconds,
-        source=f"Triton's statistics API, read twice {seconds:.1f} s apart",
+        source=f"Triton's statistics API over {seconds:.1f} s"
+        + (f", requests during {active_seconds:.1f} s of it" if active_seconds is not None else ""),
         requests_ok=delta.phase("success").count,
         requests_failed=delta.phase("fail").count,
         inferences=delta.inference_count,
@@ -117,4 +119,5 @@ def from_statistics(
         pending_max=pending_max,
         gpu_utilization=gpu_utilization,
         gpus=gpus,
+        active_seconds=active_seconds,
     )

@@ -152,6 +152,9 @@ def test_serial_requests_never_overlap(triton: Settings) -> None:
     numbers = dict(d.findings[0].numbers)
     assert numbers["requests in a batch of 2 or more"] == "0 %"
     assert d.window is not None and d.window.in_server is not None and d.window.in_server < 1
+    # The polls saw requests during the 3 s run, not while the load generator prepared.
+    assert d.window.active_seconds is not None
+    assert 2.0 <= d.window.active_seconds <= min(3.6, d.window.seconds)
 
 
 def test_delay_too_short(triton: Settings) -> None:
