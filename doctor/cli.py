@@ -32,8 +32,9 @@ compute, rejections, the GPU when Triton reports one). Every finding gives the n
 it rests on and the fix as config.pbtxt lines.
 
 Traffic comes from Prometheus (the exporter's counters over the last --window seconds,
-{PROMETHEUS_S:g} by default) when --prometheus is given or the local stack's Prometheus
-answers; otherwise the doctor watches Triton's statistics API for --window seconds
+{PROMETHEUS_S:g} by default; the arrival rate is that of the seconds with traffic) when
+--prometheus is given, or when --url is the local stack's Triton and the stack's
+Prometheus answers; otherwise the doctor watches Triton's statistics API for --window seconds
 ({SAMPLE_S:g} by default): send load meanwhile.
 
 Exit status: 0 no finding, 1 findings, 2 misuse (bad URL, unknown model, a server
