@@ -165,6 +165,7 @@ def check_overlap(config: ModelConfig, window: Window) -> list[Finding]:
         ("average batch size", f"{average:.2f}"),
         ("requests in a batch of 2 or more", pct(batched)),
         *_service(window),
+        ("instances", str(config.instances or 1)),
     ]
     if window.pending_max is not None:
         numbers.append(("pending requests, most seen", f"{window.pending_max:g}"))
@@ -205,7 +206,7 @@ def check_overlap(config: ModelConfig, window: Window) -> list[Finding]:
                 tuple(numbers),
                 (
                     "With a delay of 0 the batcher never waits for a second request: it "
-                    "merges only requests that queued while the instance was busy."
+                    "merges only requests that queued while every instance was busy."
                     if delay_s == 0
                     else f"During one {config.dynamic.max_queue_delay_us} µs delay about "
                     f"{arrivals:.2f} other requests arrive, so the batcher sends almost every "
