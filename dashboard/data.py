@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import live
+from doctor import Diagnosis, diagnose, prometheus_window
 from promapi import PromClient, Range
 from tritonapi.client import TritonClient
 
@@ -63,3 +64,14 @@ def instant(url: str, expr: str) -> pd.DataFrame:
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
 def triton_ready(url: str) -> bool:
     return TritonClient(url, timeout_s=2.0).is_ready()
+
+
+DOCTOR_TTL_S = 30
+
+
+@st.cache_data(ttl=DOCTOR_TTL_S, max_entries=16, show_spinner=False)
+def diagnosis(prometheus_url: str, triton_url: str, model: str, window_s: int) -> Diagnosis:
+    """The doctor's checks on ``model`` over the last ``window_s`` of Prometheus' data."""
+    window = prometheus_window(client(prometheus_url), model, window_s)
+    notes = [] if window is not None else ["Prometheus has no exporter series for this model"]
+    return diagnose(TritonClient(triton_url, timeout_s=3.0), model, window, notes)

@@ -31,12 +31,15 @@ MAX_BATCH_SIZE = "max(triton_batching_max_batch_size{${sel}})"
 BATCH_EFFICIENCY = f"({AVERAGE_BATCH_SIZE}) / ({MAX_BATCH_SIZE} > 0)"
 # Executions whose batch size is a preferred size / all executions. The preferred
 # sizes come as series with label size="N"; renamed to batch_size they select the
-# matching series of the distribution.
+# matching series of the distribution. When no preferred size has formed (no such
+# series, or one too new for increase()), the ratio is 0, not missing: the "or" gives
+# 0 for a model that has preferred sizes, as the recording rule does.
 PREFERRED_HIT_RATIO = (
-    "sum(increase(triton_batching_batch_executions_total{${sel}}[${w}])"
+    "(sum(increase(triton_batching_batch_executions_total{${sel}}[${w}])"
     " and on (target, model, version, batch_size)"
     " label_replace(triton_batching_preferred_batch_size{${sel}},"
     ' "batch_size", "$1", "size", "(.*)"))'
+    " or 0 * group(triton_batching_preferred_batch_size{${sel}}))"
     " / (sum(increase(triton_batching_batch_executions_total{${sel}}[${w}])) > 0)"
 )
 QUEUE_SECONDS_PER_REQUEST = (

@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | check-config | rules | render"""
+"""python -m stack up | down | status | check-config | rules | render | doctor"""
 
 from __future__ import annotations
 
@@ -8,11 +8,20 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from doctor import cli as doctor_cli
 from stack import alertmanager, deployfiles, rulegen, rulesettings, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import Supervisor
-from stacksettings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
+from stacksettings import (
+    PORTS,
+    RULES_SETTINGS,
+    Settings,
+    SettingsError,
+    from_env,
+    from_env_or_default,
+    parse_port,
+)
 from tritonapi import repocheck
 
 
@@ -105,7 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 1 if a committed file differs from what would be written",
     )
+    doctor = sub.add_parser(
+        "doctor",
+        help="why isn't batching working? the troubleshooting guide's checks on a live server",
+        description="Run the spec's batching checks against a live Triton and its telemetry.",
+    )
+    doctor_cli.add_arguments(doctor, doctor_defaults())
     return parser
+
+
+def doctor_defaults() -> doctor_cli.Defaults:
+    """The local stack's Triton, its metrics and its Prometheus (STACK_* settings)."""
+    settings = from_env_or_default()
+    return doctor_cli.Defaults(
+        triton_url=settings.url("triton_http"),
+        metrics_url=settings.url("triton_metrics") + "/metrics",
+        prometheus_url=settings.url("prometheus"),
+    )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -243,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             return rules(args.settings.resolve(), args.output.resolve(), args.check)
         if args.command == "render":
             return render(args.check)
+        if args.command == "doctor":
+            return doctor_cli.run(args, doctor_defaults())
         settings = settings_from(args)
         if args.command == "check-config":
             return check_config(settings)

@@ -10,6 +10,7 @@ from dashboard import charts, fmt, gpu
 from dashboard import data as cached
 from dashboard.live import LiveData, kpi_time
 from dashboard.settings import DashboardSettings
+from dashboard.views import doctor_view
 from promapi import PrometheusError, aligned_range
 
 TIME_RANGES = {
@@ -52,6 +53,8 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
     render_kpis(data)
     render_charts(data)
     render_gpus(cfg)
+    if data.has_traffic:  # the checks are cached for 30 s: refreshes do not re-run them
+        doctor_view.render(cfg, model, window_s)
     st.caption(
         f"KPIs at {_clock(data.at)} UTC; charts up to {_clock(window.end)} UTC, one point "
         f"every {window.step_s} s; "

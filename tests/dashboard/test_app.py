@@ -161,3 +161,17 @@ def test_model_config_view_with_triton_up(make_app: MakeApp, running_stack: Sett
     assert batched["max_batch_size"] == 4
     summaries = [m.value for m in at.markdown]
     assert any("no dynamic batching: every request executes alone" in m for m in summaries)
+
+
+def test_why_isnt_batching_working_panel(make_app: MakeApp, loaded_stack: Settings) -> None:
+    s = loaded_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    at.sidebar.selectbox(key="model").set_value("add_unbatched").run()
+    assert not at.exception
+    assert "Why isn't batching working?" in [h.value for h in at.subheader]
+    markdown = [m.value for m in at.markdown]
+    assert "**dynamic batching is off: every request executes alone** (config)" in markdown
+    fix = [c.value for c in at.code]
+    assert "dynamic_batching {\n  max_queue_delay_microseconds: 100\n}" in fix
+    captions = " ".join(c.value for c in at.caption)
+    assert "batch traces: traces off" in captions and "Prometheus at" in captions

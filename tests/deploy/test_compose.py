@@ -5,6 +5,7 @@ resolved model checked against the local stack's own code."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ def test_default_services_and_the_on_demand_loadgen() -> None:
         "alertmanager",
         "exporter",
         "dashboard",
+        "grafana",
     }
     with_loadgen = resolved(COMPOSE, profiles=("loadgen",))
     loadgen = with_loadgen["services"]["loadgen"]
@@ -124,13 +126,15 @@ def test_every_port_is_published_on_loopback_only(gpu: dict[str, Any]) -> None:
     published = [
         (name, port) for name, svc in gpu["services"].items() for port in svc.get("ports", [])
     ]
-    assert len(published) == 7
+    assert len(published) == 8
     for name, port in published:
         assert port["host_ip"] == "127.0.0.1", f"{name} publishes {port} beyond loopback"
-    # The host ports follow the local stack's defaults (stack/settings.py).
+    # The host ports follow the local stack's defaults (stack/settings.py); Grafana, which
+    # the local stack does not run, takes its usual 3000.
     defaults = Settings().ports
-    host_ports = {int(p["published"]) for _, p in published}
+    host_ports = {int(p["published"]) for n, p in published if n != "grafana"}
     assert host_ports == {defaults[n] for n in defaults}
+    assert [int(p["published"]) for n, p in published if n == "grafana"] == [3000]
 
 
 def test_images_are_pinned_and_the_python_services_share_one(gpu: dict[str, Any]) -> None:
@@ -262,3 +266,35 @@ def test_the_loadgen_service_reaches_triton_by_its_settings(
     # The README's example.
     args = parser.parse_args(["concurrency", "-c", "8", "-d", "10", "--allow-remote"])
     assert args.allow_remote
+
+
+def test_grafana_is_provisioned_with_the_generated_files(gpu: dict[str, Any]) -> None:
+    grafana = gpu["services"]["grafana"]
+    image, _, tag = grafana["image"].rpartition(":")
+    assert image == "grafana/grafana" and re.fullmatch(r"\d+\.\d+\.\d+", tag)
+    volumes = mounts(grafana)
+    for target, folder in {
+        "/etc/grafana/provisioning/datasources": "provisioning/datasources",
+        "/etc/grafana/provisioning/dashboards": "provisioning/dashboards",
+        deployfiles.GRAFANA_DASHBOARDS_MOUNT: "dashboards",
+    }.items():
+        assert Path(volumes[target]["source"]) == deployfiles.GRAFANA_DIR / folder
+        assert volumes[target]["read_only"]
+    assert volumes["/var/lib/grafana"]["source"] == "grafana-data"
+    # The provider reads the folder the dashboard is mounted in; the home dashboard is it.
+    provider = yaml.safe_load(
+        (deployfiles.GRAFANA_DIR / "provisioning/dashboards/triton-batchscope.yml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == deployfiles.GRAFANA_DASHBOARDS_MOUNT
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{deployfiles.GRAFANA_DASHBOARDS_MOUNT}/{deployfiles.GRAFANA_DASHBOARD.name}"
+    # The datasource is the compose network's Prometheus, scraped at the stack's interval.
+    [source] = yaml.safe_load(
+        (deployfiles.GRAFANA_DIR / "provisioning/datasources/prometheus.yml").read_text()
+    )["datasources"]
+    prometheus_port = gpu["services"]["prometheus"]["ports"][0]["target"]
+    assert source["url"] == f"http://prometheus:{prometheus_port}"
+    assert source["type"] == "prometheus" and source["isDefault"]
+    assert source["jsonData"]["timeInterval"] == deployfiles.scrape_interval(Settings())
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    assert "3000/api/health" in " ".join(grafana["healthcheck"]["test"])

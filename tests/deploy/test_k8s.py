@@ -5,6 +5,7 @@ the Services they select."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def test_kustomize_renders_every_object(objects: dict[tuple[str, str], dict[str,
         ("HorizontalPodAutoscaler", "triton"),
         ("ServiceMonitor", "triton-batching"),
         ("PrometheusRule", "triton-batching"),
+        ("ConfigMap", "grafana-dashboard-triton-batching"),
     }
     for (kind, name), obj in objects.items():
         if kind != "Namespace":
@@ -105,6 +107,18 @@ def test_a_broken_manifest_is_refused() -> None:
 def test_generated_files_are_committed_as_generated() -> None:
     for path, text in deployfiles.render().items():
         assert path.read_text() == text, f"{path} is stale: run `python -m stack render`"
+
+
+def test_grafana_dashboard_configmap_for_the_sidecar(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    """kube-prometheus-stack's Grafana sidecar loads ConfigMaps labelled grafana_dashboard."""
+    cm = objects[("ConfigMap", "grafana-dashboard-triton-batching")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    [(name, text)] = cm["data"].items()
+    assert name == deployfiles.GRAFANA_DASHBOARD.name
+    assert text == deployfiles.GRAFANA_DASHBOARD.read_text()
+    assert json.loads(text)["uid"] == "triton-batchscope"
 
 
 def test_prometheus_rule_has_the_local_rules(

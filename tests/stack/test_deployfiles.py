@@ -11,7 +11,7 @@ from stack import cli, deployfiles
 
 def test_render_check_passes_on_the_committed_files(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["render", "--check"]) == 0
-    assert "render: 3 generated file(s) are up to date" in capsys.readouterr().out
+    assert "render: 7 generated file(s) are up to date" in capsys.readouterr().out
 
 
 def test_stale_finds_an_edited_or_missing_file(tmp_path: Path) -> None:

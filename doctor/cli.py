@@ -1,0 +1,183 @@
+"""``python -m stack doctor``: the checks against a live server, from a shell.
+
+The launcher owns the command (it knows the local stack's addresses and gives them as
+defaults); this module owns its flags and what it does with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from doctor import report
+from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
+from doctor.window import Window
+from promapi import PromClient, PrometheusError
+from tritonapi import TritonClient, TritonError
+
+SAMPLE_S = 10.0  # the statistics API window without Prometheus
+PROMETHEUS_S = 300.0
+MAX_SAMPLE_S = 600.0
+MAX_PROMETHEUS_S = 7 * 86400.0
+
+EPILOG = f"""\
+Checks, in the order of the troubleshooting guide: the config (dynamic batching on,
+max_batch_size >= every preferred size, instances); whether requests overlap (arrival
+rate x time inside Triton, pending requests; batch traces are not read yet); which
+batch sizes form and how often a preferred one; where latency goes (queue against
+compute, rejections, the GPU when Triton reports one). Every finding gives the numbers
+it rests on and the fix as config.pbtxt lines.
+
+Traffic comes from Prometheus (the exporter's counters over the last --window seconds,
+{PROMETHEUS_S:g} by default; the arrival rate is that of the seconds with traffic) when
+--prometheus is given, or when --url is the local stack's Triton and the stack's
+Prometheus answers; otherwise the doctor watches Triton's statistics API for --window seconds
+({SAMPLE_S:g} by default): send load meanwhile.
+
+Exit status: 0 no finding, 1 findings, 2 misuse (bad URL, unknown model, a server
+that does not answer)."""
+
+
+@dataclass(frozen=True)
+class Defaults:
+    triton_url: str
+    metrics_url: str
+    prometheus_url: str  # used only if it answers and --url is the stack's Triton
+
+
+class UsageError(ValueError):
+    """Bad input: one line, exit 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--model", "-m", help="one model (default: every ready model)")
+    parser.add_argument(
+        "--url", default=defaults.triton_url, help=f"Triton's HTTP endpoint ({defaults.triton_url})"
+    )
+    parser.add_argument(
+        "--metrics-url",
+        help="Triton's /metrics, for pending requests and GPUs "
+        "(default: the stack's with the stack's --url, else port 8002 of --url's host)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read traffic from this Prometheus (default: the stack's, when it runs)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        metavar="SECONDS",
+        help=f"traffic window ({SAMPLE_S:g} s sampled, or {PROMETHEUS_S:g} s of Prometheus)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _check_url(url: str, flag: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{flag} {url!r} is not an http:// URL (e.g. http://127.0.0.1:8000)")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise UsageError(f"{flag} {url!r} has a bad port") from None
+    return url.rstrip("/")
+
+
+def _metrics_url(url: str, args: argparse.Namespace, defaults: Defaults) -> str:
+    if args.metrics_url:
+        return _check_url(args.metrics_url, "--metrics-url")
+    if url == defaults.triton_url.rstrip("/"):
+        return defaults.metrics_url
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:8002/metrics"
+
+
+def _models(client: TritonClient, wanted: str | None) -> list[str]:
+    try:
+        ready = client.ready_models()
+    except TritonError as exc:
+        raise UsageError(f"{exc}: is Triton running, is --url right?") from None
+    if wanted is None:
+        if not ready:
+            raise UsageError(f"Triton at {client.url} has no ready model")
+        return ready
+    if wanted not in ready:
+        known = ", ".join(ready) or "none"
+        raise UsageError(
+            f"--model {wanted!r}: no such ready model at {client.url} (ready: {known})"
+        )
+    return [wanted]
+
+
+def _prometheus(
+    args: argparse.Namespace, url: str, defaults: Defaults
+) -> tuple[PromClient | None, list[str]]:
+    if args.prometheus:
+        return PromClient(_check_url(args.prometheus, "--prometheus"), timeout_s=5.0), []
+    if url != defaults.triton_url.rstrip("/"):
+        return None, []
+    prom = PromClient(defaults.prometheus_url, timeout_s=2.0)
+    try:
+        prom.query("vector(1)")
+    except PrometheusError:
+        return None, [f"the stack's Prometheus at {defaults.prometheus_url} is not running"]
+    return prom, []
+
+
+def windows(
+    args: argparse.Namespace, client: TritonClient, models: list[str], defaults: Defaults
+) -> tuple[dict[str, Window], list[str]]:
+    """Each model's window, from Prometheus when there is one with its series, else sampled."""
+    prom, notes = _prometheus(args, client.url, defaults)
+    if prom is not None:
+        seconds = args.window or PROMETHEUS_S
+        if not 0 < seconds <= MAX_PROMETHEUS_S:
+            raise UsageError(f"--window {seconds:g}: between 1 and {MAX_PROMETHEUS_S:g} seconds")
+        try:
+            # The exporter labels series with the Triton URL it reads (target), which may
+            # be another name for --url (a service name in compose): then the model's
+            # series of every target are summed, and the output says so.
+            found = {m: prometheus_window(prom, m, seconds, client.url) for m in models}
+            if args.prometheus and not any(found.values()):
+                found = {m: prometheus_window(prom, m, seconds) for m in models}
+                notes.append(f"no series with target={client.url}: every target's are summed")
+        except PrometheusError as exc:
+            raise UsageError(str(exc)) from None
+        got = {m: w for m, w in found.items() if w is not None}
+        if len(got) == len(models):
+            return got, notes
+        notes.append(f"Prometheus at {prom.base_url} has no exporter series for every model")
+    seconds = args.window or SAMPLE_S
+    if not 0 < seconds <= MAX_SAMPLE_S:
+        raise UsageError(f"--window {seconds:g}: between 1 and {MAX_SAMPLE_S:g} seconds")
+    if not args.json:
+        print(f"watching Triton's statistics API for {seconds:g} s ...", file=sys.stderr)
+    sampled, more = sample_statistics(
+        client, models, seconds, _metrics_url(client.url, args, defaults)
+    )
+    return sampled, notes + more
+
+
+def run(args: argparse.Namespace, defaults: Defaults) -> int:
+    try:
+        client = TritonClient(_check_url(args.url, "--url"), timeout_s=5.0)
+        models = _models(client, args.model)
+        found, notes = windows(args, client, models, defaults)
+        diagnoses: list[Diagnosis] = [diagnose(client, m, found.get(m), notes) for m in models]
+    except UsageError as exc:
+        print(f"doctor: {exc}", file=sys.stderr)
+        return 2
+    except TritonError as exc:
+        print(f"doctor: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(diagnoses), indent=2))
+    else:
+        print(report.text(diagnoses))
+    return 1 if any(d.findings for d in diagnoses) else 0

@@ -1,0 +1,283 @@
+"""Reads a live server for the doctor: the config, a window of traffic, the trace settings.
+
+Two sources for the window. Without Prometheus the doctor reads Triton's statistics
+API at the start and the end of a short window, and Triton's ``/metrics`` every
+``poll_s`` in between (pending requests, GPU utilisation). With Prometheus it reads the
+exporter's counters over a longer window (``increase()`` of each, so a Triton restart
+inside the window is a counter reset, not a negative number).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from doctor.checks import Finding, check
+from doctor.window import Window, from_statistics
+from promapi import PromClient, promql_duration
+from tritonapi import (
+    ModelConfig,
+    ModelStats,
+    TritonClient,
+    TritonError,
+    metrics_text,
+    newest_version,
+)
+from tritonapi.metrics import parse_metrics
+from tritonapi.stats import parse_statistics
+
+TRACES_OFF = "traces off"
+
+
+@dataclass
+class Diagnosis:
+    model: str
+    config: ModelConfig
+    window: Window | None
+    traces: str
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+
+def diagnose(
+    client: TritonClient, model: str, window: Window | None, notes: Iterable[str] = ()
+) -> Diagnosis:
+    """Run every check on one model (its config as Triton loaded it) and its window."""
+    config = client.model_config(model)
+    return Diagnosis(
+        model, config, window, trace_state(client, model), check(config, window), list(notes)
+    )
+
+
+def trace_state(client: TritonClient, model: str) -> str:
+    """Whether Triton writes per-request traces for this model (the doctor does not read them)."""
+    try:
+        settings = client.trace_settings(model)
+    except TritonError:
+        return f"{TRACES_OFF} (trace settings not readable)"
+    level = settings.get("trace_level") or ["OFF"]
+    if level == ["OFF"] or level == "OFF":
+        return TRACES_OFF
+    levels = ", ".join(level) if isinstance(level, list) else str(level)
+    return f"traces on ({levels}); the doctor does not read batch traces yet"
+
+
+# ---- the statistics API over a short window ------------------------------------------
+
+
+class StatisticsSampler:
+    """Reads the statistics of ``models`` at ``start()`` and ``finish()``; ``poll()`` between.
+
+    Each poll reads the statistics too, so that the arrival rate is that of the time the
+    model was busy (to one poll interval), not of the whole window. ``metrics_url``
+    (Triton's ``/metrics``) adds pending requests and GPU utilisation; when it does not
+    answer those stay unknown and ``notes`` says why.
+    """
+
+    def __init__(
+        self,
+        client: TritonClient,
+        models: list[str],
+        metrics_url: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.models = models
+        self.metrics_url = metrics_url
+        self.clock = clock
+        self.notes: list[str] = []
+        self._before: dict[str, ModelStats] = {}
+        self._t0 = 0.0
+        self._pending: dict[str, float] = {}
+        self._gpu_samples: list[float] = []
+        self._gpus: int | None = None
+        self._metrics_ok = metrics_url is not None
+        self._last: dict[str, tuple[float, int]] = {}  # model -> (when, requests so far)
+        self._busy: dict[str, float] = {}
+        self._reads = 0
+
+    def _stats(self) -> dict[str, ModelStats]:
+        all_stats = parse_statistics(self.client.statistics_json())
+        newest: dict[str, ModelStats] = {}
+        for model in self.models:
+            versions = [s for s in all_stats if s.name == model]
+            if versions:
+                top = newest_version(s.version for s in versions)
+                newest[model] = next(s for s in versions if s.version == top)
+        return newest
+
+    def start(self) -> None:
+        self._before = self._stats()
+        self._t0 = self.clock()
+        self._track(self._before)
+        self._poll_metrics()
+
+    def poll(self) -> None:
+        """Between start and finish: which models are busy, pending requests, GPUs."""
+        try:
+            self._track(self._stats())
+        except (TritonError, ValueError):
+            pass  # finish() reads the statistics again, and says so if it cannot
+        self._poll_metrics()
+
+    def _track(self, stats: dict[str, ModelStats]) -> None:
+        """Add the time since the previous read to a model's busy time if requests came."""
+        now = self.clock()
+        for model, s in stats.items():
+            total = s.phase("success").count + s.phase("fail").count
+            last = self._last.get(model)
+            if last is not None and total > last[1]:
+                self._busy[model] = self._busy.get(model, 0.0) + now - last[0]
+            self._last[model] = (now, total)
+        self._reads += 1
+
+    def _poll_metrics(self) -> None:
+        if not self._metrics_ok or self.metrics_url is None:
+            return
+        try:
+            metrics = parse_metrics(self._metrics_text(self.metrics_url))
+        except (TritonError, ValueError) as exc:
+            self._metrics_ok = False
+            self.notes.append(
+                f"Triton's metrics at {self.metrics_url} not read ({exc}): "
+                "pending requests and GPU unknown"
+            )
+            return
+        for (model, _version), value in metrics.pending.items():
+            if model in self.models:
+                self._pending[model] = max(self._pending.get(model, 0.0), value)
+        self._gpus = len(metrics.gpus)
+        readings = [g.utilization for g in metrics.gpus if g.utilization is not None]
+        if readings:
+            self._gpu_samples.append(math.fsum(readings) / len(readings))
+
+    def _metrics_text(self, url: str) -> str:
+        return metrics_text(url, timeout_s=2.0, session=self.client.session)
+
+    def finish(self) -> dict[str, Window]:
+        self._poll_metrics()
+        after = self._stats()
+        self._track(after)
+        seconds = max(self.clock() - self._t0, 1e-3)
+        # Busy time needs reads in between; with only the two ends it is the whole window.
+        polled = self._reads > 2
+        gpu = math.fsum(self._gpu_samples) / len(self._gpu_samples) if self._gpu_samples else None
+        windows = {}
+        for model, stats in after.items():
+            before = self._before.get(model)
+            windows[model] = from_statistics(
+                before if before is not None else _empty(stats),
+                stats,
+                seconds,
+                pending_max=self._pending.get(model) if self._metrics_ok else None,
+                gpu_utilization=gpu,
+                gpus=self._gpus if self._metrics_ok else None,
+                active_seconds=min(seconds, self._busy.get(model, 0.0)) if polled else None,
+            )
+        return windows
+
+
+def _empty(stats: ModelStats) -> ModelStats:
+    return ModelStats(stats.name, stats.version, 0, 0)
+
+
+def sample_statistics(
+    client: TritonClient,
+    models: list[str],
+    seconds: float,
+    metrics_url: str | None = None,
+    poll_s: float = 0.5,
+) -> tuple[dict[str, Window], list[str]]:
+    """Watch ``models`` for ``seconds``; their windows and notes on what was not read."""
+    sampler = StatisticsSampler(client, models, metrics_url)
+    sampler.start()
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(poll_s, left))
+        sampler.poll()
+    return sampler.finish(), sampler.notes
+
+
+# ---- the exporter's counters in Prometheus -----------------------------------------------
+
+
+def _label(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+MAX_STEPS = 2000  # subquery steps when measuring the active part of a window
+
+
+def _active_seconds(prom: PromClient, sel: str, seconds: float) -> float | None:
+    """Seconds of the window in which requests arrived, to about one scrape interval.
+
+    The scrape interval comes from the data: the samples of the success counter over its
+    life in the window. Each step of a subquery then asks whether the counters grew over
+    the last two to three scrapes; the steps that say yes are the busy time.
+    """
+    w = promql_duration(seconds)
+    counter = f"triton_batching_requests_success_total{{{sel}}}"
+    fine = max(1, math.ceil(seconds / MAX_STEPS))
+    samples = prom.scalar(f"max(count_over_time({counter}[{w}]))")
+    first = prom.scalar(f"time() - min_over_time(timestamp(max({counter}))[{w}:{fine}s])")
+    if not samples or samples < 3 or not first:
+        return None
+    interval = first / (samples - 1)
+    step = max(fine, math.ceil(interval))
+    look = math.ceil(2.5 * interval)  # holds two samples wherever it falls
+    grew = (
+        f"sum(increase({counter}[{look}s]))"
+        f" + sum(increase(triton_batching_requests_failure_total{{{sel}}}[{look}s])) > 0"
+    )
+    steps = prom.scalar(f"count_over_time(({grew})[{w}:{step}s])")
+    return None if steps is None else min(seconds, steps * step)
+
+
+def prometheus_window(
+    prom: PromClient, model: str, seconds: float, target: str | None = None
+) -> Window | None:
+    """The model's last ``seconds`` from the exporter's counters; None if Prometheus has none."""
+    sel = f"model={_label(model)}" + (f", target={_label(target)}" if target else "")
+    w = promql_duration(seconds)
+
+    def total(metric: str) -> float | None:
+        return prom.scalar(f"sum(increase({metric}{{{sel}}}[{w}]))")
+
+    if prom.scalar(f"count(triton_batching_executions_total{{{sel}}})") is None:
+        return None
+    by_size = prom.query(
+        f"sum by (batch_size) (increase(triton_batching_batch_executions_total{{{sel}}}[{w}]))"
+    )
+    sizes = (
+        {int(row["batch_size"]): float(row["value"]) for _, row in by_size.iterrows()}
+        if "batch_size" in by_size
+        else {}
+    )
+    compute = [
+        total(f"triton_batching_compute_{p}_seconds_total") for p in ("input", "infer", "output")
+    ]
+    gpu_sel = f"{{target={_label(target)}}}" if target else ""
+    gpus = prom.scalar(f"count(triton_batching_gpu_utilization_ratio{gpu_sel})")
+    active = _active_seconds(prom, sel, seconds)
+    busy = f", traffic during {active:,.0f} s of it" if active is not None else ""
+    return Window(
+        seconds=seconds,
+        source=f"Prometheus at {prom.base_url}, the exporter's counters over the last {w}{busy}",
+        active_seconds=active,
+        requests_ok=total("triton_batching_requests_success_total") or 0.0,
+        requests_failed=total("triton_batching_requests_failure_total") or 0.0,
+        inferences=total("triton_batching_inferences_total") or 0.0,
+        executions=total("triton_batching_executions_total") or 0.0,
+        queue_s=total("triton_batching_queue_seconds_total") or 0.0,
+        compute_s=math.fsum(c or 0.0 for c in compute),
+        executions_by_size=sizes,
+        pending_max=prom.scalar(
+            f"max(max_over_time(triton_batching_pending_requests{{{sel}}}[{w}]))"
+        ),
+        gpu_utilization=prom.scalar(
+            f"avg(avg_over_time(triton_batching_gpu_utilization_ratio{gpu_sel}[{w}]))"
+        ),
+        gpus=int(gpus) if gpus is not None else 0,
+    )

@@ -1,0 +1,123 @@
+"""What a model did during one window of time, from either source the doctor reads.
+
+Every check of :mod:`doctor.checks` reads a :class:`Window`, whether its numbers come
+from two reads of Triton's statistics API a few seconds apart (:mod:`doctor.observe`)
+or from the exporter's counters in Prometheus. The derived numbers are computed here,
+once, and a ratio without a denominator is ``None``, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tritonapi.stats import ModelStats
+
+COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass(frozen=True)
+class Window:
+    seconds: float
+    source: str  # where the numbers come from, for the report
+    requests_ok: float
+    requests_failed: float
+    inferences: float  # batch elements
+    executions: float  # formed batches
+    queue_s: float  # summed over successful requests
+    compute_s: float  # input + infer + output, summed over successful requests
+    executions_by_size: dict[int, float] = field(default_factory=dict)
+    pending_max: float | None = None  # None: not read
+    gpu_utilization: float | None = None  # mean over the window, 0..1; None: no GPU reported
+    gpus: int | None = None  # None: not read
+    # The part of the window with traffic; None: all of it. A load run of 10 s in a
+    # 5-minute window must not look like a thirtieth of its rate to the overlap check.
+    active_seconds: float | None = None
+
+    @property
+    def requests(self) -> float:
+        return self.requests_ok + self.requests_failed
+
+    @property
+    def arrival_rate(self) -> float:
+        """Requests per second that reached the model (answered or rejected) while busy."""
+        seconds = self.active_seconds if self.active_seconds else self.seconds
+        return self.requests / seconds if seconds > 0 else 0.0
+
+    @property
+    def average_batch(self) -> float | None:
+        return self.inferences / self.executions if self.executions > 0 else None
+
+    @property
+    def queue_per_request_s(self) -> float | None:
+        return self.queue_s / self.requests_ok if self.requests_ok > 0 else None
+
+    @property
+    def compute_per_request_s(self) -> float | None:
+        """The execution time of the batch a request ran in (Triton counts it per request)."""
+        return self.compute_s / self.requests_ok if self.requests_ok > 0 else None
+
+    @property
+    def in_server(self) -> float | None:
+        """Little's law: requests inside Triton at once on average (arrivals x time inside)."""
+        q, c = self.queue_per_request_s, self.compute_per_request_s
+        return None if q is None or c is None else self.arrival_rate * (q + c)
+
+    @property
+    def failure_ratio(self) -> float | None:
+        return self.requests_failed / self.requests if self.requests > 0 else None
+
+    @property
+    def batched_share(self) -> float | None:
+        """Share of inferences that ran in a batch of two or more.
+
+        From the distribution alone: in Prometheus each counter's increase() is
+        extrapolated on its own, so mixing it with the inference counter would not add up.
+        """
+        total = sum(size * n for size, n in self.executions_by_size.items())
+        if total <= 0:
+            return None
+        return sum(size * n for size, n in self.executions_by_size.items() if size > 1) / total
+
+    def hit_ratio(self, preferred: tuple[int, ...]) -> float | None:
+        """Executions at a preferred size / all executions; None without either."""
+        total = sum(self.executions_by_size.values())
+        if not preferred or total <= 0:
+            return None
+        return sum(n for size, n in self.executions_by_size.items() if size in preferred) / total
+
+    def distribution(self) -> dict[int, float]:
+        """Share of executions at each batch size."""
+        total = sum(self.executions_by_size.values())
+        if total <= 0:
+            return {}
+        return {size: n / total for size, n in sorted(self.executions_by_size.items()) if n > 0}
+
+
+def from_statistics(
+    before: ModelStats,
+    after: ModelStats,
+    seconds: float,
+    pending_max: float | None = None,
+    gpu_utilization: float | None = None,
+    gpus: int | None = None,
+    active_seconds: float | None = None,
+) -> Window:
+    """The window between two reads of the statistics API (a restart counts from zero)."""
+    delta = after.minus(before)
+    return Window(
+        seconds=seconds,
+        source=f"Triton's statistics API over {seconds:.1f} s"
+        + (f", requests during {active_seconds:.1f} s of it" if active_seconds is not None else ""),
+        requests_ok=delta.phase("success").count,
+        requests_failed=delta.phase("fail").count,
+        inferences=delta.inference_count,
+        executions=delta.execution_count,
+        queue_s=delta.phase("queue").seconds,
+        compute_s=math.fsum(delta.phase(p).seconds for p in COMPUTE_PHASES),
+        executions_by_size={s: float(n) for s, n in delta.executions_by_size().items()},
+        pending_max=pending_max,
+        gpu_utilization=gpu_utilization,
+        gpus=gpus,
+        active_seconds=active_seconds,
+    )
