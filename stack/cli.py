@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | check-config | rules | render"""
+"""python -m stack up | down | status | check-config | trace | rules | render"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import alertmanager, deployfiles, rulegen, rulesettings, warmup
+from stack import alertmanager, deployfiles, rulegen, rulesettings, tracewindow, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import Supervisor
@@ -74,6 +74,32 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config",
         parents=[common],
         help="validate every model's config.pbtxt (exit 2 on errors)",
+    )
+    trace = sub.add_parser(
+        "trace",
+        parents=[common],
+        help="trace a model's requests in Triton for a while (the batch timeline's data)",
+        description="Turn Triton's per-request tracing on for one model, wait, turn it off and "
+        "flush. The exporter reads the files (and removes them): the dashboard's batch "
+        "timeline and triton_batching_queue_wait_seconds show them.",
+    )
+    trace.add_argument("--model", required=True, help="the model to trace")
+    trace.add_argument(
+        "--rate",
+        type=int,
+        default=1,
+        metavar="N",
+        help="trace 1 request in N (default 1: every request, which batch sizes and "
+        "departure reasons need; queue-wait percentiles are fine with a sample)",
+    )
+    trace.add_argument(
+        "--seconds",
+        type=float,
+        default=30.0,
+        help=f"how long to trace (default 30, at most {tracewindow.MAX_SECONDS:g})",
+    )
+    trace.add_argument(
+        "--url", help="Triton's HTTP endpoint (default: the stack's, from STACK_* settings)"
     )
     rules = sub.add_parser(
         "rules",
@@ -246,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from(args)
         if args.command == "check-config":
             return check_config(settings)
+        if args.command == "trace":
+            return tracewindow.run(
+                args.url or settings.url("triton_http"), args.model, args.rate, args.seconds
+            )
         if args.command == "up":
             return up(settings, args.detach, warm=not args.no_warmup)
         if args.command == "down":
