@@ -67,6 +67,7 @@ def traces_answer(books: Sequence[TraceBook], query: str) -> tuple[str, dict[str
         "seconds": seconds,
         "clock_offset_ns": time.time_ns() - time.monotonic_ns(),
         "sample_ratio": book.sample_ratio.get(model),
+        "trace_rate": book.trace_rate.get(model),
         "gaps": book.follower.stats.gaps,
         "requests": [r.to_json() for r in requests],
     }
