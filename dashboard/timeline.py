@@ -28,6 +28,7 @@ from tritonapi.traces import (
     percentile,
     start_window,
     stop_window,
+    window_left,
     with_reasons,
 )
 
@@ -221,40 +222,49 @@ def _batch_hover(b: Batch) -> str:
 class TraceSwitch:
     """At most one trace window at a time for the whole dashboard process (every tab).
 
-    It turns tracing on for one model at rate 1 and off again after ``seconds`` (in a
-    thread), so a closed browser tab cannot leave Triton tracing.
+    It traces the model's next ``count`` requests (rate 1) and watches the window from a
+    thread: Triton writes it when complete; after ``seconds`` an unfinished window is
+    switched off, so a closed browser tab cannot leave Triton tracing.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.model = ""
         self.until = 0.0
+        self.left = 0
+        self.outcome = ""
 
     @property
     def active(self) -> bool:
-        return time.time() < self.until
+        return time.time() < self.until and self.left > 0
 
-    def start(self, triton_url: str, model: str, seconds: float) -> None:
+    def start(self, triton_url: str, model: str, count: int, seconds: float) -> None:
         if not 0 < seconds <= MAX_SECONDS:
             raise TimelineError(f"trace for 1 to {MAX_SECONDS} seconds")
         with self._lock:
             if self.active:
-                raise TimelineError(
-                    f"{self.model} is being traced already: wait {self.until - time.time():.0f} s"
-                )
+                raise TimelineError(f"{self.model} is being traced already: wait for it")
             client = TritonClient(triton_url)
             try:
-                start_window(client, model, rate=1)
-            except TritonError as exc:
+                start_window(client, model, count)
+            except (TritonError, ValueError) as exc:
                 raise TimelineError(f"cannot turn tracing on: {exc}") from None
-            self.model, self.until = model, time.time() + seconds
-        threading.Thread(
-            target=self._stop_later, args=(client, model, seconds), daemon=True
-        ).start()
+            self.model, self.left, self.outcome = model, count, ""
+            self.until = time.time() + seconds
+        threading.Thread(target=self._watch, args=(client, model), daemon=True).start()
 
-    def _stop_later(self, client: TritonClient, model: str, seconds: float) -> None:
-        time.sleep(seconds)
+    def _watch(self, client: TritonClient, model: str) -> None:
         try:
-            stop_window(client, model)
-        except TritonError:
-            pass  # Triton is gone: nothing is traced any more either
+            while self.left and time.time() < self.until:
+                time.sleep(0.5)
+                self.left = window_left(client, model)
+            if self.left:
+                stop_window(client, model)
+                self.outcome = (
+                    f"the window of {model} ended with {self.left:,} requests still to come: "
+                    "Triton 2.51 writes an unfinished window only at shutdown (send more load)"
+                )
+            else:
+                self.outcome = f"{model}: window complete, its traces are shown"
+        except TritonError as exc:
+            self.left, self.outcome = 0, f"lost Triton during the window: {exc}"

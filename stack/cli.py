@@ -14,6 +14,7 @@ from stack.services import service_table
 from stack.supervisor import Supervisor
 from stacksettings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
 from tritonapi import repocheck
+from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,12 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser(
         "trace",
         parents=[common],
-        help="trace a model's requests in Triton for a while (the batch timeline's data)",
-        description="Turn Triton's per-request tracing on for one model, wait, turn it off and "
-        "flush. The exporter reads the files (and removes them): the dashboard's batch "
-        "timeline and triton_batching_queue_wait_seconds show them.",
+        help="trace a model's next requests in Triton (the batch timeline's data)",
+        description="Trace the next --count requests of one model with Triton's own "
+        "per-request tracing. Triton writes them to its trace file when the last one is "
+        "done; the exporter reads (and removes) it: the dashboard's batch timeline and "
+        "triton_batching_queue_wait_seconds show them. Exit 0 when the window completed, "
+        "1 when --seconds ran out first (its traces are then not written), 2 on misuse.",
     )
     trace.add_argument("--model", required=True, help="the model to trace")
+    trace.add_argument(
+        "--count",
+        type=int,
+        default=DEFAULT_COUNT,
+        metavar="N",
+        help=f"traced requests in the window (default {DEFAULT_COUNT:,}, at most {MAX_COUNT:,})",
+    )
     trace.add_argument(
         "--rate",
         type=int,
@@ -95,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "--seconds",
         type=float,
-        default=30.0,
-        help=f"how long to trace (default 30, at most {tracewindow.MAX_SECONDS:g})",
+        default=60.0,
+        help=f"the longest to wait for the window (default 60, at most "
+        f"{tracewindow.MAX_SECONDS:g})",
     )
     trace.add_argument(
         "--url", help="Triton's HTTP endpoint (default: the stack's, from STACK_* settings)"
@@ -273,9 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check-config":
             return check_config(settings)
         if args.command == "trace":
-            return tracewindow.run(
-                args.url or settings.url("triton_http"), args.model, args.rate, args.seconds
-            )
+            url = args.url or settings.url("triton_http")
+            return tracewindow.run(url, args.model, args.count, args.rate, args.seconds)
         if args.command == "up":
             return up(settings, args.detach, warm=not args.no_warmup)
         if args.command == "down":

@@ -20,9 +20,9 @@ from stack.errors import StackError
 from stack.services import Service
 from stacksettings import Settings
 
-# Traces per file: Triton writes a model's traces when this many are buffered (and when a
-# trace setting changes, which `stack trace` uses to flush at the end of a window).
-LOG_FREQUENCY = 100
+# No periodic trace writes: Triton 2.51 aborted under them (see tritonapi.traces); a
+# window of N traces is written when it is complete.
+LOG_FREQUENCY = 0
 INSTALL_HINT = "run ./stack/up once (it creates the Triton environment), or set STACK_TRITON_VENV"
 
 
@@ -146,7 +146,7 @@ def service(settings: Settings) -> Service:
             "--metrics-config=summary_latencies=true",
             # Per-request traces: written to a file of ours, off until a model's setting
             # turns them on (`python -m stack trace`, the dashboard's timeline). The file can
-            # only be chosen at start; level, rate and flush frequency change at run time.
+            # only be chosen at start; level, rate and count change at run time.
             f"--trace-config=triton,file={settings.trace_file}",
             "--trace-config=level=OFF",
             f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",

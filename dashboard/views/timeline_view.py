@@ -11,7 +11,8 @@ from dashboard import fmt, timeline
 from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
 
-TRACE_SECONDS = 30
+TRACE_COUNT = 1_000
+TRACE_SECONDS = 60
 DEFAULT_MODEL = "batch_add_model"
 WINDOWS = {"5 seconds": 5, "10 seconds": 10, "30 seconds": 30, "2 minutes": 120}
 CAPTION = (
@@ -49,8 +50,8 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if not window.requests:
         st.info(
             f"No traces of {model} in the last {WINDOWS[label]} s. Triton traces a model only "
-            f"when asked: press 'Trace {TRACE_SECONDS} s' and send load, or run "
-            f"`.venv/bin/python -m stack trace --model {model} --seconds 30` from a shell.",
+            f"when asked: press 'Trace the next {TRACE_COUNT:,} requests' and send load, or run "
+            f"`.venv/bin/python -m stack trace --model {model} --count 5000` from a shell.",
             icon=":material/hourglass_empty:",
         )
         return
@@ -85,12 +86,18 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
 def _trace_switch(cfg: DashboardSettings, model: str) -> None:
     active = switch()
     if active.active:
-        st.info(f"Tracing {active.model} (rate 1) for {active.until - time.time():.0f} s more.")
+        st.info(
+            f"Tracing {active.model}: {active.left:,} requests to go, at most "
+            f"{active.until - time.time():.0f} s more."
+        )
         return
-    if st.button(f"Trace {TRACE_SECONDS} s", help="Turn Triton's tracing on for this model"):
+    if active.outcome:
+        st.caption(active.outcome)
+    label = f"Trace the next {TRACE_COUNT:,} requests"
+    if st.button(label, help=f"Triton traces them (at most {TRACE_SECONDS} s), then stops"):
         try:
-            active.start(cfg.triton_url, model, TRACE_SECONDS)
-            st.success(f"Tracing {model} for {TRACE_SECONDS} s: send load, then refresh.")
+            active.start(cfg.triton_url, model, TRACE_COUNT, TRACE_SECONDS)
+            st.success(f"Tracing {model}: send load, then refresh.")
         except timeline.TimelineError as exc:
             st.error(str(exc))
 

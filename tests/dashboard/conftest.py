@@ -80,7 +80,7 @@ def traced_stack(running_stack: Settings) -> Settings:
         "a few scrapes of the exporter",
     )
     triton = TritonClient(running_stack.url("triton_http"))
-    start_window(triton, "batch_add_model", rate=1)
+    start_window(triton, "batch_add_model", count=30)
     try:
         sent = send_bursts(running_stack, "batch_add_model", 10, size=3)
     finally:

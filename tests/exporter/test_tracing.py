@@ -12,11 +12,20 @@ from exporter.targets import Target
 from exporter.tracing import BUCKETS_S, TraceBook, TraceCollector
 from exporter.web import traces_answer
 from tritonapi.modelconfig import parse_json
+from tritonapi.stats import parse_statistics
 
 DATA = Path(__file__).resolve().parent.parent / "tritonapi" / "data" / "traces"
 CONFIG = parse_json(json.loads((DATA / "config.json").read_text()))
 TARGET = Target("http://127.0.0.1:8000", "http://127.0.0.1:8002/metrics")
 LABELS = {"target": TARGET.url, "model": "batch_add_model", "version": "1"}
+
+
+def stats_delta() -> dict[int, int]:
+    before, after = (
+        parse_statistics(json.loads((DATA / "concurrency" / f"stats_{when}.json").read_text()))[0]
+        for when in ("before", "after")
+    )
+    return after.minus(before).executions_by_size()
 
 
 def book(tmp_path: Path, rate: int, *captures: str) -> TraceBook:
@@ -48,18 +57,18 @@ def test_queue_waits_and_batches_by_reason(tmp_path: Path) -> None:
     under_delay = get("triton_batching_queue_wait_seconds_bucket", {**LABELS, "le": "0.0005"})
     assert under_delay is not None and 0 < under_delay < 180
     counted = {
-        reason: get("triton_batching_batches_total", {**LABELS, "reason": reason})
-        for reason in ("max_batch_size", "preferred_size", "queue_delay")
+        reason: get("triton_batching_batches_total", {**LABELS, "reason": reason}) or 0
+        for reason in ("max_batch_size", "preferred_size", "queue_delay", "instance_idle")
     }
-    # The capture's batches: 11 of 4, 63 of 2, 7 of 1 and 1 of 3 (the statistics API's deltas).
-    assert counted == {"max_batch_size": 11, "preferred_size": 63, "queue_delay": 8}
-    assert (
-        get(
-            "triton_batching_trace_sample_ratio", {"target": TARGET.url, "model": "batch_add_model"}
-        )
-        == 1.0
-    )
-    assert get("triton_batching_trace_files_read_total", {"target": TARGET.url}) == 4
+    # Against the statistics API's deltas of the same window: full batches of 4, preferred
+    # batches of 2, and the rest (1 and 3) left after waiting or to an idle instance.
+    sizes = stats_delta()
+    assert counted["max_batch_size"] == sizes.get(4, 0) > 0
+    assert counted["preferred_size"] == sizes.get(2, 0) > 0
+    assert counted["queue_delay"] + counted["instance_idle"] == sizes.get(1, 0) + sizes.get(3, 0)
+    ratio = {"target": TARGET.url, "model": "batch_add_model"}
+    assert get("triton_batching_trace_sample_ratio", ratio) == 1.0
+    assert get("triton_batching_trace_files_read_total", {"target": TARGET.url}) == 1
     assert get("triton_batching_trace_gaps_total", {"target": TARGET.url}) == 0
     assert not list(tmp_path.glob("trace.json.*"))
 

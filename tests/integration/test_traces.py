@@ -26,7 +26,7 @@ import tritonclient.http as httpclient
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
 from tritonapi.client import TritonClient
-from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window
+from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window, window_left
 
 pytestmark = pytest.mark.integration
 
@@ -109,11 +109,13 @@ def test_batches_from_traces_equal_batch_stats(
 ) -> None:
     triton = TritonClient(traced_stack.url("triton_http"))
     before = triton.model_stats(model)
-    start_window(triton, model, rate=1)
+    start_window(triton, model, count=clients * 40)
     try:
         load(traced_stack, model, clients, 40, widths)
     finally:
+        left = window_left(triton, model)
         stop_window(triton, model)
+    assert left == 0  # the window is complete: Triton has written it
     delta = triton.model_stats(model).minus(before)
     traced = traced_requests(traced_stack, model, delta.inference_count)
     assert len(traced) == delta.inference_count == clients * 40

@@ -22,14 +22,14 @@ def traced(settings: Settings, model: str) -> list[dict[str, object]]:
     return list(body["requests"])
 
 
-def test_a_window_traces_then_turns_itself_off(
+def test_a_window_traces_the_next_requests_then_turns_itself_off(
     running_stack: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = running_stack.url("triton_http")
     codes: list[int] = []
     window = threading.Thread(
         target=lambda: codes.append(
-            main(["trace", "--model", "add_unbatched", "--seconds", "2", "--url", url])
+            main(["trace", "--model", "add_unbatched", "--count", "6", "--url", url])
         )
     )
     window.start()
@@ -38,9 +38,8 @@ def test_a_window_traces_then_turns_itself_off(
     window.join(timeout=30)
     assert codes == [0]
     out = capsys.readouterr().out
-    assert "tracing 1 in 1 request(s) of add_unbatched for 2 s" in out
-    assert "tracing of add_unbatched is off" in out
-    assert TritonClient(url).trace_settings("add_unbatched")["trace_level"] == ["OFF"]
+    assert "tracing the next 6 traced requests of add_unbatched (every request)" in out
+    assert "done: 6 traced requests of add_unbatched written" in out
     deadline = time.monotonic() + 10
     while len(traced(running_stack, "add_unbatched")) < sent and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -51,6 +50,7 @@ def test_a_window_traces_then_turns_itself_off(
     ("argv", "message"),
     [
         (["--rate", "0"], "--rate 0: give 1 (every request)"),
+        (["--count", "0"], "--count 0: give 1 to 100,000 requests"),
         (["--seconds", "0"], "--seconds 0: give a time in (0, 3600]"),
         (["--seconds", "7200"], "--seconds 7200: give a time in (0, 3600]"),
     ],
@@ -61,6 +61,17 @@ def test_bad_bounds_are_one_line_and_exit_2(
     assert main(["trace", "--model", "m", "--url", "http://127.0.0.1:9", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_a_window_that_runs_out_of_time_says_so_and_stops(
+    running_stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = running_stack.url("triton_http")
+    argv = ["trace", "--model", "add_unbatched", "--count", "1000", "--seconds", "1"]
+    assert main([*argv, "--url", url]) == 1
+    out = capsys.readouterr().out
+    assert "stopped with 1,000 of 1,000 traced requests still to come" in out
+    assert TritonClient(url).trace_settings("add_unbatched")["trace_level"] == ["OFF"]
 
 
 def test_unknown_model_and_unreachable_server(

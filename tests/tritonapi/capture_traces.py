@@ -4,8 +4,8 @@ Starts Triton with the launcher's code on free ports (traces to a file, off unti
 model's setting turns them on), traces batch_add_model at rate 1 and saves, under
 tests/tritonapi/data/traces/:
 
-- ``concurrency/``: 6 clients x 30 requests, the trace files Triton wrote (50 traces a
-  file), and the statistics API before and after (``stats_before.json``, ...);
+- ``concurrency/``: 6 clients x 30 requests, the trace file Triton wrote for the window
+  of 180 traces, and the statistics API before and after (``stats_before.json``, ...);
 - ``lone/``: one request alone (it waits out the 500 µs queue delay);
 - ``burst2/``, ``burst4/``: 2 and 4 requests arriving together (last-byte synchronised);
 - ``config.json``: the model's config as Triton sends it.
@@ -32,7 +32,7 @@ from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.helpers import add_inputs
 from tritonapi.client import TritonClient
-from tritonapi.traces import start_window, stop_window
+from tritonapi.traces import start_window, stop_window, window_left
 
 OUT = Path(__file__).resolve().parent / "data" / "traces"
 MODEL = "batch_add_model"
@@ -47,14 +47,14 @@ def collect(settings: Settings, name: str) -> None:
         shutil.move(str(path), folder / path.name)
 
 
-def traced(
-    settings: Settings, name: str, send: Callable[[], object], log_frequency: int = 50
-) -> None:
+def traced(settings: Settings, name: str, send: Callable[[], object], count: int) -> None:
+    """Trace the next ``count`` requests (all that ``send`` sends) into OUT/name."""
     client = TritonClient(settings.url("triton_http"))
     before = client.statistics_json(MODEL)
-    start_window(client, MODEL, rate=1, log_frequency=log_frequency)
+    start_window(client, MODEL, count=count)
     send()
-    stop_window(client, MODEL, log_frequency=log_frequency)
+    assert window_left(client, MODEL) == 0, "the window did not complete"
+    stop_window(client, MODEL)
     after = client.statistics_json(MODEL)
     collect(settings, name)
     (OUT / name / "stats_before.json").write_text(json.dumps(before, indent=1) + "\n")
@@ -90,13 +90,15 @@ def main() -> None:
             OUT.mkdir(parents=True)
             config = TritonClient(url).model_config_json(MODEL)
             (OUT / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-            traced(settings, "concurrency", lambda: clients(settings, 6, 30))
+            traced(settings, "concurrency", lambda: clients(settings, 6, 30), 180)
             lone = httpclient.InferenceServerClient(
                 f"{settings.host}:{settings.port('triton_http')}"
             )
-            traced(settings, "lone", lambda: lone.infer(MODEL, add_inputs(1, 2), request_id="lone"))
-            traced(settings, "burst2", lambda: bursts(settings, 2, 5))
-            traced(settings, "burst4", lambda: bursts(settings, 4, 5))
+            traced(
+                settings, "lone", lambda: lone.infer(MODEL, add_inputs(1, 2), request_id="lone"), 1
+            )
+            traced(settings, "burst2", lambda: bursts(settings, 2, 5), 10)
+            traced(settings, "burst4", lambda: bursts(settings, 4, 5), 20)
     print(f"wrote {OUT}")
 
 
