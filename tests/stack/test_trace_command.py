@@ -50,7 +50,7 @@ def test_a_window_traces_the_next_requests_then_turns_itself_off(
     ("argv", "message"),
     [
         (["--rate", "0"], "--rate 0: give 1 (every request)"),
-        (["--count", "0"], "--count 0: give 1 to 100,000 requests"),
+        (["--count", "0"], "--count 0: give 1 to 5,000 requests"),
         (["--seconds", "0"], "--seconds 0: give a time in (0, 3600]"),
         (["--seconds", "7200"], "--seconds 7200: give a time in (0, 3600]"),
     ],
