@@ -1,7 +1,7 @@
 """The advisor's inputs from a stored load run (the load generator's SQLite store).
 
 A run stores its scenario and parameters, one record per request (when it was due),
-and the server's statistics delta for the window (``loadgen.serverside.summarize``).
+and the server's statistics delta for the window (``loadgen.summary.ServerSummary``).
 From those:
 
 * service times: per batch size, the executions and the mean ``compute_infer``
@@ -21,12 +21,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from advisor.fit import fit_service_times
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen import store
 from loadgen.errors import LoadgenError
+from loadgen.params import RunParams
+from loadgen.summary import ServerSummary
 
 
 @dataclass(frozen=True)
@@ -40,27 +41,26 @@ class StoredRun:
     measured_throughput_per_s: float | None
 
 
-def service_from_summary(server: dict[str, Any]) -> ServiceModel:
-    counts = server.get("executions_by_batch_size") or {}
-    means = server.get("compute_infer_s_per_execution_by_batch_size") or {}
+def service_from_summary(server: ServerSummary) -> ServiceModel:
+    means = server.compute_infer_s_per_execution_by_batch_size
     points = {
-        int(size): (int(n), int(n) * float(means[size]))
-        for size, n in counts.items()
-        if means.get(size) is not None
+        size: (n, n * mean)
+        for size, n in server.executions_by_batch_size.items()
+        if (mean := means.get(size)) is not None
     }
     return fit_service_times(points)
 
 
-def traffic_from_run(params: dict[str, Any], due_s: list[float]) -> Traffic:
-    scenario = params.get("scenario")
+def traffic_from_run(params: RunParams, due_s: list[float]) -> Traffic:
+    scenario = params.scenario
     if scenario == "concurrency":
-        return ClosedLoop(int(params["concurrency"]))
+        return ClosedLoop(params.concurrency)
     if scenario == "serial":
-        return ClosedLoop(1, think_s=float(params.get("gap_s", 0.0)))
+        return ClosedLoop(1, think_s=float(params.gap_s))
     if scenario == "rate":
         gaps = [b - a for a, b in zip(due_s, due_s[1:], strict=False)]
         if len(gaps) < 10 or statistics.mean(gaps) <= 0:
-            return OpenLoop(float(params["rate"]), 1.0 if params.get("poisson") else 0.0)
+            return OpenLoop(float(params.rate), 1.0 if params.poisson else 0.0)
         mean = statistics.mean(gaps)
         return OpenLoop(1.0 / mean, statistics.pstdev(gaps) / mean)
     raise ValueError(
@@ -71,24 +71,23 @@ def traffic_from_run(params: dict[str, Any], due_s: list[float]) -> Traffic:
 def load(db: str | Path, run_id: int) -> StoredRun:
     """Read run ``run_id``; ValueError (one line) if it cannot be used."""
     try:
-        row = store.load_run(db, run_id)
+        run = store.load_run(db, run_id)
         records = store.load_records(db, run_id)
     except LoadgenError as exc:
         raise ValueError(str(exc)) from None
-    server = row.get("server") or {}
-    if "error" in server or not server.get("executions"):
+    server, client = run.summary.server, run.summary.client
+    if server is None or not server.executions:
         raise ValueError(
             f"run {run_id} has no server-side statistics to fit service times from "
-            f"({server.get('error', 'the model executed nothing')})"
+            f"({run.summary.server_error or 'the model executed nothing'})"
         )
     due = sorted(float(r["start_s"]) for r in records)
-    params = row["params"]
     return StoredRun(
         run_id=run_id,
-        model=str(row["model"]),
-        describe=f"run {run_id} ({row['scenario']}, {row['status']}, {row['sent']} requests)",
+        model=run.params.model,
+        describe=f"run {run_id} ({run.params.scenario}, {run.status}, {client.sent} requests)",
         service=service_from_summary(server),
-        traffic=traffic_from_run(params, due),
-        measured_batch_size=server.get("average_batch_size"),
-        measured_throughput_per_s=row.get("throughput_per_s"),
+        traffic=traffic_from_run(run.params, due),
+        measured_batch_size=server.average_batch_size,
+        measured_throughput_per_s=client.throughput_per_s,
     )

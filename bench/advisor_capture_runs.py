@@ -36,7 +36,7 @@ def main() -> None:
                 params.describe(),
                 result.status,
                 result.run_id,
-                result.summary["server"].get("average_batch_size"),
+                result.summary.server.average_batch_size if result.summary.server else None,
             )
         config = TritonClient(url).model_config_json(MODEL)
     with sqlite3.connect(db) as conn:  # keep the committed file small

@@ -34,17 +34,20 @@ def one(url: str, pgid: int, model: str, c: int, seconds: float) -> dict[str, fl
     cpu0 = procstat.group_cpu_seconds(pgid)
     r = run(RunParams("concurrency", model=model, url=url, concurrency=c, duration_s=seconds))
     cpu = procstat.group_cpu_seconds(pgid) - cpu0
-    cl, sv = r.summary["client"], r.summary["server"]
-    assert cl["sent"] == cl["ok"], cl["errors"]
+    cl, sv = r.summary.client, r.summary.server
+    assert cl.sent == cl.ok, cl.errors
+    assert sv is not None, r.summary.server_error
+    assert cl.throughput_per_s and cl.latency_s.p99 and sv.average_batch_size
+    assert sv.queue_s_per_request is not None and sv.compute_infer_s_per_execution is not None
     return {
-        "throughput": cl["throughput_per_s"],
-        "p99_ms": cl["latency_s"]["p99"] * 1e3,
-        "avg_batch": sv["average_batch_size"],
-        "executions": sv["executions"],
-        "requests": sv["requests"],
-        "queue_ms": sv["queue_s_per_request"] * 1e3,
-        "call_ms": sv["compute_infer_s_per_execution"] * 1e3,
-        "cpu_us_per_request": cpu / sv["requests"] * 1e6,
+        "throughput": cl.throughput_per_s,
+        "p99_ms": cl.latency_s.p99 * 1e3,
+        "avg_batch": sv.average_batch_size,
+        "executions": sv.executions,
+        "requests": sv.requests,
+        "queue_ms": sv.queue_s_per_request * 1e3,
+        "call_ms": sv.compute_infer_s_per_execution * 1e3,
+        "cpu_us_per_request": cpu / sv.requests * 1e6,
     }
 
 

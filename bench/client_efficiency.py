@@ -88,10 +88,10 @@ def loadgen(url: str, model: str, concurrency: int, seconds: float) -> tuple[flo
     result = run(
         RunParams("concurrency", model=model, url=url, concurrency=concurrency, duration_s=seconds)
     )
-    c = result.summary["client"]
-    assert c["sent"] == c["ok"] + c["failed"] + c["timed_out"]
-    cpu_per_request = (time.process_time() - cpu0) / max(c["sent"], 1)
-    return float(c["throughput_per_s"]), c["failed"] + c["timed_out"], cpu_per_request
+    c = result.summary.client
+    assert c.sent == c.ok + c.failed + c.timed_out
+    cpu_per_request = (time.process_time() - cpu0) / max(c.sent, 1)
+    return float(c.throughput_per_s or 0.0), c.failed + c.timed_out, cpu_per_request
 
 
 def main() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -61,9 +60,10 @@ def advise(db: Path, run_id: int, triton_url: str, p99_bound_s: float = P99_BOUN
 def measured_shares(db: Path, run_id: int) -> dict[int, float]:
     from loadgen import store
 
-    sizes: dict[str, Any] = store.load_run(db, run_id)["server"].get("executions_by_batch_size", {})
-    total = sum(int(n) for n in sizes.values())
-    return {int(s): int(n) / total for s, n in sizes.items()} if total else {}
+    server = store.load_run(db, run_id).summary.server
+    sizes = server.executions_by_batch_size if server else {}
+    total = sum(sizes.values())
+    return {size: n / total for size, n in sizes.items()} if total else {}
 
 
 def predicted_vs_measured(a: Advice) -> pd.DataFrame:

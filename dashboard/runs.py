@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from loadgen import store
-from loadgen.api import RunParams, run
+from loadgen.api import LoadRun, RunParams, run
+from loadgen.compare import compare as compare_runs
 from loadgen.errors import LoadgenError
 
 SCENARIOS = {
@@ -30,7 +31,6 @@ MAX_CONCURRENCY = 16
 MAX_RATE = 500.0
 MAX_DURATION_S = 30.0
 MAX_REQUESTS = 64
-QUANTILES = ("p50", "p90", "p95", "p99", "max", "mean")
 
 
 class RunRefused(ValueError):
@@ -147,7 +147,7 @@ def list_runs(db: Path) -> pd.DataFrame:
     return store.runs_frame(db)
 
 
-def load(db: Path, run_id: int) -> dict[str, Any]:
+def load(db: Path, run_id: int) -> LoadRun:
     return store.load_run(db, run_id)
 
 
@@ -155,54 +155,19 @@ def timeline(db: Path, run_id: int) -> pd.DataFrame:
     return store.timeline_frame(db, run_id)
 
 
-def describe(run: dict[str, Any]) -> str:
-    """One line naming a run: id, label or scenario, model, when."""
-    p = run.get("params", {})
-    what = run.get("label") or _scenario_text(run.get("scenario", ""), p)
-    when = time.strftime("%H:%M:%S", time.localtime(run["started_at"]))
-    return f"#{run['id']} {what} on {run['model']} at {when}"
-
-
-def _scenario_text(scenario: str, p: dict[str, Any]) -> str:
-    if scenario == "concurrency":
-        return f"concurrency {p.get('concurrency')} for {p.get('duration_s', 0):g} s"
-    if scenario == "rate":
-        return f"rate {p.get('rate', 0):g}/s for {p.get('duration_s', 0):g} s"
-    if scenario in ("serial", "concurrent"):
-        return f"{scenario} x{p.get('requests')}"
-    return scenario
-
-
-def latency_table(run: dict[str, Any]) -> pd.DataFrame:
+def latency_table(run: LoadRun) -> pd.DataFrame:
     """Client-side latency percentiles in milliseconds."""
-    latency = run["summary"].get("latency_s", {})
-    rows = [(name, _ms(latency.get(name))) for name in QUANTILES]
+    latency = asdict(run.summary.client.latency_s)  # p50, p90, p95, p99, max, mean
+    rows = [(name, _ms(seconds)) for name, seconds in latency.items()]
     return pd.DataFrame(rows, columns=["percentile", "ms"])
 
 
-# (label, function of a run) for the comparison: what a person compares two runs by.
-COMPARED: list[tuple[str, Any]] = [
-    ("requests sent", lambda r: r["sent"]),
-    ("requests ok", lambda r: r["ok"]),
-    ("requests failed or timed out", lambda r: r["failed"] + r["timed_out"]),
-    ("throughput (req/s)", lambda r: r["throughput_per_s"]),
-    ("p50 latency (ms)", lambda r: _ms(r["summary"]["latency_s"].get("p50"))),
-    ("p99 latency (ms)", lambda r: _ms(r["summary"]["latency_s"].get("p99"))),
-    ("model executions", lambda r: r["server"].get("executions")),
-    ("inferences", lambda r: r["server"].get("inferences")),
-    ("average batch size", lambda r: r["server"].get("average_batch_size")),
-    ("queue per request (ms)", lambda r: _ms(r["server"].get("queue_s_per_request"))),
-    ("compute per request (ms)", lambda r: _ms(r["server"].get("compute_s_per_request"))),
-]
-
-
-def compare(a: dict[str, Any], b: dict[str, Any]) -> pd.DataFrame:
-    """Side by side: one row per measure, the two values and the ratio B / A."""
-    rows = []
-    for label, get in COMPARED:
-        va, vb = _number(get(a)), _number(get(b))
-        ratio = vb / va if va not in (None, 0) and vb is not None else None
-        rows.append({"measure": label, "A": va, "B": vb, "B / A": ratio})
+def compare(a: LoadRun, b: LoadRun) -> pd.DataFrame:
+    """``loadgen.compare`` as a frame: one row per measure, A, B and the ratio B / A."""
+    rows = [
+        {"measure": r.measure, "A": r.a, "B": r.b, "B / A": r.b_over_a}
+        for r in compare_runs(a.summary, b.summary)
+    ]
     # None -> NaN: a missing value stays missing (shown as a dash), never a zero.
     return pd.DataFrame(rows).astype({"A": float, "B": float, "B / A": float})
 
@@ -211,14 +176,8 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def executions_by_size(run: dict[str, Any]) -> pd.DataFrame:
+def executions_by_size(run: LoadRun) -> pd.DataFrame:
     """What the server formed during the run: batch size and executions (statistics deltas)."""
-    sizes = run["server"].get("executions_by_batch_size", {})
-    frame = pd.DataFrame(
-        sorted((int(k), int(v)) for k, v in sizes.items()), columns=["batch_size", "executions"]
-    )
-    return frame
+    server = run.summary.server
+    sizes = server.executions_by_batch_size if server else {}
+    return pd.DataFrame(sorted(sizes.items()), columns=["batch_size", "executions"])

@@ -2,7 +2,10 @@
 
     from loadgen.api import RunParams, run
     result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
-    result.summary["client"]["throughput_per_s"], result.run_id
+    result.summary.client.throughput_per_s, result.run_id
+
+The result is a ``LoadRun`` (``loadgen.summary``): params, status, times and a typed
+``RunSummary``; ``loadgen.store.load_run`` reads a stored run back as the same type.
 
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
@@ -18,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen import limits, scenarios, serverside, store
@@ -30,10 +33,11 @@ from loadgen.params import RunParams, validate
 from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import Recorder
 from loadgen.shapes import ConstantRate, LoadShape, Steps
+from loadgen.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from tritonapi.stats import ModelStats
 
-__all__ = ["RunParams", "RunResult", "Prepared", "prepare", "run", "run_many", "LoadgenError"]
+__all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
 
 CHECKED_KINDS = ("wrong answer", "bad answer")
 Progress = Callable[[dict[str, Any]], None]
@@ -51,18 +55,12 @@ class Prepared:
     outputs: list[Any]
 
 
-@dataclass
-class RunResult:
-    params: RunParams
-    status: str  # ok | interrupted | failed
-    started_at: float  # unix seconds
-    finished_at: float
-    summary: dict[str, Any]  # {"client": ..., "server": ...}
+@dataclass(kw_only=True)
+class RunResult(LoadRun):
+    """A run just made: a ``LoadRun`` with its per-second timeline and per-request records."""
+
     timeline: list[dict[str, Any]]
     recorder: Recorder
-    run_id: int | None = None
-    group_id: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def records(self) -> list[tuple[int, float, float, str, str | None]]:
         return self.recorder.records()
@@ -99,30 +97,6 @@ def run(
     return result
 
 
-def run_many(
-    runs: list[RunParams],
-    db: str | None = None,
-    stop: threading.Event | None = None,
-    progress: Progress | None = None,
-    handle_sigint: bool = False,
-    group_id: str | None = None,
-) -> list[RunResult]:
-    """Several runs back to back (a sweep, a comparison), all checked before the first.
-
-    They share a ``group_id`` in the store. An interrupted run ends the series.
-    """
-    prepared = [prepare(p) for p in runs]
-    group = group_id if group_id is not None else f"g{int(time.time() * 1000)}"
-    stop = stop or threading.Event()
-    results = []
-    for item in prepared:
-        result = run(item, db, stop, progress, handle_sigint, group)
-        results.append(result)
-        if result.status != "ok":
-            break
-    return results
-
-
 def _client(prepared: Prepared, recorder: Recorder) -> Client:
     p = prepared.params
     cls: type[Client] = GrpcClient if p.protocol == "grpc" else HttpClient
@@ -147,9 +121,9 @@ def execute(
     base = prepared.http.base_url
     before = serverside.snapshot(base, p.model)
     recorder = Recorder()
-    status, extra = "ok", {}
+    status, not_sent, error = "ok", None, ""
     try:
-        extra = asyncio.run(_drive(prepared, recorder, stop, progress, handle_sigint))
+        not_sent = asyncio.run(_drive(prepared, recorder, stop, progress, handle_sigint))
     except LoadgenError:
         raise
     except OSError as exc:
@@ -157,7 +131,7 @@ def execute(
             raise LoadgenError(
                 f"cannot reach Triton at {prepared.target.base_url}: {exc}"
             ) from None
-        status, extra = "failed", {"error": f"{type(exc).__name__}: {exc}"}
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
     if stop.is_set():
         status = "interrupted"
     finished = time.time()
@@ -166,28 +140,23 @@ def execute(
     answered = recorder.counts[0] + sum(
         n for kind, n in recorder.errors_by_kind().items() if kind.startswith(CHECKED_KINDS)
     )
-    server: dict[str, Any]
-    restarted = False
+    server: ServerSummary | None = None
+    server_error, restarted = "", False
     try:
         after = serverside.settled_after(base, p.model, before, answered)
         delta: ModelStats = after.minus(before)
         server, restarted = serverside.summarize(delta), after.is_reset_since(before)
     except LoadgenError as exc:  # the server went away during the run: keep what we saw
-        server = {"error": str(exc)}
+        server_error = str(exc)
         if status == "ok":
             status = "failed"
-    client_summary = recorder.summary()
-    client_summary.update(extra)
+    client = replace(recorder.summary(), not_sent=not_sent, error=error)
     return RunResult(
         params=p,
         status=status,
         started_at=recorder.wall_t0,
         finished_at=finished,
-        summary={
-            "client": client_summary,
-            "server": server,
-            "server_restarted": restarted,
-        },
+        summary=RunSummary(client, server, server_error, restarted),
         timeline=recorder.timeline(),
         recorder=recorder,
     )
@@ -199,7 +168,8 @@ async def _drive(
     stop_event: threading.Event,
     progress: Progress | None,
     handle_sigint: bool,
-) -> dict[str, Any]:
+) -> int | None:
+    """Send the scenario's load; for an open-loop run, return the due requests not sent."""
     p = prepared.params
     loop = asyncio.get_running_loop()
     client = _client(prepared, recorder)
@@ -213,7 +183,7 @@ async def _drive(
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     ticker = asyncio.ensure_future(_report_progress(recorder, p, progress)) if progress else None
-    extra: dict[str, Any] = {}
+    not_sent = None
     try:
         recorder.t0, recorder.wall_t0 = time.perf_counter(), time.time()
         if p.scenario == "serial":
@@ -229,8 +199,7 @@ async def _drive(
             shape: LoadShape = (
                 ConstantRate(p.rate, p.duration_s) if p.scenario == "rate" else Steps(p.stages)
             )
-            dropped = await scenarios.open_loop(client, shape, p.poisson, p.max_in_flight, stop)
-            extra["not_sent"] = dropped
+            not_sent = await scenarios.open_loop(client, shape, p.poisson, p.max_in_flight, stop)
     finally:
         if ticker is not None:
             ticker.cancel()
@@ -239,7 +208,7 @@ async def _drive(
             loop.remove_signal_handler(signal.SIGINT)
     if progress:
         progress(_progress_snapshot(recorder, p, final=True))
-    return extra
+    return not_sent
 
 
 def _progress_snapshot(recorder: Recorder, p: RunParams, final: bool = False) -> dict[str, Any]:
@@ -266,7 +235,3 @@ async def _report_progress(recorder: Recorder, p: RunParams, progress: Progress)
     while True:
         await asyncio.sleep(0.25)
         progress(_progress_snapshot(recorder, p))
-
-
-def with_model(params: RunParams, model: str) -> RunParams:
-    return replace(params, model=model)

@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser(
         "compare",
         help="two scenarios or two models back to back, with a ratio table",
-        description="Run A then B and print B beside A. Either two quoted scenario command "
-        "lines, or one scenario and --models A,B.",
-        epilog="examples:  compare --models batch_add_model,add_unbatched 'concurrency -c 8 -d 3'"
+        description="Run A then B and print B beside A, with B / A for each measure (above 1: "
+        "B has more of it). Either two quoted scenario command lines, or one scenario and "
+        "--models A,B.",
+        epilog="examples:  compare --models add_unbatched,batch_add_model 'concurrency -c 8 -d 3'"
         "   |   compare 'serial -n 3' 'concurrent -n 3'",
     )
     cmp.add_argument("scenarios", nargs="+", metavar="'SCENARIO ARGS'")
@@ -219,27 +220,36 @@ def _exit_code(results: list[api.RunResult]) -> int:
     if any(r.status == "interrupted" for r in results):
         return 130
     bad = any(
-        r.status != "ok" or r.summary["client"]["failed"] or r.summary["client"]["timed_out"]
-        for r in results
+        r.status != "ok" or r.summary.client.failed or r.summary.client.timed_out for r in results
     )
     return 1 if bad else 0
 
 
-def run_scenario(name: str, args: argparse.Namespace) -> int:
-    runs = params_from(name, args)
+def run_series(
+    runs: list[RunParams], args: argparse.Namespace, group: str, tables: bool
+) -> list[api.RunResult]:
+    """Runs back to back (a sweep, a comparison), all checked before the first request is
+    sent, sharing ``group`` in the store; one that does not end ok ends the series. With
+    ``tables``, each run's table is printed as it ends."""
     stop = threading.Event()
+    prepared = [api.prepare(p) for p in runs]
     results = []
-    prepared = [api.prepare(p) for p in runs]  # everything checked before the first request
-    group = f"sweep-{time.time():.3f}" if len(prepared) > 1 else ""
     for item in prepared:
         bar = None if args.json else report.ProgressBar(item.params.describe())
         result = api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group)
         results.append(result)
-        if not args.json:
+        if tables and not args.json:
             print(report.run_table(result), flush=True)
             print()
         if result.status != "ok":
             break
+    return results
+
+
+def run_scenario(name: str, args: argparse.Namespace) -> int:
+    runs = params_from(name, args)
+    group = f"sweep-{time.time():.3f}" if len(runs) > 1 else ""
+    results = run_series(runs, args, group, tables=True)
     if args.json:
         payload: Any = [report.result_json(r) for r in results]
         print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
@@ -268,21 +278,13 @@ def run_compare(args: argparse.Namespace) -> int:
         runs.extend(found)
     if models:
         runs = [replace(runs[0], model=models[0]), replace(runs[0], model=models[1])]
-    stop = threading.Event()
-    prepared = [api.prepare(p) for p in runs]
-    results = []
-    group = f"compare-{time.time():.3f}"
-    for item in prepared:
-        bar = None if args.json else report.ProgressBar(item.params.describe())
-        results.append(api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group))
-        if results[-1].status != "ok":
-            break
+    results = run_series(runs, args, f"compare-{time.time():.3f}", tables=False)
     if len(results) == 2:
         if args.json:
             out = {
                 "a": report.result_json(results[0]),
                 "b": report.result_json(results[1]),
-                "ratios": report.compare_rows(results[0], results[1]),
+                "ratios": report.compare_json(results[0], results[1]),
             }
             print(json.dumps(out, indent=2))
         else:
@@ -310,7 +312,7 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show_run(args: argparse.Namespace) -> int:
-    run = store.load_run(args.db or default_db(), args.run_id)
+    run = store.load_row(args.db or default_db(), args.run_id)
     print(json.dumps(run, indent=2))
     return 0
 

@@ -9,7 +9,6 @@ reported percentile is within 0.4 % of the true value (the bucket's midpoint).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 SUB_BITS = 7
 SUB = 1 << SUB_BITS
@@ -53,14 +52,6 @@ class Histogram:
         if seconds < self.low:
             self.low = seconds
 
-    def merge(self, other: Histogram) -> None:
-        for b, c in other.counts.items():
-            self.counts[b] = self.counts.get(b, 0) + c
-        self.n += other.n
-        self.total += other.total
-        self.high = max(self.high, other.high)
-        self.low = min(self.low, other.low)
-
     def quantile(self, q: float) -> float | None:
         """The q-quantile (0..1) in seconds; None when empty. q=1 gives the exact max."""
         if self.n == 0:
@@ -77,9 +68,6 @@ class Histogram:
                 # Never outside what was seen.
                 return min(max(value, self.low), self.high)
         return self.high
-
-    def quantiles(self, qs: Iterable[float]) -> dict[str, float | None]:
-        return {f"p{round(q * 100):d}": self.quantile(q) for q in qs}
 
     @property
     def mean(self) -> float | None:

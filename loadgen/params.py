@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from loadgen import limits
@@ -54,6 +54,17 @@ class RunParams:
         data["dtypes"] = dict(self.dtypes)
         data["stages"] = [list(s) for s in self.stages]
         return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunParams:
+        """The params that ``to_json`` wrote (a stored run's); keys of other versions are
+        left out."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["shapes"] = tuple((k, tuple(v)) for k, v in data.get("shapes", {}).items())
+        values["dtypes"] = tuple(data.get("dtypes", {}).items())
+        values["stages"] = tuple((rate, seconds) for rate, seconds in data.get("stages", []))
+        return cls(**values)
 
     def describe(self) -> str:
         s = self.scenario

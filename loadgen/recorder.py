@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.histogram import Histogram
+from loadgen.summary import ClientSummary, Latency
 
 OK, FAILED, TIMED_OUT = 0, 1, 2
 OUTCOMES = ("ok", "failed", "timed_out")
@@ -114,23 +115,20 @@ class Recorder:
                 counts[kind] = counts.get(kind, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ClientSummary:
         ok, failed, timed_out = self.counts
         elapsed = self.elapsed()
-        return {
-            "sent": self.sent,
-            "ok": ok,
-            "failed": failed,
-            "timed_out": timed_out,
-            "duration_s": elapsed,
-            "throughput_per_s": ok / elapsed if elapsed > 0 else None,
-            "latency_s": {
-                **self.hist.quantiles(QUANTILES),
-                "max": self.hist.quantile(1.0),
-                "mean": self.hist.mean,
-            },
-            "errors": self.errors_by_kind(),
-        }
+        p50, p90, p95, p99 = (self.hist.quantile(q) for q in QUANTILES)
+        return ClientSummary(
+            sent=self.sent,
+            ok=ok,
+            failed=failed,
+            timed_out=timed_out,
+            duration_s=elapsed,
+            throughput_per_s=ok / elapsed if elapsed > 0 else None,
+            latency_s=Latency(p50, p90, p95, p99, self.hist.quantile(1.0), self.hist.mean),
+            errors=self.errors_by_kind(),
+        )
 
     def timeline(self) -> list[dict[str, Any]]:
         rows = []

@@ -1,12 +1,14 @@
 """What the user reads: a progress line while a run goes, a table after it, and the ratio
-table of a comparison. Plain text: it goes to logs and CI output as well as terminals."""
+table of a comparison (``loadgen.compare``, the one the dashboard shows too). Plain text: it
+goes to logs and CI output as well as terminals."""
 
 from __future__ import annotations
 
 import sys
 from typing import IO, Any
 
-from loadgen.api import RunResult
+from loadgen.compare import compare
+from loadgen.summary import LoadRun
 
 
 def _ms(seconds: float | None) -> str:
@@ -40,92 +42,74 @@ class ProgressBar:
         self.stream.flush()
 
 
-def run_table(result: RunResult) -> str:
-    c = result.summary["client"]
-    s = result.summary["server"]
-    p = result.params
-    lat = c["latency_s"]
+def run_table(run: LoadRun) -> str:
+    c = run.summary.client
+    s = run.summary.server
+    lat = c.latency_s
     lines = [
-        f"run {result.run_id if result.run_id is not None else '(not stored)'}: "
-        f"{p.describe()} -> {p.model} over {p.protocol}   status: {result.status}",
+        f"{run.describe()} over {run.params.protocol}   status: {run.status}",
         "",
         "client side",
-        f"  requests      sent {c['sent']:,} = ok {c['ok']:,} + failed {c['failed']:,} "
-        f"+ timed out {c['timed_out']:,}",
-        f"  time          {c['duration_s']:.3f} s   throughput {_num(c['throughput_per_s'])} /s",
-        f"  latency (ok)  p50 {_ms(lat['p50'])}  p90 {_ms(lat['p90'])}  p95 {_ms(lat['p95'])}  "
-        f"p99 {_ms(lat['p99'])}  max {_ms(lat['max'])}",
+        f"  requests      sent {c.sent:,} = ok {c.ok:,} + failed {c.failed:,} "
+        f"+ timed out {c.timed_out:,}",
+        f"  time          {c.duration_s:.3f} s   throughput {_num(c.throughput_per_s)} /s",
+        f"  latency (ok)  p50 {_ms(lat.p50)}  p90 {_ms(lat.p90)}  p95 {_ms(lat.p95)}  "
+        f"p99 {_ms(lat.p99)}  max {_ms(lat.max)}",
     ]
-    if c.get("not_sent"):
-        lines.append(f"  not sent      {c['not_sent']:,} due requests dropped at the stop")
-    for kind, count in c["errors"].items():
+    if c.not_sent:
+        lines.append(f"  not sent      {c.not_sent:,} due requests dropped at the stop")
+    for kind, count in c.errors.items():
         lines.append(f"  error x{count:<6,} {kind}")
-    if "error" in s:
-        lines += ["", f"server side: unknown ({s['error']})"]
+    if s is None:
+        lines += ["", f"server side: unknown ({run.summary.server_error})"]
         return "\n".join(lines)
-    sizes = ", ".join(f"{k}: {v}" for k, v in s["executions_by_batch_size"].items()) or "-"
+    sizes = ", ".join(f"{k}: {v}" for k, v in s.executions_by_batch_size.items()) or "-"
     lines += [
         "",
         "server side (statistics API, this window)",
-        f"  requests {s['requests']:,}   inferences {s['inferences']:,}   "
-        f"executions (server calls) {s['executions']:,}   "
-        f"average batch {_num(s['average_batch_size'], 2)}",
+        f"  requests {s.requests:,}   inferences {s.inferences:,}   "
+        f"executions (server calls) {s.executions:,}   "
+        f"average batch {_num(s.average_batch_size, 2)}",
         f"  executions by batch size  {sizes}",
-        f"  queue    {_ms(s['queue_s_per_request'])} per request   "
-        f"compute {_ms(s['compute_s_per_request'])} per request   "
-        f"model call {_ms(s['compute_infer_s_per_execution'])} per execution",
+        f"  queue    {_ms(s.queue_s_per_request)} per request   "
+        f"compute {_ms(s.compute_s_per_request)} per request   "
+        f"model call {_ms(s.compute_infer_s_per_execution)} per execution",
     ]
-    if result.summary.get("server_restarted"):
+    if run.summary.server_restarted:
         lines.append("  note: Triton restarted during the run; server figures cover since then")
     return "\n".join(lines)
 
 
-COMPARE_ROWS: list[tuple[str, Any]] = [
-    ("requests ok", lambda r: r.summary["client"]["ok"]),
-    ("server calls", lambda r: r.summary["server"].get("executions")),
-    ("average batch", lambda r: r.summary["server"].get("average_batch_size")),
-    ("total time (s)", lambda r: r.summary["client"]["duration_s"]),
-    ("throughput (/s)", lambda r: r.summary["client"]["throughput_per_s"]),
-    ("p50 (ms)", lambda r: _scale(r.summary["client"]["latency_s"]["p50"])),
-    ("p99 (ms)", lambda r: _scale(r.summary["client"]["latency_s"]["p99"])),
-    ("queue per request (ms)", lambda r: _scale(r.summary["server"].get("queue_s_per_request"))),
-]
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if isinstance(value, int) else f"{value:,.3f}"
 
 
-def _scale(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
-
-
-def compare_rows(a: RunResult, b: RunResult) -> list[dict[str, Any]]:
-    rows = []
-    for name, get in COMPARE_ROWS:
-        va, vb = get(a), get(b)
-        ratio = va / vb if va is not None and vb else None
-        rows.append({"metric": name, "a": va, "b": vb, "a_over_b": ratio})
-    return rows
-
-
-def compare_table(a: RunResult, b: RunResult) -> str:
-    name_a = f"A: {a.params.model} {a.params.describe()}"
-    name_b = f"B: {b.params.model} {b.params.describe()}"
-    lines = [name_a, name_b, "", f"{'':<24}{'A':>14}{'B':>14}{'A / B':>10}"]
-    for row in compare_rows(a, b):
-        cells = [
-            "-" if v is None else (f"{v:,.0f}" if isinstance(v, int) else f"{v:,.3f}")
-            for v in (row["a"], row["b"])
-        ]
-        ratio = "-" if row["a_over_b"] is None else f"{row['a_over_b']:.2f}x"
-        lines.append(f"{row['metric']:<24}{cells[0]:>14}{cells[1]:>14}{ratio:>10}")
+def compare_table(a: LoadRun, b: LoadRun) -> str:
+    """``loadgen.compare`` as text: A, B and B / A per measure."""
+    lines = [f"A: {a.describe()}", f"B: {b.describe()}", ""]
+    lines.append(f"{'':<30}{'A':>14}{'B':>14}{'B / A':>10}")
+    for row in compare(a.summary, b.summary):
+        ratio = "-" if row.b_over_a is None else f"{row.b_over_a:.2f}x"
+        lines.append(f"{row.measure:<30}{_cell(row.a):>14}{_cell(row.b):>14}{ratio:>10}")
     return "\n".join(lines)
 
 
-def result_json(result: RunResult) -> dict[str, Any]:
+def compare_json(a: LoadRun, b: LoadRun) -> list[dict[str, Any]]:
+    return [
+        {"measure": r.measure, "a": r.a, "b": r.b, "b_over_a": r.b_over_a}
+        for r in compare(a.summary, b.summary)
+    ]
+
+
+def result_json(run: LoadRun) -> dict[str, Any]:
     return {
-        "run_id": result.run_id,
-        "group_id": result.group_id,
-        "status": result.status,
-        "started_at": result.started_at,
-        "finished_at": result.finished_at,
-        "params": result.params.to_json(),
-        **result.summary,
+        "run_id": run.run_id,
+        "group_id": run.group_id,
+        "status": run.status,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "params": run.params.to_json(),
+        **run.summary.to_json(),
     }

@@ -9,9 +9,9 @@ request the model served in the window, including any traffic that was not ours.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from loadgen.errors import LoadgenError
+from loadgen.summary import ServerSummary
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 
@@ -43,8 +43,8 @@ def _per(ns: int, count: int) -> float | None:
     return ns / 1e9 / count if count else None
 
 
-def summarize(delta: ModelStats) -> dict[str, Any]:
-    """A JSON-ready summary of one window's delta."""
+def summarize(delta: ModelStats) -> ServerSummary:
+    """The summary of one window's delta."""
     execs, infers = delta.execution_count, delta.inference_count
     success, fail = delta.phase("success"), delta.phase("fail")
     requests_n = success.count + fail.count
@@ -52,25 +52,25 @@ def summarize(delta: ModelStats) -> dict[str, Any]:
     compute = {p: delta.phase(p).ns for p in ("compute_input", "compute_infer", "compute_output")}
     compute_ns = sum(compute.values())
     batch_compute = sum(b.compute_infer_ns for b in delta.batches.values())
-    return {
-        "model": delta.name,
-        "version": delta.version,
-        "requests": requests_n,
-        "requests_success": success.count,
-        "requests_failure": fail.count,
-        "inferences": infers,
-        "executions": execs,
-        "average_batch_size": infers / execs if execs else None,
-        "executions_by_batch_size": {str(k): v for k, v in delta.executions_by_size().items()},
-        "queue_s_total": queue.ns / 1e9,
-        "compute_s_total": compute_ns / 1e9,
-        "compute_s_by_phase": {k: v / 1e9 for k, v in compute.items()},
-        "queue_s_per_request": _per(queue.ns, queue.count),
-        "compute_s_per_request": _per(compute_ns, requests_n),
-        "request_s_per_request": _per(success.ns + fail.ns, requests_n),
+    return ServerSummary(
+        model=delta.name,
+        version=delta.version,
+        requests=requests_n,
+        requests_success=success.count,
+        requests_failure=fail.count,
+        inferences=infers,
+        executions=execs,
+        average_batch_size=infers / execs if execs else None,
+        executions_by_batch_size=delta.executions_by_size(),
+        queue_s_total=queue.ns / 1e9,
+        compute_s_total=compute_ns / 1e9,
+        compute_s_by_phase={k: v / 1e9 for k, v in compute.items()},
+        queue_s_per_request=_per(queue.ns, queue.count),
+        compute_s_per_request=_per(compute_ns, requests_n),
+        request_s_per_request=_per(success.ns + fail.ns, requests_n),
         # Per execution, from batch_stats: what one model call costs at each batch size.
-        "compute_infer_s_per_execution": _per(batch_compute, execs),
-        "compute_infer_s_per_execution_by_batch_size": {
-            str(k): _per(b.compute_infer_ns, b.executions) for k, b in sorted(delta.batches.items())
+        compute_infer_s_per_execution=_per(batch_compute, execs),
+        compute_infer_s_per_execution_by_batch_size={
+            k: _per(b.compute_infer_ns, b.executions) for k, b in sorted(delta.batches.items())
         },
-    }
+    )

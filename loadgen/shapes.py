@@ -11,9 +11,6 @@ from typing import Protocol
 class LoadShape(Protocol):
     def tick(self, elapsed: float) -> float | None: ...
 
-    @property
-    def duration_s(self) -> float: ...
-
 
 @dataclass(frozen=True)
 class ConstantRate:
@@ -22,10 +19,6 @@ class ConstantRate:
 
     def tick(self, elapsed: float) -> float | None:
         return self.rate if elapsed < self.duration else None
-
-    @property
-    def duration_s(self) -> float:
-        return self.duration
 
 
 @dataclass(frozen=True)
@@ -41,7 +34,3 @@ class Steps:
             if elapsed < end:
                 return rate
         return None
-
-    @property
-    def duration_s(self) -> float:
-        return sum(seconds for _, seconds in self.stages)

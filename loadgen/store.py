@@ -12,9 +12,14 @@ Three tables:
 - ``timeline``: one row per second of the run: requests sent, ok, failed and timed out
   (by completion), and p50/p99/mean latency of the successful ones.
 
-A run is written in one transaction at its end: a reader never sees half a run. The read
-functions below return plain lists of dicts; the ``*_frame`` variants return pandas
-DataFrames (pandas is imported only when they are called).
+The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and
+``RunSummary.server_json()`` (``loadgen.summary``), the shape the store has always had; a
+restart of the server during the run adds ``"server_restarted": true`` to ``server``.
+
+A run is written in one transaction at its end: a reader never sees half a run.
+``load_run`` reads one back as a typed ``LoadRun``; the listing, timeline and records are
+plain lists of dicts, and the ``*_frame`` variants pandas DataFrames (pandas is imported
+only when they are called).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import LoadgenError
+from loadgen.params import RunParams
+from loadgen.summary import LoadRun, RunSummary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +110,7 @@ def connect(db: str | Path, create: bool = False) -> sqlite3.Connection:
 
 def save(db: str | Path, result: RunResult) -> int:
     """Store one run with its records and timeline in one transaction; returns its id."""
-    client = result.summary["client"]
+    client = result.summary.client
     p = result.params
     target = p.grpc_url if p.protocol == "grpc" else p.url
     with closing(connect(db, create=True)) as conn, conn:
@@ -121,15 +128,15 @@ def save(db: str | Path, result: RunResult) -> int:
                 result.status,
                 result.started_at,
                 result.finished_at,
-                client["sent"],
-                client["ok"],
-                client["failed"],
-                client["timed_out"],
-                client["throughput_per_s"],
-                client["latency_s"]["p99"],
+                client.sent,
+                client.ok,
+                client.failed,
+                client.timed_out,
+                client.throughput_per_s,
+                client.latency_s.p99,
                 json.dumps(p.to_json()),
-                json.dumps(result.summary["client"]),
-                json.dumps(result.summary["server"]),
+                json.dumps(client.to_json()),
+                json.dumps(_server_column(result.summary)),
             ),
         )
         run_id = int(cur.lastrowid or 0)
@@ -157,6 +164,13 @@ def save(db: str | Path, result: RunResult) -> int:
     return run_id
 
 
+def _server_column(summary: RunSummary) -> dict[str, Any]:
+    server = summary.server_json()
+    if summary.server_restarted:
+        server["server_restarted"] = True
+    return server
+
+
 def list_runs(db: str | Path, limit: int = 100) -> list[dict[str, Any]]:
     """The newest runs first: id, group, scenario, model, status, counts, throughput, p99."""
     with closing(connect(db)) as conn:
@@ -166,8 +180,9 @@ def list_runs(db: str | Path, limit: int = 100) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def load_run(db: str | Path, run_id: int) -> dict[str, Any]:
-    """One run: its row, with ``params``, ``summary`` (client side) and ``server`` decoded."""
+def load_row(db: str | Path, run_id: int) -> dict[str, Any]:
+    """One run's row as stored, with ``params``, ``summary`` (client side) and ``server``
+    decoded from JSON (what ``show`` prints and ``export`` writes)."""
     with closing(connect(db)) as conn:
         row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
     if row is None:
@@ -176,6 +191,22 @@ def load_run(db: str | Path, run_id: int) -> dict[str, Any]:
     for key in ("params", "summary", "server"):
         run[key] = json.loads(run[key])
     return run
+
+
+def load_run(db: str | Path, run_id: int) -> LoadRun:
+    """One run as the typed ``LoadRun`` that ``loadgen.api.run`` returned for it."""
+    row = load_row(db, run_id)
+    server = dict(row["server"])
+    restarted = bool(server.pop("server_restarted", False))
+    return LoadRun(
+        params=RunParams.from_json(row["params"]),
+        status=str(row["status"]),
+        started_at=float(row["started_at"]),
+        finished_at=float(row["finished_at"]),
+        summary=RunSummary.from_json(row["summary"], server, restarted),
+        run_id=int(row["id"]),
+        group_id=str(row["group_id"]),
+    )
 
 
 def load_timeline(db: str | Path, run_id: int) -> list[dict[str, Any]]:
@@ -228,7 +259,7 @@ def records_frame(db: str | Path, run_id: int, limit: int | None = None) -> pd.D
 
 def export_csv(db: str | Path, run_id: int, folder: str | Path) -> list[Path]:
     """Write run-<id>-summary.csv, -timeline.csv and -records.csv into ``folder``."""
-    run = load_run(db, run_id)
+    run = load_row(db, run_id)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     flat = {k: v for k, v in run.items() if k not in ("params", "summary", "server")}

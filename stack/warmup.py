@@ -79,7 +79,7 @@ def run_warmup(
         )
         try:
             # db=None: warm-up runs are not stored with the user's load runs.
-            answered[name] = int(run(params, db=None).summary["client"]["ok"])
+            answered[name] = run(params, db=None).summary.client.ok
         except LoadgenError as exc:
             # The stack is up either way; a model the generator cannot feed is skipped.
             log(f"warm-up: {name} skipped ({exc})")

@@ -1,9 +1,12 @@
-"""Helpers for tests: requests to the add model."""
+"""Helpers for tests: requests to the add model, and its statistics."""
 
 from __future__ import annotations
 
 import numpy as np
 import tritonclient.http as httpclient
+
+from tritonapi.client import TritonClient
+from tritonapi.stats import ModelStats
 
 
 def add_inputs(a: float, b: float) -> list[httpclient.InferInput]:
@@ -19,3 +22,8 @@ def add_inputs(a: float, b: float) -> list[httpclient.InferInput]:
 def infer_add(client: httpclient.InferenceServerClient, model: str, a: float, b: float) -> float:
     """One request to an add model; its OUTPUT_SUM."""
     return float(client.infer(model, add_inputs(a, b)).as_numpy("OUTPUT_SUM")[0, 0])
+
+
+def model_stats(url: str, model: str) -> ModelStats:
+    """The model's cumulative statistics (the newest version) from Triton's statistics API."""
+    return TritonClient(url).model_stats(model)

@@ -15,6 +15,7 @@ from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
+from loadgen.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
 from tritonapi.client import TritonError
 
@@ -47,7 +48,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         return
     ids = [int(i) for i in listed["id"]]
     names = {
-        int(r["id"]): runs.describe(runs.load(cfg.store, int(r["id"])))
+        int(r["id"]): runs.load(cfg.store, int(r["id"])).describe()
         for _, r in listed.head(50).iterrows()
     }
     ids = [i for i in ids if i in names]
@@ -143,16 +144,18 @@ def _progress() -> None:
         st.rerun(scope="app")
 
 
-def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
-    s = run["summary"]
-    server = run["server"]
+def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
+    c = run.summary.client
+    server = run.summary.server
     cols = st.columns(6)
-    cols[0].metric("Throughput (req/s)", fmt.number(run["throughput_per_s"]))
-    cols[1].metric("Sent", fmt.count(run["sent"]))
-    cols[2].metric("Failed / timed out", f"{run['failed']} / {run['timed_out']}")
-    cols[3].metric("p99 latency", fmt.millis(s["latency_s"].get("p99")))
-    cols[4].metric("Model executions", fmt.count(server.get("executions")))
-    cols[5].metric("Average batch size", fmt.number(server.get("average_batch_size"), 2))
+    cols[0].metric("Throughput (req/s)", fmt.number(c.throughput_per_s))
+    cols[1].metric("Sent", fmt.count(c.sent))
+    cols[2].metric("Failed / timed out", f"{c.failed} / {c.timed_out}")
+    cols[3].metric("p99 latency", fmt.millis(c.latency_s.p99))
+    cols[4].metric("Model executions", fmt.count(server.executions if server else None))
+    cols[5].metric(
+        "Average batch size", fmt.number(server.average_batch_size if server else None, 2)
+    )
 
     window = run_window(run, cfg.scrape_interval_s)
     data, problem = server_data(cfg, run, window)
@@ -165,7 +168,8 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
             hide_index=True,
         )
         st.plotly_chart(
-            charts.render_run_timeline(runs.timeline(cfg.store, run["id"])), key="run_timeline"
+            charts.render_run_timeline(runs.timeline(cfg.store, run.run_id or 0)),
+            key="run_timeline",
         )
         st.caption(charts.RUN_CAPTIONS["timeline"])
         st.plotly_chart(
@@ -173,7 +177,7 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
             key="run_batches",
         )
         st.caption(charts.RUN_CAPTIONS["batches"])
-        st.dataframe(_server_calls(server), hide_index=True)
+        st.dataframe(_server_calls(run.summary), hide_index=True)
     with serverside:
         st.subheader("Server side (Prometheus)")
         if window.end > time.time():
@@ -191,39 +195,41 @@ def render_result(cfg: DashboardSettings, run: dict[str, Any]) -> None:
         st.caption(charts.RUN_CAPTIONS["server"])
 
 
-def _server_calls(server: dict[str, Any]) -> pd.DataFrame:
+def _server_calls(summary: RunSummary) -> pd.DataFrame:
+    columns = ["server calls (Triton statistics)", "value"]
+    server = summary.server
+    if server is None:
+        return pd.DataFrame([("unknown", summary.server_error)], columns=columns)
     rows = [
         (
             "requests (success / failure)",
-            f"{server.get('requests_success')} / {server.get('requests_failure')}",
+            f"{server.requests_success} / {server.requests_failure}",
         ),
-        ("inferences", str(server.get("inferences"))),
-        ("executions", str(server.get("executions"))),
-        ("queue per request", fmt.millis(server.get("queue_s_per_request"))),
-        ("compute per request", fmt.millis(server.get("compute_s_per_request"))),
-        ("request per request (server)", fmt.millis(server.get("request_s_per_request"))),
+        ("inferences", str(server.inferences)),
+        ("executions", str(server.executions)),
+        ("queue per request", fmt.millis(server.queue_s_per_request)),
+        ("compute per request", fmt.millis(server.compute_s_per_request)),
+        ("request per request (server)", fmt.millis(server.request_s_per_request)),
     ]
-    return pd.DataFrame(rows, columns=["server calls (Triton statistics)", "value"])
+    return pd.DataFrame(rows, columns=columns)
 
 
-def run_window(run: dict[str, Any], scrape_interval_s: float) -> Range:
+def run_window(run: LoadRun, scrape_interval_s: float) -> Range:
     """The run's time, padded by two scrapes each side, on step boundaries."""
     pad = 2 * scrape_interval_s
-    length = run["finished_at"] - run["started_at"] + 2 * pad
+    length = run.finished_at - run.started_at + 2 * pad
     step = choose_step(length, min_step_s=scrape_interval_s)
-    start = math.floor((run["started_at"] - pad) / step) * step
-    end = math.ceil((run["finished_at"] + pad) / step) * step
+    start = math.floor((run.started_at - pad) / step) * step
+    end = math.ceil((run.finished_at + pad) / step) * step
     return Range(start, end, step)
 
 
-def server_data(
-    cfg: DashboardSettings, run: dict[str, Any], window: Range
-) -> tuple[LiveData | None, str]:
+def server_data(cfg: DashboardSettings, run: LoadRun, window: Range) -> tuple[LiveData | None, str]:
     """Prometheus' view of the run's window, or None and what went wrong."""
     try:
         data = cached.live_data(
             cfg.prometheus_url,
-            run["model"],
+            run.params.model,
             window.start,
             window.end,
             window.step_s,
@@ -240,28 +246,29 @@ def cached_advice(db: str, run_id: int, triton_url: str) -> advice.Advice:
     return advice.advise(Path(db), run_id, triton_url)
 
 
-def render_advice(cfg: DashboardSettings, run: dict[str, Any]) -> None:
+def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
     st.subheader("Advisor: predicted vs measured, and a recommendation")
-    if run["scenario"] not in ("concurrency", "rate", "serial"):
+    scenario = run.params.scenario
+    if scenario not in ("concurrency", "rate", "serial"):
         st.caption(
-            f"The advisor models steady traffic; a {run['scenario']!r} run has none. Ask it "
+            f"The advisor models steady traffic; a {scenario!r} run has none. Ask it "
             "about a concurrency or rate run."
         )
         return
-    key = f"advise_{run['id']}"
+    key = f"advise_{run.run_id}"
     if not st.session_state.get(key):
         st.caption(
             "The advisor simulates Triton's batcher with the service times and traffic of this "
             "run, compares its prediction with what was measured, and searches for a better "
             "config (p99 latency ≤ 10 ms). It takes a few seconds."
         )
-        if st.button("Ask the advisor about this run", key=f"ask_{run['id']}"):
+        if st.button("Ask the advisor about this run", key=f"ask_{run.run_id}"):
             st.session_state[key] = True
         else:
             return
     try:
         with st.spinner("Simulating the batcher..."):
-            a = cached_advice(str(cfg.store), int(run["id"]), cfg.triton_url)
+            a = cached_advice(str(cfg.store), run.run_id or 0, cfg.triton_url)
     except (ValueError, TritonError) as exc:
         st.error(f"The advisor cannot model this run: {exc}", icon=":material/error:")
         return

@@ -18,6 +18,7 @@ from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
+from loadgen.params import RunParams
 
 DATA = Path(__file__).parent / "data"
 DB = DATA / "loadruns.sqlite3"
@@ -54,7 +55,7 @@ def test_missing_runs_and_stores_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_bursts_have_no_steady_traffic() -> None:
     with pytest.raises(ValueError, match="no steady traffic"):
-        storedrun.traffic_from_run({"scenario": "concurrent"}, [])
+        storedrun.traffic_from_run(RunParams("concurrent"), [])
 
 
 def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str]) -> None:

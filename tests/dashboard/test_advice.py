@@ -26,7 +26,9 @@ def test_advisor_predicts_the_run_and_recommends(
         concurrency=4,
         duration_s=2.0,
     )
-    measured = run(params, db=str(db)).summary["server"]["average_batch_size"]
+    server = run(params, db=str(db)).summary.server
+    assert server is not None and server.average_batch_size is not None
+    measured = server.average_batch_size
     at = make_app(s.url("prometheus"), s.url("triton_http"), store=str(db))
     at.session_state["view"] = "Load runs"
     at.run()

@@ -13,13 +13,13 @@ import time
 
 import pytest
 import requests
-from exporter.tritonapi import model_stats
 
 from dashboard import live
 from dashboard import queries as q
 from promapi import PromClient, Range
 from stacksettings import Settings
 from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
+from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
 

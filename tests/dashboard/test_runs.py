@@ -6,14 +6,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import runs
+from loadgen import report
 from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
 
 MakeApp = Callable[..., AppTest]
+# Recorded by bench/advisor_capture_runs.py: run 1 at 400/s (open loop), run 2 at concurrency 8.
+CAPTURED = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 
 
 @pytest.mark.parametrize(
@@ -43,6 +47,19 @@ def test_params_within_bounds_go_to_the_load_generator() -> None:
         2,
         "http://h:1",
     )
+
+
+def test_the_comparison_is_the_clis_b_over_a() -> None:
+    a, b = runs.load(CAPTURED, 1), runs.load(CAPTURED, 2)
+    frame = runs.compare(a, b).set_index("measure")
+    assert frame.loc["throughput (req/s)", "B / A"] == pytest.approx(5772.650 / 396.960, rel=1e-5)
+    assert frame.loc["throughput (req/s)", "B / A"] > 1  # B was faster: a gain reads as one
+    # Row for row, the CLI's table shows the same ratios: one function behind both.
+    rows = report.compare_table(a, b).splitlines()[4:]  # after A, B, a blank line, the header
+    cli = {line[:30].strip(): line.split()[-1] for line in rows}
+    assert len(cli) == len(frame)
+    for measure, ratio in frame["B / A"].items():
+        assert cli[str(measure)] == ("-" if pd.isna(ratio) else f"{ratio:.2f}x")
 
 
 def test_no_runs_yet_says_how_to_start_one(make_app: MakeApp, tmp_path: Path) -> None:

@@ -13,11 +13,10 @@ import time
 
 import pytest
 import tritonclient.http as httpclient
-from exporter.tritonapi import model_stats
 
 from loadgen.burst import burst, infer_body
 from stacksettings import Settings
-from tests.helpers import infer_add
+from tests.helpers import infer_add, model_stats
 
 pytestmark = pytest.mark.integration
 

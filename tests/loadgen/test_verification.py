@@ -53,11 +53,12 @@ def _params(settings: Settings, protocol: str, **kwargs: object) -> RunParams:
 def test_wrong_answers_are_failures(wrong_triton: Settings, protocol: str) -> None:
     params = _params(wrong_triton, protocol)
     wrong = run(replace(params, model="add_wrong")).summary
-    assert wrong["client"]["sent"] == wrong["client"]["failed"] == 200
-    assert wrong["client"]["errors"] == {WRONG_SUM: 200}
-    assert wrong["server"]["requests_success"] == 200  # Triton itself sees nothing wrong
+    assert wrong.client.sent == wrong.client.failed == 200
+    assert wrong.client.errors == {WRONG_SUM: 200}
+    assert wrong.server is not None
+    assert wrong.server.requests_success == 200  # Triton itself sees nothing wrong
     right = run(params).summary
-    assert right["client"]["ok"] == 200 and right["client"]["errors"] == {}
+    assert right.client.ok == 200 and right.client.errors == {}
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -67,7 +68,7 @@ def test_any_model_inputs_from_metadata_outputs_checked(
     with pytest.raises(LoadgenError, match="variable dims .* --shape INPUT0="):
         run(_params(wrong_triton, protocol, model="identity"))
     good = run(_params(wrong_triton, protocol, model="identity", shapes=(("INPUT0", (5,)),)))
-    assert good.summary["client"]["ok"] == 200
-    bad = run(_params(wrong_triton, protocol, model="identity_badshape")).summary["client"]
-    assert bad["failed"] == bad["sent"] == 200
-    assert bad["errors"] == {"bad answer: OUTPUT0 has shape [1, 4], metadata says [1, 3]": 200}
+    assert good.summary.client.ok == 200
+    bad = run(_params(wrong_triton, protocol, model="identity_badshape")).summary.client
+    assert bad.failed == bad.sent == 200
+    assert bad.errors == {"bad answer: OUTPUT0 has shape [1, 4], metadata says [1, 3]": 200}

@@ -1,0 +1,148 @@
+"""A load run and its summary as typed values: what the client saw, what the server did.
+
+``ClientSummary`` comes from the recorder (every request accounted for), ``ServerSummary``
+from the statistics-API delta of the run's window (``serverside.summarize``), and
+``RunSummary`` holds both. ``LoadRun`` is a finished run: its parameters, status, times and
+summary, as the API returns it and as the store reads it back.
+
+``to_json`` / ``from_json`` keep the JSON shape the store and ``--json`` have always used
+(batch sizes as text keys, ``not_sent`` only for open-loop runs, ``error`` only when sending
+failed), so a store written before these types existed reads as the same values.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadgen.params import RunParams
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Latency of the successful requests, in seconds; None when none succeeded."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    mean: float | None = None
+
+
+@dataclass(frozen=True)
+class ClientSummary:
+    """The client's account of a run: sent = ok + failed + timed_out, by construction."""
+
+    sent: int
+    ok: int
+    failed: int
+    timed_out: int
+    duration_s: float  # from the first request out to the last outcome known
+    throughput_per_s: float | None  # successful requests per second
+    latency_s: Latency
+    errors: dict[str, int]  # error kind -> requests, most frequent first
+    not_sent: int | None = None  # open loop only: due requests dropped at the stop
+    error: str = ""  # why sending ended early (the run's status is then failed)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.not_sent is None:
+            del data["not_sent"]
+        if not self.error:
+            del data["error"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientSummary:
+        return cls(**{**data, "latency_s": Latency(**data["latency_s"])})
+
+
+@dataclass(frozen=True)
+class ServerSummary:
+    """The statistics-API delta over a run's window (every request the model served in it,
+    ours or not): requests, executions, the batch sizes formed, and where the time went."""
+
+    model: str
+    version: str
+    requests: int
+    requests_success: int
+    requests_failure: int
+    inferences: int
+    executions: int  # model calls (server calls); one per formed batch
+    average_batch_size: float | None  # inferences / executions
+    executions_by_batch_size: dict[int, int]
+    queue_s_total: float
+    compute_s_total: float
+    compute_s_by_phase: dict[str, float]  # compute_input, compute_infer, compute_output
+    queue_s_per_request: float | None
+    compute_s_per_request: float | None
+    request_s_per_request: float | None
+    compute_infer_s_per_execution: float | None
+    compute_infer_s_per_execution_by_batch_size: dict[int, float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in BY_SIZE:
+            data[key] = {str(size): value for size, value in data[key].items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServerSummary:
+        by_size = {key: {int(size): value for size, value in data[key].items()} for key in BY_SIZE}
+        return cls(**{**data, **by_size})
+
+
+# Keyed by batch size: JSON object keys are text, so the size is written as text.
+BY_SIZE = ("executions_by_batch_size", "compute_infer_s_per_execution_by_batch_size")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Both sides of one run. ``server`` is None when the statistics could not be read
+    (the server went away during the run); ``server_error`` says why."""
+
+    client: ClientSummary
+    server: ServerSummary | None
+    server_error: str = ""
+    server_restarted: bool = False  # counters reset in the window: figures cover since then
+
+    def server_json(self) -> dict[str, Any]:
+        """The server side as JSON: the summary, or ``{"error": ...}``."""
+        return {"error": self.server_error} if self.server is None else self.server.to_json()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "client": self.client.to_json(),
+            "server": self.server_json(),
+            "server_restarted": self.server_restarted,
+        }
+
+    @classmethod
+    def from_json(
+        cls, client: dict[str, Any], server: dict[str, Any], restarted: bool = False
+    ) -> RunSummary:
+        if "error" in server:
+            return cls(ClientSummary.from_json(client), None, str(server["error"]), restarted)
+        return cls(ClientSummary.from_json(client), ServerSummary.from_json(server), "", restarted)
+
+
+@dataclass(kw_only=True)
+class LoadRun:
+    """A finished load run: what was asked, how it ended, what was measured."""
+
+    params: RunParams
+    status: str  # ok | interrupted | failed
+    started_at: float  # unix seconds
+    finished_at: float
+    summary: RunSummary
+    run_id: int | None = None  # None: not stored
+    group_id: str = ""  # shared by the runs of one sweep or comparison
+
+    def describe(self) -> str:
+        """One line naming the run: id, label (or what it did), model, start time."""
+        p = self.params
+        name = "(not stored)" if self.run_id is None else f"#{self.run_id}"
+        when = time.strftime("%H:%M:%S", time.localtime(self.started_at))
+        return f"{name} {p.label or p.describe()} on {p.model} at {when}"

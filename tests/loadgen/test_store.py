@@ -1,0 +1,69 @@
+"""Stored runs read back as typed runs: a real store written before the types existed.
+
+``tests/advisor/data/loadruns.sqlite3`` was recorded by ``bench/advisor_capture_runs.py``
+against this project's Triton: run 1 a Poisson rate run at 400/s, run 2 a concurrency-8 run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen import report, store
+from loadgen.params import RunParams
+from loadgen.summary import Latency
+
+DB = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
+
+
+def test_an_old_store_reads_as_typed_runs() -> None:
+    rate = store.load_run(DB, 1)
+    assert rate.params == RunParams(
+        "rate",
+        url="http://127.0.0.1:54429",
+        grpc_url="127.0.0.1:8001",
+        rate=400,
+        poisson=True,
+        duration_s=3,
+        seed=7,
+    )
+    assert (rate.run_id, rate.status, rate.group_id) == (1, "ok", "")
+    c = rate.summary.client
+    assert (c.sent, c.ok, c.failed, c.timed_out, c.not_sent, c.errors) == (1190, 1190, 0, 0, 0, {})
+    assert c.throughput_per_s == pytest.approx(396.96, abs=0.01)
+    assert c.latency_s == Latency(
+        p50=0.0015315,
+        p90=0.0021835,
+        p95=0.0027755,
+        p99=0.0063195,
+        max=0.028822080538598492,
+        mean=0.0017495929648936853,
+    )
+    server = rate.summary.server
+    assert server is not None and not rate.summary.server_restarted
+    assert (server.requests, server.inferences, server.executions) == (1190, 1190, 956)
+    assert server.executions_by_batch_size == {1: 733, 2: 217, 3: 1, 4: 5}
+    assert set(server.compute_infer_s_per_execution_by_batch_size) == {1, 2, 3, 4}
+    closed = store.load_run(DB, 2)
+    assert closed.params.concurrency == 8 and closed.summary.client.not_sent is None
+
+
+@pytest.mark.parametrize("run_id", [1, 2])
+def test_the_types_write_the_shape_the_store_has_always_had(run_id: int) -> None:
+    row = store.load_row(DB, run_id)
+    run = store.load_run(DB, run_id)
+    assert run.params.to_json() == row["params"]
+    assert run.summary.client.to_json() == row["summary"]
+    assert run.summary.server_json() == row["server"]
+
+
+def test_b_faster_than_a_gives_a_throughput_ratio_above_one() -> None:
+    a, b = store.load_run(DB, 1), store.load_run(DB, 2)  # 397/s, then 5,773/s
+    table = report.compare_table(a, b)
+    header = table.splitlines()[3]
+    assert header.split() == ["A", "B", "B", "/", "A"]
+    (row,) = [line for line in table.splitlines() if line.startswith("throughput (req/s)")]
+    assert row.split()[-3:] == ["396.960", "5,772.650", "14.54x"]
+    (row,) = [line for line in table.splitlines() if line.startswith("average batch size")]
+    assert row.split()[-1] == "2.51x"  # 3.125 / 1.245
