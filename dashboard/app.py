@@ -22,10 +22,10 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from dashboard import settings  # noqa: E402 - set_page_config must run first
-from dashboard.views import config_view, live_view, runs_view, status  # noqa: E402
+from dashboard.views import config_view, live_view, runs_view, status, timeline_view  # noqa: E402
 from tritonapi import repocheck  # noqa: E402
 
-VIEWS = ["Live", "Load runs", "Model config"]
+VIEWS = ["Live", "Batch timeline", "Load runs", "Model config"]
 DEFAULT_MODEL = "batch_add_model"
 
 
@@ -59,6 +59,9 @@ def main() -> None:
 
     state = status.read(cfg)
     status.show_problems(cfg, state)
+    if view == "Batch timeline":
+        timeline_view.render(cfg, state.models or repository_models(cfg))
+        return
     if view == "Load runs":
         # Without Prometheus the runs still work (they talk to Triton); name models from disk.
         runs_view.render(cfg, state.models or repository_models(cfg))

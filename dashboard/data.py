@@ -61,6 +61,11 @@ def instant(url: str, expr: str) -> pd.DataFrame:
     return client(url).query(expr)
 
 
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def scalar_at(url: str, expr: str, at: float) -> float | None:
+    return client(url).scalar(expr, at)
+
+
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
 def triton_ready(url: str) -> bool:
     return TritonClient(url, timeout_s=2.0).is_ready()

@@ -18,6 +18,7 @@ _STACK = stacksettings.from_env_or_default()
 ENV = {
     "prometheus_url": "DASHBOARD_PROMETHEUS_URL",
     "triton_url": "DASHBOARD_TRITON_URL",
+    "exporter_url": "DASHBOARD_EXPORTER_URL",
     "store": "DASHBOARD_STORE",
     "model_repository": "DASHBOARD_MODEL_REPOSITORY",
     "logs_dir": "DASHBOARD_LOGS_DIR",
@@ -30,6 +31,8 @@ ENV = {
 class DashboardSettings:
     prometheus_url: str = _STACK.url("prometheus")
     triton_url: str = _STACK.url("triton_http")
+    # The exporter's trace API (/api/traces), for the batch timeline.
+    exporter_url: str = _STACK.url("exporter")
     # The load generator's SQLite results store.
     store: Path = _STACK.store
     model_repository: Path = _STACK.model_repository
@@ -64,6 +67,7 @@ def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
     return DashboardSettings(
         prometheus_url=env.get(ENV["prometheus_url"]) or base.prometheus_url,
         triton_url=env.get(ENV["triton_url"]) or base.triton_url,
+        exporter_url=env.get(ENV["exporter_url"]) or base.exporter_url,
         store=Path(env.get(ENV["store"]) or base.store),
         model_repository=Path(env.get(ENV["model_repository"]) or base.model_repository),
         logs_dir=Path(env.get(ENV["logs_dir"]) or base.logs_dir),

@@ -10,12 +10,14 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from exporter.collector import BatchingCollector
 from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
+from exporter.tracing import TraceBook, TraceCollector
 from exporter.web import make_app, make_web_server
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
@@ -43,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="Triton's /metrics URL, once per --triton-url in the same order (TRITON_METRICS_URL,"
         f" comma-separated; default: the same host, port {DEFAULT_METRICS_PORT}, /metrics)",
+    )
+    parser.add_argument(
+        "--trace-file",
+        action="append",
+        metavar="PREFIX",
+        help="Triton's trace file (its --trace-config triton,file=PREFIX), once per "
+        "--triton-url in the same order, or none: the exporter reads and removes PREFIX.N "
+        "as Triton writes them (TRITON_TRACE_FILE, comma-separated)",
     )
     parser.add_argument(
         "--triton-timeout",
@@ -91,6 +101,7 @@ def parse_timeout(value: str) -> float:
 @dataclass(frozen=True)
 class Options:
     targets: list[Target]
+    trace_files: list[Path]
     timeout_s: float
     host: str
     port: int
@@ -107,6 +118,18 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         args.triton_url or env_list("TRITON_URL") or [DEFAULT_TRITON],
         args.triton_metrics_url or env_list("TRITON_METRICS_URL"),
     )
+    trace_files = [Path(p) for p in args.trace_file or env_list("TRITON_TRACE_FILE")]
+    if trace_files and len(trace_files) != len(targets):
+        raise ValueError(
+            f"--trace-file given {len(trace_files)} time(s) for {len(targets)} --triton-url: "
+            "give one per --triton-url, in the same order, or none"
+        )
+    for path in trace_files:
+        if not path.parent.is_dir():
+            raise ValueError(
+                f"--trace-file: the folder {path.parent} does not exist (Triton writes "
+                f"{path.name}.0, {path.name}.1, ... there; create it or fix the path)"
+            )
     timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
     host, port = parse_listen_address(
         args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
@@ -114,7 +137,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
     level = args.log_level or env.get("EXPORTER_LOG_LEVEL") or "info"
     if level not in LOG_LEVELS:
         raise ValueError(f"EXPORTER_LOG_LEVEL: {level!r} is not one of {', '.join(LOG_LEVELS)}")
-    return Options(targets, timeout, host, port, level)
+    return Options(targets, trace_files, timeout, host, port, level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,8 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BatchingCollector(opts.targets, timeout_s=opts.timeout_s))
+    books = [
+        TraceBook(target, path, timeout_s=opts.timeout_s)
+        for target, path in zip(opts.targets, opts.trace_files, strict=False)
+    ]
+    if books:
+        registry.register(TraceCollector(books))
     try:
-        server = make_web_server(opts.host, opts.port, make_app(registry, opts.targets))
+        app = make_app(registry, opts.targets, books)
+        server = make_web_server(opts.host, opts.port, app)
     except OSError as exc:
         parser.error(
             f"--web.listen-address: cannot listen on {opts.host}:{opts.port} "

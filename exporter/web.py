@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import html
+import json
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from exporter.targets import Target
+from exporter.tracing import TraceBook
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,46 @@ def landing_page(targets: list[Target]) -> bytes:
     ).encode()
 
 
-def make_app(registry: CollectorRegistry, targets: list[Target]) -> WSGIApp:
+MAX_TRACE_WINDOW_S = 120.0
+
+
+def traces_answer(books: Sequence[TraceBook], query: str) -> tuple[str, dict[str, Any]]:
+    """``/api/traces?model=M[&seconds=S][&target=URL]``: the retained traced requests.
+
+    Times are Triton's steady-clock ns; ``clock_offset_ns`` turns them into unix ns on
+    this host (Triton's clock is the kernel's CLOCK_MONOTONIC, the same in every
+    container of one machine).
+    """
+    params = {k: v[-1] for k, v in parse_qs(query).items()}
+    model = params.get("model", "")
+    try:
+        seconds = float(params.get("seconds", "10"))
+    except ValueError:
+        seconds = -1.0
+    if not model or not 0 < seconds <= MAX_TRACE_WINDOW_S:
+        return "400 Bad Request", {
+            "error": f"give model=NAME and seconds in (0, {MAX_TRACE_WINDOW_S:g}]"
+        }
+    chosen = [b for b in books if params.get("target", b.target.url) == b.target.url]
+    if not chosen:
+        return "404 Not Found", {"error": "no trace files are read for that target"}
+    book = chosen[0]
+    requests = book.window(model, seconds)
+    return "200 OK", {
+        "target": book.target.url,
+        "model": model,
+        "seconds": seconds,
+        "clock_offset_ns": time.time_ns() - time.monotonic_ns(),
+        "sample_ratio": book.sample_ratio.get(model),
+        "trace_rate": book.trace_rate.get(model),
+        "gaps": book.follower.stats.gaps,
+        "requests": [r.to_json() for r in requests],
+    }
+
+
+def make_app(
+    registry: CollectorRegistry, targets: list[Target], books: Sequence[TraceBook] = ()
+) -> WSGIApp:
     metrics = make_wsgi_app(registry)
     page = landing_page(targets)
 
@@ -43,6 +86,10 @@ def make_app(registry: CollectorRegistry, targets: list[Target]) -> WSGIApp:
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [page]
+        if path == "/api/traces":
+            status, body = traces_answer(books, environ.get("QUERY_STRING", ""))
+            start_response(status, [("Content-Type", "application/json")])
+            return [json.dumps(body).encode()]
         if path == "/healthz":
             # The exporter's own liveness; whether Triton is up is triton_batching_target_up.
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])

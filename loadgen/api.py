@@ -35,6 +35,8 @@ from loadgen.recorder import Recorder
 from loadgen.shapes import ConstantRate, LoadShape, Steps
 from loadgen.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
+from loadgen.tracing import TracedRecord, Window, summarize
+from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 
 __all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
@@ -53,6 +55,7 @@ class Prepared:
     model: ModelSpec
     tensors: list[Tensor]
     outputs: list[Any]
+    window: Window | None = None  # --trace: Triton's trace window over the run
 
 
 @dataclass(kw_only=True)
@@ -61,6 +64,7 @@ class RunResult(LoadRun):
 
     timeline: list[dict[str, Any]]
     recorder: Recorder
+    traced: list[TracedRecord] | None = None  # --trace: each traced request of the run
 
     def records(self) -> list[tuple[int, float, float, str, str | None]]:
         return self.recorder.records()
@@ -77,7 +81,8 @@ def prepare(params: RunParams) -> Prepared:
         check_target(target, "--grpc-url", p.allow_remote)
     model = fetch_model(http.base_url, p.model)
     tensors, outputs = request_tensors(model, p.batch_size, dict(p.shapes), dict(p.dtypes))
-    return Prepared(p, http, target, model, tensors, outputs)
+    window = Window(p, p.exporter_url) if p.trace else None
+    return Prepared(p, http, target, model, tensors, outputs, window)
 
 
 def run(
@@ -108,6 +113,7 @@ def _client(prepared: Prepared, recorder: Recorder) -> Client:
         Payloads(prepared.model, prepared.tensors, p.seed),
         recorder,
         p.timeout_s,
+        id_token=prepared.window.token if prepared.window else "",
     )
 
 
@@ -120,6 +126,8 @@ def execute(
     p = prepared.params
     base = prepared.http.base_url
     before = serverside.snapshot(base, p.model)
+    if prepared.window is not None:
+        prepared.window.open()
     recorder = Recorder()
     status, not_sent, error = "ok", None, ""
     try:
@@ -151,6 +159,11 @@ def execute(
         if status == "ok":
             status = "failed"
     client = replace(recorder.summary(), not_sent=not_sent, error=error)
+    traced, trace = None, None
+    if prepared.window is not None:
+        found = prepared.window.close(recorder.sent, _config(base, p.model))
+        traced = [] if isinstance(found, str) else found
+        trace = summarize(traced, recorder.sent, found if isinstance(found, str) else "")
     return RunResult(
         params=p,
         status=status,
@@ -159,7 +172,17 @@ def execute(
         summary=RunSummary(client, server, server_error, restarted),
         timeline=recorder.timeline(),
         recorder=recorder,
+        traced=traced,
+        trace=trace,
     )
+
+
+def _config(base_url: str, model: str) -> Any:
+    """The model's config for the traced batches' departure reasons; None if unreadable."""
+    try:
+        return TritonClient(base_url).model_config(model)
+    except TritonError:
+        return None
 
 
 async def _drive(

@@ -67,6 +67,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-remote", action="store_true", help="allow a target that is not on loopback"
     )
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace every request in Triton and store each one's server-side queue wait and "
+        "batch (read through the exporter; a run of at most 5,000 requests)",
+    )
+    p.add_argument(
+        "--exporter-url",
+        default="",
+        help="the exporter whose /api/traces --trace reads (default: the stack's)",
+    )
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -191,6 +202,8 @@ def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
         seed=args.seed,
         label=args.label,
         allow_remote=args.allow_remote,
+        trace=args.trace,
+        exporter_url=args.exporter_url,
         requests=getattr(args, "requests", None),
         gap_s=getattr(args, "gap_ms", 10.0) / 1e3,
         duration_s=getattr(args, "duration", 5.0),

@@ -38,6 +38,7 @@ class Client:
         payloads: Payloads,
         recorder: Recorder,
         timeout_s: float,
+        id_token: str = "",
     ) -> None:
         self.address = address
         self.model = model
@@ -47,6 +48,8 @@ class Client:
         self.payloads = payloads
         self.recorder = recorder
         self.timeout_s = timeout_s
+        # With a token every request carries the id "<token>-<index>" (traced runs).
+        self.id_token = id_token
         self.on_done: Callable[[Any], None] = lambda slot: None
         self.closing = False
 

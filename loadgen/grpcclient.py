@@ -19,6 +19,7 @@ from loadgen.clients import Client, Pending
 from loadgen.errors import LoadgenError
 from loadgen.limits import MAX_REQUEST_BYTES
 from loadgen.recorder import FAILED, OK, TIMED_OUT
+from loadgen.tracing import request_id
 
 MAX_MESSAGE = 2 * MAX_REQUEST_BYTES
 
@@ -65,6 +66,8 @@ class GrpcClient(Client):
         request = service_pb2.ModelInferRequest()
         request.CopyFrom(self.template)
         request.raw_input_contents.extend([inputs[a:b] for a, b in self.offsets])
+        if self.id_token:
+            request.id = request_id(self.id_token, index)
         self.recorder.mark_sent(start)
         task = asyncio.ensure_future(self._one(slot, Pending(index, start, expected), request))
         self.tasks.add(task)
@@ -87,7 +90,7 @@ class GrpcClient(Client):
         except Exception as exc:
             outcome, error = FAILED, f"unreadable response: {type(exc).__name__}"
         finally:
-            self.recorder.record(p.start, outcome, error)
+            self.recorder.record(p.start, outcome, error, p.index)
         if outcome != OK or not self.closing:
             self.on_done(slot)
 

@@ -18,14 +18,21 @@ from typing import Any
 from loadgen.checks import WRONG_SUM, check_outputs
 from loadgen.clients import Client, Pending
 from loadgen.recorder import FAILED, OK, TIMED_OUT
+from loadgen.tracing import ID_DIGITS, request_id
 
 SETTLE_S = 0.05  # for a burst: time for the server to read everything but the last bytes
 
 
 def request_head(client: Client) -> bytes:
-    """HTTP head plus JSON inference header of every request; only the inputs follow."""
+    """HTTP head plus JSON inference header of every request; only the inputs follow.
+
+    With an id token the header carries ``"id": "<token>-0000000000"``: the digits are
+    the request's index, fixed width, so every request's head has the same length.
+    """
+    ident = {"id": request_id(client.id_token, 0)} if client.id_token else {}
     header = json.dumps(
         {
+            **ident,
             "inputs": [
                 {
                     "name": t.name,
@@ -110,6 +117,10 @@ class HttpClient(Client):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.head = request_head(self)
+        # Where the id's digits stand in the head (traced runs), else -1.
+        self._id_at = self.head.find(request_id(self.id_token, 0).encode()) if self.id_token else -1
+        if self._id_at >= 0:
+            self._id_at += len(self.id_token) + 1
         self.busy: set[_Conn] = set()
         self.conns: set[_Conn] = set()
         self._valid: tuple[bytes, int, int] | None = None  # (json header, sum offset, size)
@@ -148,6 +159,12 @@ class HttpClient(Client):
         asyncio.ensure_future(reconnect())
 
     # ---- requests ---------------------------------------------------------------------
+    def head_of(self, index: int) -> bytes:
+        if self._id_at < 0:
+            return self.head
+        digits = b"%0*d" % (ID_DIGITS, index)
+        return self.head[: self._id_at] + digits + self.head[self._id_at + ID_DIGITS :]
+
     def send(self, slot: Any, index: int, start: float) -> None:
         conn: _Conn = slot
         inputs, expected = self.payloads.take(index)
@@ -155,7 +172,7 @@ class HttpClient(Client):
         self.busy.add(conn)
         self.recorder.mark_sent(start)
         assert conn.transport is not None
-        conn.transport.write(self.head + inputs)
+        conn.transport.write(self.head_of(index) + inputs)
 
     async def burst(self, slots: list[Any], first_index: int) -> None:
         """Last-byte synchronisation (as in loadgen.burst): every request goes out complete
@@ -164,7 +181,7 @@ class HttpClient(Client):
         datas = []
         for k, conn in enumerate(slots):
             inputs, expected = self.payloads.take(first_index + k)
-            datas.append(self.head + inputs)
+            datas.append(self.head_of(first_index + k) + inputs)
             conn.pending = Pending(first_index + k, 0.0, expected)
             conn.transport.write(datas[-1][:-1])
         await asyncio.sleep(SETTLE_S)
@@ -189,7 +206,7 @@ class HttpClient(Client):
         except Exception as exc:  # garbage from upstream is a failed request, not a crash
             outcome, error = FAILED, f"unreadable response: {type(exc).__name__}"
         finally:
-            self.recorder.record(p.start, outcome, error)
+            self.recorder.record(p.start, outcome, error, p.index)
         if b"\r\nconnection: close" in head:
             assert conn.transport is not None
             conn.transport.close()
@@ -242,7 +259,7 @@ class HttpClient(Client):
         self.busy.discard(conn)
         try:
             if p is not None:
-                self.recorder.record(p.start, outcome, error)
+                self.recorder.record(p.start, outcome, error, p.index)
         finally:
             if conn.transport is not None and not conn.lost:
                 conn.transport.abort()  # connection_lost() replaces it

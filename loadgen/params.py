@@ -47,6 +47,9 @@ class RunParams:
     allow_remote: bool = False
     seed: int | None = None
     label: str = ""
+    # Trace every request in Triton (loadgen.tracing), read back through the exporter.
+    trace: bool = False
+    exporter_url: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -93,6 +96,8 @@ def validate(p: RunParams) -> RunParams:
     limits.positive_int(p.max_in_flight, "--max-in-flight", limits.MAX_CONCURRENCY)
     http_url, grpc_url = default_urls()
     changes: dict[str, Any] = {"url": p.url or http_url, "grpc_url": p.grpc_url or grpc_url}
+    if p.trace:
+        changes["exporter_url"] = p.exporter_url or from_env_or_default().url("exporter")
     if p.scenario in ("serial", "concurrent"):
         n = 3 if p.requests is None else p.requests
         cap = limits.MAX_CONCURRENCY if p.scenario == "concurrent" else limits.MAX_REQUESTS

@@ -42,6 +42,7 @@ class Recorder:
         self.latency = array("d")  # seconds until its outcome was known
         self.outcome = array("b")
         self.error = array("i")  # index into self.errors, -1 for none
+        self.index = array("q")  # the request's index in the run (its inputs, its id)
         self.errors: list[str] = []
         self._error_index: dict[str, int] = {}
         self.counts = [0, 0, 0]
@@ -63,8 +64,9 @@ class Recorder:
             sec = self.seconds[int(at)] = Second()
         sec.sent += 1
 
-    def record(self, start: float, outcome: int, error: str | None = None) -> None:
+    def record(self, start: float, outcome: int, error: str | None = None, index: int = -1) -> None:
         done = self.now()
+        self.index.append(index)
         latency = done - start
         self.start.append(start)
         self.latency.append(latency)
@@ -72,11 +74,11 @@ class Recorder:
         if error is None:
             self.error.append(-1)
         else:
-            index = self._error_index.get(error)
-            if index is None:
-                index = self._error_index[error] = len(self.errors)
+            kind = self._error_index.get(error)
+            if kind is None:
+                kind = self._error_index[error] = len(self.errors)
                 self.errors.append(error)
-            self.error.append(index)
+            self.error.append(kind)
         self.counts[outcome] += 1
         self.last_done = done
         sec = self.seconds.get(int(done))

@@ -5,10 +5,13 @@ goes to logs and CI output as well as terminals."""
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from typing import IO, Any
 
 from loadgen.compare import compare
 from loadgen.summary import LoadRun
+from loadgen.tracing import TraceSummary
+from tritonapi.traces import REASON_TEXT
 
 
 def _ms(seconds: float | None) -> str:
@@ -77,7 +80,35 @@ def run_table(run: LoadRun) -> str:
     ]
     if run.summary.server_restarted:
         lines.append("  note: Triton restarted during the run; server figures cover since then")
+    if run.trace is not None:
+        lines += ["", *trace_lines(run.trace)]
     return "\n".join(lines)
+
+
+def trace_lines(t: TraceSummary) -> list[str]:
+    """The --trace section: exact server-side waits and how the run's requests were grouped."""
+    lines = [
+        f"server side, traced (Triton's own traces of this run's requests: {t.traced:,} "
+        f"of {t.sent:,})"
+    ]
+    if t.note:
+        lines.append(f"  {t.note}")
+    if not t.traced:
+        return lines
+    w = t.queue_wait_s
+    sizes = ", ".join(f"{size}: {n:,}" for size, n in t.batches_by_size.items())
+    batches = sum(t.batches_by_size.values())
+    lines += [
+        f"  queue wait   p50 {_ms(w['p50'])}  p90 {_ms(w['p90'])}  p99 {_ms(w['p99'])}  "
+        f"max {_ms(w['max'])}   (exact, per request)",
+        f"  grouped into {batches:,} batches by size  {sizes}",
+    ]
+    if t.reasons:
+        why = ", ".join(
+            f"{REASON_TEXT.get(r, r)} {n / batches:.0%}" for r, n in sorted(t.reasons.items())
+        )
+        lines.append(f"  why they left  {why}")
+    return lines
 
 
 def _cell(value: float | None) -> str:
@@ -112,4 +143,5 @@ def result_json(run: LoadRun) -> dict[str, Any]:
         "finished_at": run.finished_at,
         "params": run.params.to_json(),
         **run.summary.to_json(),
+        **({"trace": asdict(run.trace)} if run.trace is not None else {}),
     }

@@ -11,6 +11,11 @@ Three tables:
   ``timed_out``), ``error``.
 - ``timeline``: one row per second of the run: requests sent, ok, failed and timed out
   (by completion), and p50/p99/mean latency of the successful ones.
+- ``traced`` (``--trace`` runs): one row per request Triton traced: its index in the run
+  (the number in its request id), ``record`` (its row in ``records``), the server-side
+  queue wait and compute time, the batch it ran in (numbered within the run), that batch's
+  size and why it left; and ``trace_windows``: one row per traced run, the requests sent
+  and a note when the traces are incomplete.
 
 The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and
 ``RunSummary.server_json()`` (``loadgen.summary``), the shape the store has always had; a
@@ -34,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
 from loadgen.summary import LoadRun, RunSummary
+from loadgen.tracing import TracedRecord, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,6 +89,22 @@ CREATE TABLE IF NOT EXISTS timeline (
     mean_s REAL,
     PRIMARY KEY (run_id, second)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS traced (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    record INTEGER,
+    queue_wait_s REAL NOT NULL,
+    compute_s REAL NOT NULL,
+    batch INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trace_windows (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    sent INTEGER NOT NULL,
+    note TEXT NOT NULL
+);
 """
 RUN_COLUMNS = (
     "id, group_id, label, scenario, model, protocol, target, status, started_at, finished_at, "
@@ -161,7 +183,55 @@ def save(db: str | Path, result: RunResult) -> int:
                 for r in result.timeline
             ),
         )
+        if result.trace is not None:
+            _save_trace(conn, run_id, result)
     return run_id
+
+
+def _save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None:
+    """The traced requests, each joined to its client record by the request's index."""
+    assert result.trace is not None
+    record_of = {index: seq for seq, index in enumerate(result.recorder.index)}
+    conn.execute(
+        "INSERT INTO trace_windows VALUES (?,?,?)",
+        (run_id, result.trace.sent, result.trace.note),
+    )
+    conn.executemany(
+        "INSERT INTO traced VALUES (?,?,?,?,?,?,?,?)",
+        (
+            (
+                run_id,
+                t.index,
+                record_of.get(t.index),
+                t.queue_wait_s,
+                t.compute_s,
+                t.batch,
+                t.batch_size,
+                t.reason,
+            )
+            for t in result.traced or []
+        ),
+    )
+
+
+def load_traced(db: str | Path, run_id: int) -> tuple[list[TracedRecord], int, str] | None:
+    """A traced run's requests as Triton traced them, requests sent and note; None if the
+    run was not traced (or the store predates tracing)."""
+    with closing(connect(db)) as conn:
+        try:
+            window = conn.execute(
+                "SELECT sent, note FROM trace_windows WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            rows = conn.execute(
+                "SELECT idx, queue_wait_s, compute_s, batch, batch_size, reason FROM traced "
+                "WHERE run_id = ? ORDER BY idx",
+                (run_id,),
+            ).fetchall()
+        except sqlite3.OperationalError:  # a store from before --trace: no such table
+            return None
+    if window is None:
+        return None
+    return [TracedRecord(*row) for row in rows], int(window["sent"]), str(window["note"])
 
 
 def _server_column(summary: RunSummary) -> dict[str, Any]:
@@ -206,6 +276,7 @@ def load_run(db: str | Path, run_id: int) -> LoadRun:
         summary=RunSummary.from_json(row["summary"], server, restarted),
         run_id=int(row["id"]),
         group_id=str(row["group_id"]),
+        trace=None if (traced := load_traced(db, run_id)) is None else summarize(*traced),
     )
 
 

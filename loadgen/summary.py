@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadgen.params import RunParams
+from loadgen.tracing import TraceSummary
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class LoadRun:
     summary: RunSummary
     run_id: int | None = None  # None: not stored
     group_id: str = ""  # shared by the runs of one sweep or comparison
+    trace: TraceSummary | None = None  # --trace runs: what Triton's traces say
 
     def describe(self) -> str:
         """One line naming the run: id, label (or what it did), model, start time."""

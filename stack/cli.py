@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | check-config | rules | render | doctor"""
+"""python -m stack up | down | status | check-config | doctor | trace | rules | render"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from doctor import cli as doctor_cli
-from stack import alertmanager, deployfiles, rulegen, rulesettings, warmup
+from stack import alertmanager, deployfiles, rulegen, rulesettings, tracewindow, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import Supervisor
@@ -23,6 +23,7 @@ from stacksettings import (
     parse_port,
 )
 from tritonapi import repocheck
+from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +84,42 @@ def build_parser() -> argparse.ArgumentParser:
         "check-config",
         parents=[common],
         help="validate every model's config.pbtxt (exit 2 on errors)",
+    )
+    trace = sub.add_parser(
+        "trace",
+        parents=[common],
+        help="trace a model's next requests in Triton (the batch timeline's data)",
+        description="Trace the next --count requests of one model with Triton's own "
+        "per-request tracing. Triton writes them to its trace file when the last one is "
+        "done; the exporter reads (and removes) it: the dashboard's batch timeline and "
+        "triton_batching_queue_wait_seconds show them. Exit 0 when the window completed, "
+        "1 when --seconds ran out first (its traces are then not written), 2 on misuse.",
+    )
+    trace.add_argument("--model", required=True, help="the model to trace")
+    trace.add_argument(
+        "--count",
+        type=int,
+        default=DEFAULT_COUNT,
+        metavar="N",
+        help=f"traced requests in the window (default {DEFAULT_COUNT:,}, at most {MAX_COUNT:,})",
+    )
+    trace.add_argument(
+        "--rate",
+        type=int,
+        default=1,
+        metavar="N",
+        help="trace 1 request in N (default 1: every request, which batch sizes and "
+        "departure reasons need; queue-wait percentiles are fine with a sample)",
+    )
+    trace.add_argument(
+        "--seconds",
+        type=float,
+        default=60.0,
+        help=f"the longest to wait for the window (default 60, at most "
+        f"{tracewindow.MAX_SECONDS:g})",
+    )
+    trace.add_argument(
+        "--url", help="Triton's HTTP endpoint (default: the stack's, from STACK_* settings)"
     )
     rules = sub.add_parser(
         "rules",
@@ -273,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from(args)
         if args.command == "check-config":
             return check_config(settings)
+        if args.command == "trace":
+            url = args.url or settings.url("triton_http")
+            return tracewindow.run(url, args.model, args.count, args.rate, args.seconds)
         if args.command == "up":
             return up(settings, args.detach, warm=not args.no_warmup)
         if args.command == "down":

@@ -13,6 +13,7 @@ def environment(settings: Settings) -> dict[str, str]:
     return {
         "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
         "DASHBOARD_TRITON_URL": settings.url("triton_http"),
+        "DASHBOARD_EXPORTER_URL": settings.url("exporter"),
         # Where `python -m loadgen` stores runs by default (loadgen.params.default_db).
         "DASHBOARD_STORE": str(settings.store),
         "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),

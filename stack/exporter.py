@@ -24,10 +24,13 @@ def service(settings: Settings) -> Service:
             f"--triton-url={settings.url('triton_http')}",
             f"--triton-metrics-url={settings.url('triton_metrics')}/metrics",
             f"--triton-timeout={triton_timeout_s(settings):g}",
+            f"--trace-file={settings.trace_file}",
             f"--web.listen-address={settings.host}:{settings.port('exporter')}",
         ],
         health_url=f"{url}/healthz",
         ports=[settings.port("exporter")],
-        urls={"metrics": f"{url}/metrics"},
+        urls={"metrics": f"{url}/metrics", "traces": f"{url}/api/traces?model=MODEL"},
         cwd=ROOT,
+        # Triton writes the trace files there; the exporter reads and removes them.
+        prepare=lambda: settings.trace_file.parent.mkdir(parents=True, exist_ok=True),
     )

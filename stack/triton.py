@@ -20,6 +20,9 @@ from stack.errors import StackError
 from stack.services import Service
 from stacksettings import Settings
 
+# No periodic trace writes: Triton 2.51 aborted under them (see tritonapi.traces); a
+# window of N traces is written when it is complete.
+LOG_FREQUENCY = 0
 INSTALL_HINT = "run ./stack/up once (it creates the Triton environment), or set STACK_TRITON_VENV"
 
 
@@ -127,6 +130,7 @@ def service(settings: Settings) -> Service:
     def prepare() -> None:
         runtime = find_runtime(settings.triton_venv)
         assemble_backends(runtime, backends)
+        settings.trace_file.parent.mkdir(parents=True, exist_ok=True)
         svc.env = environment(runtime, python_libdir(runtime.venv))
         svc.argv = [
             str(runtime.binary),
@@ -140,6 +144,12 @@ def service(settings: Settings) -> Service:
             f"--metrics-port={settings.port('triton_metrics')}",
             # Latency summaries give the dashboard real p99s (off by default in Triton).
             "--metrics-config=summary_latencies=true",
+            # Per-request traces: written to a file of ours, off until a model's setting
+            # turns them on (`python -m stack trace`, the dashboard's timeline). The file can
+            # only be chosen at start; level, rate and count change at run time.
+            f"--trace-config=triton,file={settings.trace_file}",
+            "--trace-config=level=OFF",
+            f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
             "--exit-timeout-secs=5",
         ]
 

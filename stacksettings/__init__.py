@@ -72,6 +72,11 @@ class Settings:
         return self.state_dir / "stack.json"
 
     @property
+    def trace_file(self) -> Path:
+        """Triton's trace file prefix: it writes ``trace.json.0``, ``.1``, ... beside it."""
+        return self.state_dir / "traces" / "trace.json"
+
+    @property
     def store(self) -> Path:
         """The load generator's SQLite results store."""
         return self.state_dir / STORE_NAME

@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 from loadgen.burst import burst, infer_body
 from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated
+from tritonapi.client import TritonClient
+from tritonapi.traces import start_window, stop_window
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 
@@ -65,6 +67,33 @@ def loaded_stack(running_stack: Settings) -> Settings:
     send_bursts(running_stack, "add_unbatched", 10, size=2)
     done = time.time()
     wait_for(scraped_after(running_stack, "exporter", done + 0.5), 30, "a scrape after the load")
+    return running_stack
+
+
+@pytest.fixture(scope="session")
+def traced_stack(running_stack: Settings) -> Settings:
+    """The shared stack after bursts of batch_add_model traced at rate 1 (the timeline's data)."""
+    # The statistics API's mean over the traced seconds needs scrapes before and after them.
+    wait_for(
+        lambda: prom_has(running_stack, 'count_over_time(up{job="exporter"}[5s]) >= 4'),
+        30,
+        "a few scrapes of the exporter",
+    )
+    triton = TritonClient(running_stack.url("triton_http"))
+    start_window(triton, "batch_add_model", count=30)
+    try:
+        sent = send_bursts(running_stack, "batch_add_model", 10, size=3)
+    finally:
+        stop_window(triton, "batch_add_model")
+    url = f"{running_stack.url('exporter')}/api/traces"
+
+    def traced() -> int:
+        params = {"model": "batch_add_model", "seconds": "120"}
+        return len(requests.get(url, params=params, timeout=5).json()["requests"])
+
+    wait_for(lambda: traced() >= sent, 15, "the exporter to read the traces")
+    # The statistics API's side of the same seconds comes through Prometheus.
+    wait_for(scraped_after(running_stack, "exporter", time.time() + 1.5), 30, "a later scrape")
     return running_stack
 
 

@@ -175,3 +175,41 @@ def test_why_isnt_batching_working_panel(make_app: MakeApp, loaded_stack: Settin
     assert "dynamic_batching {\n  max_queue_delay_microseconds: 100\n}" in fix
     captions = " ".join(c.value for c in at.caption)
     assert "batch traces: traces off" in captions and "Prometheus at" in captions
+
+
+def test_batch_timeline_draws_batches_waits_and_reasons(
+    make_app: MakeApp, traced_stack: Settings
+) -> None:
+    s = traced_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http"), exporter_url=s.url("exporter"))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Batch timeline").run()
+    assert not at.exception
+    assert not texts(at, "error")
+    (figure,) = charts(at).values()
+    bars = [t for t in figure["data"] if t["type"] == "bar"]
+    assert bars and all(t["orientation"] == "h" for t in bars)
+    # The bursts of 3: a batch of 2 at once (preferred) and 1 after the queue delay.
+    sizes = {int(t["name"].removeprefix("batch of ")) for t in bars}
+    assert sizes <= {1, 2, 3}
+    ticks = next(t for t in figure["data"] if t.get("name") == "request arrives")
+    assert len(ticks["x"]) >= 30
+    waits, reasons = at.dataframe
+    rows = dict(zip(waits.value["queue wait"], waits.value["ms"], strict=True))
+    assert set(rows) >= {"p50 (traces)", "p99 (traces)", "mean (statistics API)"}
+    assert rows["p99 (traces)"] != "–" and rows["mean (statistics API)"] != "–"
+    shares = dict(zip(reasons.value["why the batch left"], reasons.value["batches"], strict=True))
+    assert shares["reached a preferred size"] >= 10
+    assert shares["its oldest request waited out the queue delay"] >= 1
+
+
+def test_batch_timeline_without_traces_says_how_to_get_them(
+    make_app: MakeApp, idle_stack: Settings
+) -> None:
+    s = idle_stack
+    at = make_app(s.url("prometheus"), s.url("triton_http"), exporter_url=s.url("exporter"))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Batch timeline").run()
+    assert not at.exception
+    (info,) = [t for t in texts(at, "info") if "No traces" in t]
+    assert "python -m stack trace --model" in info

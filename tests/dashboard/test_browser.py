@@ -156,3 +156,22 @@ def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> N
     shows(page, "predicted")
     assert page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first.is_visible()
     save_whole_page(page, "dashboard-advisor.png")
+
+
+def test_batch_timeline_draws_batches_and_arrivals(page: Page, traced_stack: Settings) -> None:
+    page.goto(f"{traced_stack.url('dashboard')}/?view=Batch+timeline")
+    page.get_by_role("heading", name="Batch timeline").wait_for(timeout=60_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.js-plotly-plot').length === 1", timeout=60_000
+    )
+    page.wait_for_function(
+        f"[...document.querySelectorAll('.js-plotly-plot')].every({DRAWN_MARKS.strip()} ) ",
+        timeout=30_000,
+    )
+    (marks,) = chart_marks(page)
+    # One bar per batch (10 bursts of 3 make at least 10) and a line per waiting request.
+    assert marks >= 10
+    ticks = page.locator(".js-plotly-plot .scatterlayer .point").count()
+    assert ticks >= 30
+    assert page.get_by_text("Why batches left").is_visible()
+    save_whole_page(page, "dashboard-timeline.png")

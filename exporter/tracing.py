@@ -1,0 +1,243 @@
+"""What the exporter makes of Triton's per-request traces (see ``tritonapi.traces``).
+
+One :class:`TraceBook` per target whose trace files the exporter can read. At each
+scrape (and each ``/api/traces`` call) it reads the files Triton has written since,
+removes them, and keeps:
+
+- per model, a histogram of traced queue waits (sampled: only traced requests count);
+- per model and departure reason, the batches rebuilt from traces, counted only while
+  the model is traced at rate 1 (with sampling, a batch's size is unknown);
+- the last ``retain_s`` seconds of traced requests, for the dashboard's batch timeline.
+
+Example::
+
+    # HELP triton_batching_queue_wait_seconds Queue wait of traced requests ...
+    # TYPE triton_batching_queue_wait_seconds histogram
+    triton_batching_queue_wait_seconds_bucket{target="http://127.0.0.1:8000",model="batch_add_model",version="1",le="0.0005"} 412.0
+    # TYPE triton_batching_batches_total counter
+    triton_batching_batches_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",reason="preferred_size"} 388.0
+    # TYPE triton_batching_trace_sample_ratio gauge
+    triton_batching_trace_sample_ratio{target="http://127.0.0.1:8000",model="batch_add_model"} 1.0
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from exporter.targets import Target
+from tritonapi.client import TritonClient, TritonError
+from tritonapi.modelconfig import ModelConfig
+from tritonapi.traces import (
+    Batch,
+    TracedRequest,
+    TraceFollower,
+    departure_reason,
+    group_batches,
+)
+
+log = logging.getLogger(__name__)
+
+# Upper bounds in seconds: 1-1.5-2-3-4-5-6-8 per decade from 10 µs to 10 s, so that any
+# max_queue_delay_microseconds between 100 µs and 1 s falls within ±25 % of a bound.
+BUCKETS_S: tuple[float, ...] = tuple(
+    round(m * 10.0**e, 9) for e in range(-5, 1) for m in (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+) + (10.0,)
+# A batch's requests may land in two consecutive files; it is counted once a request that
+# started this much after its end has been read, or once it is this old.
+SETTLE_NS = 50_000_000
+STALE_NS = 10_000_000_000
+CONFIG_TTL_S = 30.0
+TRACE = "Triton per-request traces"
+
+
+@dataclass
+class _ModelCounts:
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_S) + 1))
+    wait_sum_s: float = 0.0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, wait_s: float) -> None:
+        self.buckets[bisect.bisect_left(BUCKETS_S, wait_s)] += 1
+        self.wait_sum_s += wait_s
+
+
+class TraceBook:
+    """One target's traces: cumulative counts for Prometheus and a window for the timeline."""
+
+    def __init__(
+        self,
+        target: Target,
+        prefix: Path,
+        retain_s: float = 120.0,
+        max_requests: int = 50_000,
+        settle_s: float = 1.0,
+        timeout_s: float = 2.0,
+        config_of: Callable[[str], ModelConfig | None] | None = None,
+        ratio_of: Callable[[str], tuple[float, int] | None] | None = None,
+    ) -> None:
+        self.target = target
+        self.follower = TraceFollower(prefix, settle_s=settle_s)
+        self.retain_ns = int(retain_s * 1e9)
+        self.recent: deque[TracedRequest] = deque(maxlen=max_requests)
+        self.counts: dict[tuple[str, str], _ModelCounts] = {}
+        self.open: dict[tuple[str, str, int], list[TracedRequest]] = {}
+        self.newest_start_ns = 0
+        # Per model: the share traced now (0 when off), and the rate its traces were taken
+        # at (the setting outlives the level: traces flushed after OFF keep their rate).
+        self.sample_ratio: dict[str, float] = {}
+        self.trace_rate: dict[str, int] = {}
+        self._configs: dict[str, tuple[float, ModelConfig]] = {}
+        self._client = TritonClient(target.url, timeout_s=timeout_s)
+        # Where a model's config and trace rate come from (Triton's API unless given).
+        self.config_of = config_of or self._cached_config
+        self.ratio_of = ratio_of or self._ratio
+        self._lock = threading.Lock()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def update(self, now_ns: int | None = None) -> None:
+        """Read what Triton has written since the last call (thread-safe)."""
+        with self._lock:
+            new = self.follower.poll()
+            models = {r.model for r in new}
+            for model in models | set(self.sample_ratio):
+                found = self.ratio_of(model)
+                if found is not None:
+                    self.sample_ratio[model], self.trace_rate[model] = found
+            for r in new:
+                counts = self.counts.setdefault((r.model, r.version), _ModelCounts())
+                counts.observe(r.queue_wait_ns / 1e9)
+                self.recent.append(r)
+                self.newest_start_ns = max(self.newest_start_ns, r.compute_start_ns)
+                if self.trace_rate.get(r.model) == 1:
+                    self.open.setdefault((r.model, r.version, r.compute_start_ns), []).append(r)
+            self._settle(time.monotonic_ns() if now_ns is None else now_ns)
+            while self.recent and self.recent[0].compute_start_ns < (
+                self.newest_start_ns - self.retain_ns
+            ):
+                self.recent.popleft()
+
+    def _settle(self, now_ns: int) -> None:
+        """Count the batches that can no longer grow."""
+        done = [
+            key
+            for key, members in self.open.items()
+            if max(r.compute_end_ns for r in members) + SETTLE_NS < self.newest_start_ns
+            or max(r.compute_end_ns for r in members) + STALE_NS < now_ns
+        ]
+        for key in done:
+            members = self.open.pop(key)
+            (batch,) = group_batches(members)
+            config = self.config_of(batch.model)
+            if config is None:
+                continue
+            reasons = self.counts[(batch.model, batch.version)].reasons
+            reason = departure_reason(batch, config)
+            reasons[reason] = reasons.get(reason, 0) + 1
+
+    def _ratio(self, model: str) -> tuple[float, int] | None:
+        """(1/trace_rate now, 0 when tracing is off; trace_rate); None if unknown."""
+        try:
+            setting = self._client.trace_settings(model)
+            level = setting.get("trace_level") or ["OFF"]
+            rate = int(setting.get("trace_rate", "0") or 0)
+        except (TritonError, ValueError) as exc:
+            log.debug("trace settings of %s: %s", model, exc)
+            return None
+        return (1.0 / rate if rate > 0 and "OFF" not in level else 0.0), rate
+
+    def _cached_config(self, model: str) -> ModelConfig | None:
+        cached = self._configs.get(model)
+        if cached is not None and time.monotonic() - cached[0] < CONFIG_TTL_S:
+            return cached[1]
+        try:
+            config = self._client.model_config(model)
+        except TritonError as exc:
+            log.warning("trace: no config for %s: %s", model, exc)
+            return None
+        self._configs[model] = (time.monotonic(), config)
+        return config
+
+    # -- reading out ------------------------------------------------------------------------
+
+    def window(self, model: str, seconds: float) -> list[TracedRequest]:
+        """The retained requests of ``model`` that started in the last ``seconds`` traced."""
+        self.update()
+        with self._lock:
+            since = self.newest_start_ns - int(seconds * 1e9)
+            return [r for r in self.recent if r.model == model and r.compute_start_ns >= since]
+
+    def batches(self, model: str, seconds: float) -> list[Batch]:
+        return group_batches(self.window(model, seconds))
+
+
+class TraceCollector(Collector):
+    """The trace families of every target that has a :class:`TraceBook`."""
+
+    def __init__(self, books: Sequence[TraceBook]) -> None:
+        self.books = list(books)
+
+    def describe(self) -> list[Any]:
+        return []  # registering must not read files or the network
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["target", "model", "version"]
+        wait = HistogramMetricFamily(
+            "triton_batching_queue_wait_seconds",
+            f"Queue wait (COMPUTE_START - QUEUE_START) of traced requests ({TRACE}). Sampled: "
+            "only traced requests count (see triton_batching_trace_sample_ratio).",
+            labels=labels,
+        )
+        batches = CounterMetricFamily(
+            "triton_batching_batches",
+            f"Batches rebuilt from {TRACE}, by why they left (max_batch_size, preferred_size, "
+            "queue_delay, instance_idle); counted only while the model is traced at rate 1.",
+            labels=[*labels, "reason"],
+        )
+        ratio = GaugeMetricFamily(
+            "triton_batching_trace_sample_ratio",
+            "Share of the model's requests Triton traces: 1/trace_rate, 0 when tracing is off "
+            "(Triton /v2/models/<model>/trace/setting).",
+            labels=["target", "model"],
+        )
+        gaps = CounterMetricFamily(
+            "triton_batching_trace_gaps",
+            f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
+            labels=["target"],
+        )
+        files = CounterMetricFamily(
+            "triton_batching_trace_files_read",
+            f"Trace files read and removed ({TRACE}).",
+            labels=["target"],
+        )
+        for book in self.books:
+            try:
+                book.update()
+            except OSError as exc:  # an unreadable folder must not fail the scrape
+                log.warning("trace files of %s: %s", book.target.url, exc)
+            url = book.target.url
+            for (model, version), counts in sorted(book.counts.items()):
+                cumulative, running = [], 0
+                for bound, n in zip((*BUCKETS_S, float("inf")), counts.buckets, strict=True):
+                    running += n
+                    cumulative.append((floatToGoString(bound), running))
+                wait.add_metric([url, model, version], cumulative, counts.wait_sum_s)
+                for reason, n in sorted(counts.reasons.items()):
+                    batches.add_metric([url, model, version, reason], n)
+            for model, value in sorted(book.sample_ratio.items()):
+                ratio.add_metric([url, model], value)
+            gaps.add_metric([url], book.follower.stats.gaps)
+            files.add_metric([url], book.follower.stats.files_read)
+        yield from (f for f in (wait, batches, ratio, gaps, files) if f.samples)

@@ -1,0 +1,78 @@
+"""``python -m stack trace``: trace the next N requests of one model, within a time limit.
+
+Triton writes the window's traces to its trace file when the N-th traced request is done
+(see ``tritonapi.traces`` for why windows are counted, not timed); the exporter reads and
+removes the file at its next scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from stack.errors import StackError
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError
+from tritonapi.traces import BYTES_PER_TRACE, MAX_COUNT, start_window, stop_window, window_left
+
+MAX_SECONDS = 3600.0
+MAX_RATE = 1_000_000
+POLL_S = 0.5
+
+
+def check(count: int, rate: int, seconds: float) -> None:
+    if not 1 <= count <= MAX_COUNT:
+        raise StackError(f"--count {count}: give 1 to {MAX_COUNT:,} requests", exit_code=2)
+    if not 1 <= rate <= MAX_RATE:
+        raise StackError(f"--rate {rate}: give 1 (every request) to {MAX_RATE:,}", exit_code=2)
+    if not 0 < seconds <= MAX_SECONDS:
+        raise StackError(f"--seconds {seconds:g}: give a time in (0, {MAX_SECONDS:g}]", exit_code=2)
+
+
+def run(
+    url: str,
+    model: str,
+    count: int,
+    rate: int,
+    seconds: float,
+    stop: threading.Event | None = None,
+) -> int:
+    """Trace until ``count`` traced requests are done (0) or ``seconds`` pass (1)."""
+    check(count, rate, seconds)
+    client = TritonClient(url)
+    try:
+        client.model_config(model)
+        setting = start_window(client, model, count, rate)
+    except TritonHTTPError as exc:
+        raise StackError(f"{exc}: is --model {model!r} loaded?", exit_code=2) from None
+    except TritonError as exc:
+        raise StackError(f"{exc}: start the stack (./stack/up) or fix --url", exit_code=2) from None
+    sampled = "every request" if rate == 1 else f"1 request in {rate}"
+    print(
+        f"tracing the next {count:,} traced requests of {model} ({sampled}), for at most "
+        f"{seconds:g} s; Triton writes them to {setting.get('trace_file')}.N "
+        f"(about {count * BYTES_PER_TRACE / 1e6:.1f} MB) when the last one is done"
+    )
+    stop = stop or threading.Event()
+    deadline = time.monotonic() + seconds
+    left = count
+    try:
+        while left and time.monotonic() < deadline and not stop.is_set():
+            stop.wait(POLL_S)
+            left = window_left(client, model)
+    except KeyboardInterrupt:
+        pass
+    except TritonError as exc:
+        raise StackError(f"lost Triton during the window: {exc}") from None
+    if not left:
+        print(f"done: {count:,} traced requests of {model} written; tracing is off again")
+        return 0
+    try:
+        stop_window(client, model)
+    except TritonError as exc:
+        raise StackError(f"could not turn tracing off again: {exc}") from None
+    print(
+        f"stopped with {left:,} of {count:,} traced requests still to come: Triton writes an "
+        "unfinished window only when it shuts down, so these traces are not shown. Send more "
+        "traffic, or ask for fewer with --count"
+    )
+    return 1

@@ -1,0 +1,141 @@
+"""Batches rebuilt from Triton's own traces equal its statistics API, live.
+
+A private Triton (the launcher's code: traces to a file of the state folder, off until
+turned on per model) and the exporter that reads the files. Three models: the spec's
+add model, a copy with 2 instances, and a copy whose inputs have a variable length.
+Each is traced at rate 1 for a bounded load, then the batches rebuilt from the traces
+the exporter serves (/api/traces) must match the statistics API's batch_stats deltas
+exactly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+
+from stack.supervisor import running
+from stacksettings import ROOT, Settings, isolated
+from tritonapi.client import TritonClient
+from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window, window_left
+
+pytestmark = pytest.mark.integration
+
+SOURCE = ROOT / "model_repository" / "batch_add_model"
+TWO_INSTANCES = "instance_group [ { count: 2 kind: KIND_CPU } ]"
+
+
+def add_copy(repo: Path, name: str, edit: dict[str, str]) -> None:
+    shutil.copytree(SOURCE, repo / name)
+    config = repo / name / "config.pbtxt"
+    text = config.read_text().replace('name: "batch_add_model"', f'name: "{name}"')
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    config.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    tmp = tmp_path_factory.mktemp("traces")
+    repo = tmp / "models"
+    shutil.copytree(SOURCE, repo / "batch_add_model")
+    add_copy(
+        repo,
+        "add_two_instances",
+        {"dynamic_batching {": f"{TWO_INSTANCES}\ndynamic_batching {{"},
+    )
+    add_copy(repo, "add_variable", {"dims: [ 1 ]": "dims: [ -1 ]"})
+    settings = replace(isolated(tmp / "state"), model_repository=repo)
+    with running(settings, only={"triton", "exporter"}):
+        yield settings
+
+
+def load(settings: Settings, model: str, clients: int, each: int, widths: list[int]) -> None:
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
+        width = widths[i % len(widths)]
+        for k in range(each):
+            inputs = []
+            for name in ("INPUT_A", "INPUT_B"):
+                tensor = httpclient.InferInput(name, [1, width], "FP32")
+                tensor.set_data_from_numpy(np.full((1, width), float(k), dtype=np.float32))
+                inputs.append(tensor)
+            result = client.infer(model, inputs, request_id=f"{model}-{i}-{k}")
+            if result.as_numpy("OUTPUT_SUM").tolist() != [[2.0 * k] * width]:
+                errors.append(f"{model} {i}-{k}: wrong sum")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+
+
+def traced_requests(settings: Settings, model: str, expected: int) -> list[TracedRequest]:
+    """The exporter's window for ``model`` once it holds ``expected`` requests (bounded wait)."""
+    url = f"{settings.url('exporter')}/api/traces"
+    deadline = time.monotonic() + 10
+    while True:
+        body = requests.get(url, params={"model": model, "seconds": "120"}, timeout=10).json()
+        found = [TracedRequest.from_json(r) for r in body["requests"]]
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    ("model", "clients", "widths"),
+    [
+        ("batch_add_model", 6, [1]),
+        ("add_two_instances", 8, [1]),
+        ("add_variable", 6, [1, 2, 3]),
+    ],
+)
+def test_batches_from_traces_equal_batch_stats(
+    traced_stack: Settings, model: str, clients: int, widths: list[int]
+) -> None:
+    triton = TritonClient(traced_stack.url("triton_http"))
+    before = triton.model_stats(model)
+    start_window(triton, model, count=clients * 40)
+    try:
+        load(traced_stack, model, clients, 40, widths)
+    finally:
+        left = window_left(triton, model)
+        stop_window(triton, model)
+    assert left == 0  # the window is complete: Triton has written it
+    delta = triton.model_stats(model).minus(before)
+    traced = traced_requests(traced_stack, model, delta.inference_count)
+    assert len(traced) == delta.inference_count == clients * 40
+    batches = group_batches(traced)
+    assert dict(Counter(b.size for b in batches)) == delta.executions_by_size()
+    lanes = {b.lane for b in batches}
+    assert lanes <= ({0, 1} if model == "add_two_instances" else {0})
+    if model == "add_variable":
+        # Triton batches only requests of one shape; each batch holds one client's width.
+        width = {r.request_id: int(r.request_id.split("-")[1]) % 3 for r in traced}
+        assert all(len({width[r.request_id] for r in b.requests}) == 1 for b in batches)
+
+
+def test_the_exporter_counts_traced_waits_and_batches(traced_stack: Settings) -> None:
+    text = requests.get(f"{traced_stack.url('exporter')}/metrics", timeout=10).text
+    assert 'triton_batching_queue_wait_seconds_count{model="batch_add_model"' in text.replace(
+        f'target="{traced_stack.url("triton_http")}",', ""
+    )
+    assert "triton_batching_batches_total{" in text
+    assert 'triton_batching_trace_sample_ratio{model="batch_add_model"' in text.replace(
+        f'target="{traced_stack.url("triton_http")}",', ""
+    )
+    assert not list(traced_stack.trace_file.parent.glob("trace.json.*"))

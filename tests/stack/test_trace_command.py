@@ -1,0 +1,86 @@
+"""python -m stack trace: a bounded trace window on the real Triton of the session's stack."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+
+from stack.cli import main
+from stacksettings import Settings, free_ports
+from tests.dashboard.conftest import send_bursts
+from tritonapi.client import TritonClient
+
+pytestmark = pytest.mark.integration
+
+
+def traced(settings: Settings, model: str) -> list[dict[str, object]]:
+    url = f"{settings.url('exporter')}/api/traces"
+    body = requests.get(url, params={"model": model, "seconds": "120"}, timeout=5).json()
+    return list(body["requests"])
+
+
+def test_a_window_traces_the_next_requests_then_turns_itself_off(
+    running_stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = running_stack.url("triton_http")
+    codes: list[int] = []
+    window = threading.Thread(
+        target=lambda: codes.append(
+            main(["trace", "--model", "add_unbatched", "--count", "6", "--url", url])
+        )
+    )
+    window.start()
+    time.sleep(0.5)
+    sent = send_bursts(running_stack, "add_unbatched", 3, size=2)
+    window.join(timeout=30)
+    assert codes == [0]
+    out = capsys.readouterr().out
+    assert "tracing the next 6 traced requests of add_unbatched (every request)" in out
+    assert "done: 6 traced requests of add_unbatched written" in out
+    deadline = time.monotonic() + 10
+    while len(traced(running_stack, "add_unbatched")) < sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(traced(running_stack, "add_unbatched")) == sent
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rate", "0"], "--rate 0: give 1 (every request)"),
+        (["--count", "0"], "--count 0: give 1 to 5,000 requests"),
+        (["--seconds", "0"], "--seconds 0: give a time in (0, 3600]"),
+        (["--seconds", "7200"], "--seconds 7200: give a time in (0, 3600]"),
+    ],
+)
+def test_bad_bounds_are_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["trace", "--model", "m", "--url", "http://127.0.0.1:9", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_a_window_that_runs_out_of_time_says_so_and_stops(
+    running_stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = running_stack.url("triton_http")
+    argv = ["trace", "--model", "add_unbatched", "--count", "1000", "--seconds", "1"]
+    assert main([*argv, "--url", url]) == 1
+    out = capsys.readouterr().out
+    assert "stopped with 1,000 of 1,000 traced requests still to come" in out
+    assert TritonClient(url).trace_settings("add_unbatched")["trace_level"] == ["OFF"]
+
+
+def test_unknown_model_and_unreachable_server(
+    running_stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = running_stack.url("triton_http")
+    assert main(["trace", "--model", "no_such_model", "--seconds", "1", "--url", url]) == 2
+    assert "is --model 'no_such_model' loaded?" in capsys.readouterr().err
+    closed = f"http://127.0.0.1:{free_ports(1)[0]}"
+    assert main(["trace", "--model", "m", "--seconds", "1", "--url", closed]) == 2
+    err = capsys.readouterr().err
+    assert "is not answering (connection refused): start the stack" in err
