@@ -56,6 +56,8 @@ class RunParams:
         data["shapes"] = {k: list(v) for k, v in self.shapes}
         data["dtypes"] = dict(self.dtypes)
         data["stages"] = [list(s) for s in self.stages]
+        if not self.trace:  # an untraced run keeps the shape stores have always had
+            del data["trace"], data["exporter_url"]
         return data
 
     @classmethod
