@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.errors import LoadgenError
+from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import (
     TritonClient,
     TritonError,
@@ -133,6 +134,8 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
 
 
 def _ready_models(client: TritonClient) -> str:
+    # The repository index is restricted: the local stack's key opens it.
+    client.headers.update(admin_headers(from_env_or_default().admin_key_file))
     try:
         return f" (ready models: {', '.join(client.ready_models()) or 'none'})"
     except TritonError:

@@ -25,6 +25,8 @@ def service(settings: Settings) -> Service:
             f"--triton-metrics-url={settings.url('triton_metrics')}/metrics",
             f"--triton-timeout={triton_timeout_s(settings):g}",
             f"--web.listen-address={settings.host}:{settings.port('exporter')}",
+            # The repository index is one of Triton's restricted APIs.
+            f"--triton-admin-key-file={settings.admin_key_file}",
         ],
         health_url=f"{url}/healthz",
         ports=[settings.port("exporter")],

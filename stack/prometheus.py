@@ -117,7 +117,6 @@ def service(settings: Settings) -> Service:
             f"--config.file={cfg}",
             f"--storage.tsdb.path={folder / 'data'}",
             f"--web.listen-address={settings.host}:{settings.port('prometheus')}",
-            "--web.enable-lifecycle",
             "--storage.tsdb.retention.time=7d",
         ]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stack.errors import StackError
 from stack.services import Service
-from stacksettings import Settings
+from stacksettings import ADMIN_KEY_HEADER, RESTRICTED_APIS, Settings, ensure_secret
 
 INSTALL_HINT = "run ./stack/up once (it creates the Triton environment), or set STACK_TRITON_VENV"
 
@@ -92,7 +92,11 @@ def assemble_backends(runtime: Runtime, target: Path) -> Path:
             link.unlink()
         link.symlink_to(source / item)
     stub = python_dir / "triton_python_backend_stub"
-    shutil.copy2(runtime.stub, stub)
+    # A stub still running from a killed Triton holds the old file busy (ETXTBSY):
+    # copy beside it and rename over it, which a busy file allows.
+    fresh = python_dir / f".stub.{os.getpid()}.tmp"
+    shutil.copy2(runtime.stub, fresh)
+    fresh.replace(stub)
     return target
 
 
@@ -126,6 +130,8 @@ def service(settings: Settings) -> Service:
 
     def prepare() -> None:
         runtime = find_runtime(settings.triton_venv)
+        key = ensure_secret(settings.admin_key_file)
+        restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
         assemble_backends(runtime, backends)
         svc.env = environment(runtime, python_libdir(runtime.venv))
         svc.argv = [
@@ -141,6 +147,10 @@ def service(settings: Settings) -> Service:
             # Latency summaries give the dashboard real p99s (off by default in Triton).
             "--metrics-config=summary_latencies=true",
             "--exit-timeout-secs=5",
+            # Model loading, shared memory, tracing and logging need the stack's key
+            # (CVE-2025-23319/23320/23334 are in these APIs of this Triton version).
+            f"--http-restricted-api={restricted}",
+            f"--grpc-restricted-protocol={restricted}",
         ]
 
     svc.prepare = prepare
