@@ -130,7 +130,10 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
         _alert(
             s,
             "TritonDown",
-            f'up{{job="{s.triton_job}"}} == 0\nor triton_batching_target_up == 0',
+            # One outage, one alert: the exporter's view while it reports on Triton (both
+            # see the outage at once, under different labels); Prometheus' scrape otherwise.
+            f"triton_batching_target_up == 0\n"
+            f'or (up{{job="{s.triton_job}"}} == 0 unless on() triton_batching_target_up)',
             "Triton is down",
             "{{ if $labels.target }}The exporter cannot read Triton at {{ $labels.target }}"
             "{{ else }}Prometheus cannot scrape Triton's metrics at {{ $labels.instance }}"
