@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -134,9 +135,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = replace(settings, host=args.host)
     if args.command == "up" and not settings.on_loopback and not args.expose:
         raise SettingsError(
-            f"--host {settings.host} is not loopback: every service would be reachable from "
-            f"the network ({reachable(settings)}); add --expose if that is what you want, "
-            "or leave --host out"
+            f"--host/STACK_HOST {settings.host} is not loopback: every service would be "
+            f"reachable from the network ({reachable(settings)}); add --expose if that is "
+            "what you want, or leave --host out"
         )
     ports = {
         name: parse_port(value, f"--{name.replace('_', '-')}-port")
@@ -145,7 +146,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     }
     settings = settings.with_ports(**ports)
     if getattr(args, "scrape_interval", None) is not None:
-        if args.scrape_interval <= 0:
+        if not 0 < args.scrape_interval < math.inf:
             raise SettingsError("--scrape-interval must be a positive number of seconds")
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
     if getattr(args, "skip", None):

@@ -76,7 +76,11 @@ def load(path: Path = RULES_SETTINGS) -> RuleSettings:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise RuleSettingsError(path, f"cannot read it ({exc.strerror})") from None
+        raise RuleSettingsError(
+            path,
+            f"cannot read it ({exc.strerror}); give --rules-settings (STACK_RULES_SETTINGS) an "
+            "existing settings file, e.g. stack/rules/settings.yaml",
+        ) from None
     except yaml.YAMLError as exc:
         raise RuleSettingsError(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
     return parse(data, path)

@@ -168,8 +168,10 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         try:
             interval = float(scrape)
         except ValueError:
+            interval = -1.0
+        if not 0 < interval < float("inf"):
             raise SettingsError(
-                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a number of seconds"
+                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a positive number of seconds"
             ) from None
     return replace(
         base,
