@@ -27,8 +27,12 @@ COMPOSE_DIR = ROOT / "deploy" / "compose"
 K8S_GENERATED_DIR = ROOT / "deploy" / "k8s" / "generated"
 
 # Service name and port of each scrape job on the compose network (compose.yaml).
-COMPOSE_TARGETS = {"triton": "triton:8002", "exporter": "exporter:9733"}
 COMPOSE_ALERTMANAGER = "alertmanager:9093"
+COMPOSE_TARGETS = {
+    "triton": "triton:8002",
+    "exporter": "exporter:9733",
+    "alertmanager": COMPOSE_ALERTMANAGER,
+}
 # Where compose.yaml mounts stack/rules/generated/ in the Prometheus container.
 COMPOSE_RULES_DIR = "/etc/prometheus/rules"
 

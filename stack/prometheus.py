@@ -70,6 +70,8 @@ def local_targets(settings: Settings) -> dict[str, list[str]]:
     host = settings.host
     targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
     targets["exporter"] = [f"{host}:{settings.port('exporter')}"]
+    if "alertmanager" not in settings.skip:
+        targets["alertmanager"] = [f"{host}:{settings.port('alertmanager')}"]
     return targets
 
 

@@ -157,6 +157,17 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
         ),
         _alert(
             s,
+            "AlertmanagerDown",
+            f'up{{job="{s.alertmanager_job}"}} == 0',
+            "Alertmanager is down",
+            "Prometheus cannot scrape Alertmanager at {{ $labels.instance }}: alerts are "
+            "evaluated but nobody is notified until it is back.",
+            "Is prometheus-alertmanager running (`python -m stack status`, "
+            "`.stack/logs/alertmanager.log`)? Does {{ $labels.instance }}/-/ready answer? "
+            "Prometheus resends firing alerts once it answers again.",
+        ),
+        _alert(
+            s,
             "ModelNotReady",
             f"max by ({BY}) (triton_batching_model_ready) == 0",
             "Model {{ $labels.model }} is not ready",
