@@ -23,6 +23,8 @@ ENV = {
     "logs_dir": "DASHBOARD_LOGS_DIR",
     "scrape_interval_s": "DASHBOARD_SCRAPE_INTERVAL",
     "refresh_s": "DASHBOARD_REFRESH_S",
+    "token": "DASHBOARD_TOKEN",
+    "token_file": "DASHBOARD_TOKEN_FILE",
 }
 
 
@@ -39,6 +41,9 @@ class DashboardSettings:
     scrape_interval_s: float = 5.0
     # How often the live view refreshes itself.
     refresh_s: float = 5.0
+    # The access token for load runs and the advisor off loopback (dashboard/access.py).
+    token: str | None = None
+    token_file: Path | None = None
 
 
 class SettingsError(ValueError):
@@ -69,4 +74,6 @@ def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
         logs_dir=Path(env.get(ENV["logs_dir"]) or base.logs_dir),
         scrape_interval_s=_seconds(env, "scrape_interval_s", base.scrape_interval_s),
         refresh_s=_seconds(env, "refresh_s", base.refresh_s),
+        token=env.get(ENV["token"]) or None,
+        token_file=Path(env[ENV["token_file"]]) if env.get(ENV["token_file"]) else None,
     )
