@@ -1,4 +1,4 @@
-"""python -m stack up | down | status | restart | check-config | rules | render"""
+"""python -m stack up | down | status | restart | secrets | check-config | rules | render"""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ from stack import alertmanager, deployfiles, rulegen, rulesettings, warmup
 from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
-from stacksettings import PORTS, RULES_SETTINGS, Settings, SettingsError, from_env, parse_port
+from stacksettings import (
+    PORTS,
+    RULES_SETTINGS,
+    Settings,
+    SettingsError,
+    ensure_secret,
+    from_env,
+    parse_port,
+)
 from tritonapi import repocheck
 
 
@@ -83,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         "restart", parents=[common], help="stop one service and start it again, wait until healthy"
     )
     restart.add_argument("service", metavar="SERVICE", help="triton, exporter, prometheus, ...")
+    sub.add_parser(
+        "secrets",
+        parents=[common],
+        help="make Triton's admin key and the dashboard token (mode 0600) if missing; "
+        "compose and `up --expose` use them",
+    )
     status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser(
@@ -407,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
             return up(settings, args.detach, warm=not args.no_warmup, argv=argv)
         if args.command == "restart":
             return restart(settings, args.service)
+        if args.command == "secrets":
+            for path in (settings.admin_key_file, settings.dashboard_token_file):
+                ensure_secret(path)
+                print(f"{path} (mode 0600)")
+            return 0
         if args.command == "down":
             stopped = Supervisor(settings, []).down()
             print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")

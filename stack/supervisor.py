@@ -316,6 +316,14 @@ class Supervisor:
             raise
         return run
 
+    def reload(self, name: str) -> None:
+        """SIGHUP to a service's main process: Prometheus and Alertmanager re-read their
+        config (the stack runs Prometheus without the lifecycle API's POST /-/reload)."""
+        run = self._running(name)
+        if not self._alive(run):
+            raise StackError(f"{name} is not running; start it first")
+        os.kill(run.pid, signal.SIGHUP)
+
     def _running(self, name: str) -> Running:
         for run in self.read_state():
             if run.name == name:

@@ -262,3 +262,28 @@ def test_the_loadgen_service_reaches_triton_by_its_settings(
     # The README's example.
     args = parser.parse_args(["concurrency", "-c", "8", "-d", "10", "--allow-remote"])
     assert args.allow_remote
+
+
+def test_every_service_is_hardened_and_limited(gpu: dict[str, Any]) -> None:
+    for name, svc in gpu["services"].items():
+        assert svc.get("read_only") is True, name
+        assert svc.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+        assert svc.get("mem_limit"), name
+
+
+def test_no_lifecycle_api_and_the_admin_apis_need_the_key(gpu: dict[str, Any]) -> None:
+    services = gpu["services"]
+    assert not [a for a in services["prometheus"]["command"] if "lifecycle" in a]
+    # `config` keeps compose's escaping: $$ is a literal $ for the shell.
+    entry = " ".join(services["triton"]["entrypoint"]).replace("$$", "$")
+    assert "cat /run/secrets/triton_admin_key" in entry
+    assert "--http-restricted-api=$apis --grpc-restricted-protocol=$apis" in entry
+    assert "model-repository,shared-memory,trace,logging:x-batchscope-admin-key=$key" in entry
+    assert services["exporter"]["environment"]["TRITON_ADMIN_KEY_FILE"] == (
+        "/run/secrets/triton_admin_key"
+    )
+    assert services["dashboard"]["environment"]["DASHBOARD_TOKEN_FILE"] == (
+        "/run/secrets/dashboard_token"
+    )
+    assert "--server.enableXsrfProtection=true" in services["dashboard"]["command"]

@@ -72,3 +72,16 @@ def test_dashboard_protections_and_token(tmp_path: Path) -> None:
     assert svc.prepare is not None
     svc.prepare()
     assert exposed.dashboard_token_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_secrets_command_makes_both_files(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "stack", "secrets", "--state-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    for name in ("triton-admin.key", "dashboard.token"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
