@@ -13,13 +13,13 @@ import time
 
 import pytest
 import requests
-from exporter.tritonapi import model_stats
 
 from dashboard import live
 from dashboard import queries as q
 from promapi import PromClient, Range
 from stacksettings import Settings
 from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
+from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -28,12 +28,12 @@ def test_kpis_equal_triton_statistics_over_the_same_window(
     loaded_stack: Settings, triton_url: str
 ) -> None:
     s = loaded_stack
-    before = model_stats(triton_url, "batch_add_model")
+    before = TritonClient(triton_url).model_stats("batch_add_model")
     start = math.ceil(time.time())
     # A sample after `start` that still holds `before`: the window's first value.
     wait_for(scraped_after(s, "exporter", start + 0.01), 30, "a scrape before the load")
     send_bursts(s, "batch_add_model", 20, size=4)
-    after = model_stats(triton_url, "batch_add_model")
+    after = TritonClient(triton_url).model_stats("batch_add_model")
     done = time.time()
     wait_for(scraped_after(s, "exporter", done), 30, "a scrape after the load")
     end = math.ceil(time.time())

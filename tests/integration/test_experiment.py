@@ -13,11 +13,11 @@ import time
 
 import pytest
 import tritonclient.http as httpclient
-from exporter.tritonapi import model_stats
 
 from loadgen.burst import burst, infer_body
 from stacksettings import Settings
 from tests.helpers import infer_add
+from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -36,20 +36,20 @@ def test_three_serial_requests_cost_three_executions(
     client = httpclient.InferenceServerClient(
         f"{running_stack.host}:{running_stack.port('triton_http')}"
     )
-    before = model_stats(triton_url, "batch_add_model")
+    before = TritonClient(triton_url).model_stats("batch_add_model")
     for i in range(3):
         assert infer_add(client, "batch_add_model", i, 10 * i) == 11 * i
         time.sleep(0.010)
-    delta = model_stats(triton_url, "batch_add_model").minus(before)
+    delta = TritonClient(triton_url).model_stats("batch_add_model").minus(before)
     assert delta.inference_count == 3
     assert delta.execution_count == 3
     assert delta.executions_by_size() == {1: 3}
 
 
 def test_three_simultaneous_requests_are_batched(running_stack: Settings, triton_url: str) -> None:
-    before = model_stats(triton_url, "batch_add_model")
+    before = TritonClient(triton_url).model_stats("batch_add_model")
     pairs, responses = send_burst(running_stack, "batch_add_model", 3)
-    delta = model_stats(triton_url, "batch_add_model").minus(before)
+    delta = TritonClient(triton_url).model_stats("batch_add_model").minus(before)
 
     for (a, b), response in zip(pairs, responses, strict=True):
         assert response["outputs"][0]["data"] == [a + b]
@@ -66,9 +66,9 @@ def test_three_simultaneous_requests_are_batched(running_stack: Settings, triton
 def test_unbatched_twin_executes_every_request_alone(
     running_stack: Settings, triton_url: str
 ) -> None:
-    before = model_stats(triton_url, "add_unbatched")
+    before = TritonClient(triton_url).model_stats("add_unbatched")
     pairs, responses = send_burst(running_stack, "add_unbatched", 3)
-    delta = model_stats(triton_url, "add_unbatched").minus(before)
+    delta = TritonClient(triton_url).model_stats("add_unbatched").minus(before)
     assert [r["outputs"][0]["data"] for r in responses] == [[a + b] for a, b in pairs]
     assert delta.execution_count == 3
     assert delta.executions_by_size() == {1: 3}
@@ -87,11 +87,11 @@ def test_bad_request_fails_alone_not_its_batch(running_stack: Settings, triton_u
         b'{"inputs":[{"name":"INPUT_A","shape":[1,1],"datatype":"FP32","data":[NaN]},'
         b'{"name":"INPUT_B","shape":[1,1],"datatype":"FP32","data":[1.0]}]}',
     ]
-    before = model_stats(triton_url, "batch_add_model")
+    before = TritonClient(triton_url).model_stats("batch_add_model")
     good, bad = burst(
         running_stack.host, running_stack.port("triton_http"), "batch_add_model", bodies
     )
-    delta = model_stats(triton_url, "batch_add_model").minus(before)
+    delta = TritonClient(triton_url).model_stats("batch_add_model").minus(before)
     assert good["outputs"][0]["data"] == [3.0]
     assert bad["status"] == 500
     assert "finite" in bad["error"]

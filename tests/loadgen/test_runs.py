@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from exporter.tritonapi import model_stats
 
 from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
 from stacksettings import ROOT, Settings
+from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -83,9 +83,9 @@ def test_accounting_under_load(
 
 
 def test_server_side_deltas_agree_with_the_statistics_api(triton_url: str) -> None:
-    before = model_stats(triton_url, "batch_add_model")
+    before = TritonClient(triton_url).model_stats("batch_add_model")
     result = run(RunParams("rate", url=triton_url, rate=400, duration_s=1.0, poisson=True))
-    delta = model_stats(triton_url, "batch_add_model").minus(before)
+    delta = TritonClient(triton_url).model_stats("batch_add_model").minus(before)
     server = result.summary["server"]
     assert server["executions"] == delta.execution_count
     assert server["inferences"] == delta.inference_count == result.summary["client"]["ok"]
@@ -123,9 +123,9 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
         cwd=ROOT,
     )
     # Interrupt once load is flowing (the server has counted some of it), not during imports.
-    before = model_stats(triton_url, "batch_add_model").inference_count
+    before = TritonClient(triton_url).model_stats("batch_add_model").inference_count
     deadline = time.monotonic() + 30
-    while model_stats(triton_url, "batch_add_model").inference_count < before + 200:
+    while TritonClient(triton_url).model_stats("batch_add_model").inference_count < before + 200:
         assert time.monotonic() < deadline and proc.poll() is None, "no load arrived"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
