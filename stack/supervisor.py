@@ -150,6 +150,8 @@ class Supervisor:
         self.ready = False
         # Stopped on purpose (stop_service): not restarted until start_service.
         self.held: set[str] = set()
+        # Children die with a foreground launcher (PR_SET_PDEATHSIG), restarted ones too.
+        self.foreground = False
         self._lock = threading.RLock()
 
     # ---- state file -------------------------------------------------------------------
@@ -220,6 +222,7 @@ class Supervisor:
 
     def up(self, foreground: bool = False) -> list[Running]:
         """Start every service and wait until each is healthy; on failure stop them all."""
+        self.foreground = foreground
         self.preflight()
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
         running: list[Running] = []
@@ -380,7 +383,7 @@ class Supervisor:
     def _restart(self, old: Running, why: str) -> Running:
         svc = next(s for s in self.services if s.name == old.name)
         try:
-            run = self._start(svc, foreground=False)
+            run = self._start(svc, foreground=self.foreground)
         except StackError as exc:
             self.log(f"{old.name}: {why} failed: {exc}")
             old.restarts += 1
