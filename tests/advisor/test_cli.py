@@ -142,7 +142,9 @@ def test_unknown_model_on_the_real_triton(
         ["advise", "--url", triton_url, "--model", "no_such_model", "--p99-ms", "5"], capsys
     )
     assert code == 2
-    assert "answered HTTP 404 for model 'no_such_model'" in err
+    assert err.count("\n") == 1  # one line
+    assert "/v2/models/no_such_model/config" in err and "answered 404" in err
+    assert "check the model name 'no_such_model'" in err
 
 
 def _load(settings: Settings, seconds: float) -> None:
