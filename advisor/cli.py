@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -43,8 +45,21 @@ def _positive(kind: type, what: str) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text}")
+        if not 0 < value < math.inf:  # NaN and inf too
+            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text}")
+        return value
+
+    return parse
+
+
+def _non_negative_int(what: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a whole number") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be 0 or more, got {text}")
         return value
 
     return parse
@@ -123,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = config_flags.add_argument_group("batching config (advise reads it from --url)")
     group.add_argument("--max-batch-size", type=_positive(int, "--max-batch-size"))
     group.add_argument("--preferred", type=_sizes, default=(), help="e.g. 2,4")
-    group.add_argument("--delay-us", type=int, default=0)
+    group.add_argument("--delay-us", type=_non_negative_int("--delay-us"), default=0)
     group.add_argument("--instances", type=_positive(int, "--instances"), default=1)
 
     advise = sub.add_parser(
@@ -317,6 +332,11 @@ def stored_inputs(
         run = storedrun.load(args.store, args.run)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise UsageError(
+            f"--store {args.store} is not a load-run store ({exc}); give the SQLite file "
+            "that loadgen writes (.stack/loadgen.sqlite3)"
+        ) from None
     notes = [f"from stored {run.describe}"]
     if args.url:
         config = server_config(TritonClient(args.url), run.model)

@@ -47,7 +47,7 @@ def cpu_s() -> float:
 
 def one(settings: Settings, rate: int, requests: int, concurrency: int) -> float:
     """Server throughput (inferences/s) of ``requests`` closed-loop requests, traced 1/rate."""
-    triton = TritonClient(settings.url("triton_http"))
+    triton = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
     if rate:
         # One traced request fewer than the run makes: the window then surely completes.
         start_window(triton, MODEL, count=max(requests // rate - 1, 1), rate=rate)

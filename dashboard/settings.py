@@ -22,8 +22,11 @@ ENV = {
     "store": "DASHBOARD_STORE",
     "model_repository": "DASHBOARD_MODEL_REPOSITORY",
     "logs_dir": "DASHBOARD_LOGS_DIR",
+    "admin_key_file": "DASHBOARD_ADMIN_KEY_FILE",
     "scrape_interval_s": "DASHBOARD_SCRAPE_INTERVAL",
     "refresh_s": "DASHBOARD_REFRESH_S",
+    "token": "DASHBOARD_TOKEN",
+    "token_file": "DASHBOARD_TOKEN_FILE",
 }
 
 
@@ -38,10 +41,15 @@ class DashboardSettings:
     model_repository: Path = _STACK.model_repository
     # The stack's service logs (named in messages that send the user to them).
     logs_dir: Path = _STACK.logs_dir
+    # The key of Triton's restricted APIs: the timeline's trace switch needs it.
+    admin_key_file: Path = _STACK.admin_key_file
     # Prometheus' scrape interval: the finest step a chart can use.
     scrape_interval_s: float = 5.0
     # How often the live view refreshes itself.
     refresh_s: float = 5.0
+    # The access token for load runs and the advisor off loopback (dashboard/access.py).
+    token: str | None = None
+    token_file: Path | None = None
 
 
 class SettingsError(ValueError):
@@ -71,6 +79,9 @@ def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
         store=Path(env.get(ENV["store"]) or base.store),
         model_repository=Path(env.get(ENV["model_repository"]) or base.model_repository),
         logs_dir=Path(env.get(ENV["logs_dir"]) or base.logs_dir),
+        admin_key_file=Path(env.get(ENV["admin_key_file"]) or base.admin_key_file),
         scrape_interval_s=_seconds(env, "scrape_interval_s", base.scrape_interval_s),
         refresh_s=_seconds(env, "refresh_s", base.refresh_s),
+        token=env.get(ENV["token"]) or None,
+        token_file=Path(env[ENV["token_file"]]) if env.get(ENV["token_file"]) else None,
     )

@@ -238,13 +238,20 @@ class TraceSwitch:
     def active(self) -> bool:
         return time.time() < self.until and self.left > 0
 
-    def start(self, triton_url: str, model: str, count: int, seconds: float) -> None:
+    def start(
+        self,
+        triton_url: str,
+        model: str,
+        count: int,
+        seconds: float,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         if not 0 < seconds <= MAX_SECONDS:
             raise TimelineError(f"trace for 1 to {MAX_SECONDS} seconds")
         with self._lock:
             if self.active:
                 raise TimelineError(f"{self.model} is being traced already: wait for it")
-            client = TritonClient(triton_url)
+            client = TritonClient(triton_url, headers=headers)
             try:
                 start_window(client, model, count)
             except (TritonError, ValueError) as exc:

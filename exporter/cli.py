@@ -9,16 +9,18 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from exporter.collector import BatchingCollector
+from exporter.scrape import Fetcher
 from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
 from exporter.tracing import TraceBook, TraceCollector
 from exporter.web import make_app, make_web_server
+from stacksettings import ADMIN_KEY_HEADER, read_secret
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_TRITON = "http://127.0.0.1:8000"
@@ -59,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="time allowed to read one Triton per scrape; keep it well under Prometheus' "
         f"scrape_timeout (TRITON_TIMEOUT, {DEFAULT_TIMEOUT_S})",
+    )
+    parser.add_argument(
+        "--triton-admin-key-file",
+        metavar="FILE",
+        help="file holding the key of Triton's restricted APIs (the repository index), sent "
+        f"as the {ADMIN_KEY_HEADER} header (TRITON_ADMIN_KEY_FILE; none by default)",
     )
     parser.add_argument(
         "--web.listen-address",
@@ -106,6 +114,7 @@ class Options:
     host: str
     port: int
     log_level: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -137,7 +146,17 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
     level = args.log_level or env.get("EXPORTER_LOG_LEVEL") or "info"
     if level not in LOG_LEVELS:
         raise ValueError(f"EXPORTER_LOG_LEVEL: {level!r} is not one of {', '.join(LOG_LEVELS)}")
-    return Options(targets, trace_files, timeout, host, port, level)
+    key_file = args.triton_admin_key_file or env.get("TRITON_ADMIN_KEY_FILE") or ""
+    headers = {}
+    if key_file:
+        key = read_secret(key_file)
+        if key is None:
+            raise ValueError(
+                f"--triton-admin-key-file: cannot read a key from {key_file!r}; give the file "
+                "`python -m stack up` wrote (.stack/triton-admin.key), or leave the flag out"
+            )
+        headers[ADMIN_KEY_HEADER] = key
+    return Options(targets, trace_files, timeout, host, port, level, headers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BatchingCollector(opts.targets, timeout_s=opts.timeout_s))
+    registry.register(
+        BatchingCollector(opts.targets, timeout_s=opts.timeout_s, fetch=Fetcher(opts.headers))
+    )
     books = [
-        TraceBook(target, path, timeout_s=opts.timeout_s)
+        TraceBook(target, path, timeout_s=opts.timeout_s, headers=opts.headers)
         for target, path in zip(opts.targets, opts.trace_files, strict=False)
     ]
     if books:

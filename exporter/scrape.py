@@ -55,13 +55,17 @@ class TargetView:
 class Fetcher:
     """Reads a target's endpoints, one connection pool per target, all within one deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
         self._clients: dict[str, TritonClient] = {}
+        # The admin key header: the repository index is a restricted API.
+        self.headers = dict(headers or {})
 
     def __call__(self, target: Target, timeout_s: float) -> Snapshot:
         client = self._clients.get(target.url)
         if client is None:
-            client = self._clients.setdefault(target.url, TritonClient(target.url))
+            client = self._clients.setdefault(
+                target.url, TritonClient(target.url, headers=self.headers)
+            )
         deadline = time.monotonic() + timeout_s
 
         def step(call: Callable[[float], T]) -> T:

@@ -86,6 +86,7 @@ class TraceBook:
         timeout_s: float = 2.0,
         config_of: Callable[[str], ModelConfig | None] | None = None,
         ratio_of: Callable[[str], tuple[float, int] | None] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.target = target
         self.follower = TraceFollower(prefix, settle_s=settle_s)
@@ -99,7 +100,8 @@ class TraceBook:
         self.sample_ratio: dict[str, float] = {}
         self.trace_rate: dict[str, int] = {}
         self._configs: dict[str, tuple[float, ModelConfig]] = {}
-        self._client = TritonClient(target.url, timeout_s=timeout_s)
+        # Trace settings are a restricted API: the stack's admin key goes in ``headers``.
+        self._client = TritonClient(target.url, timeout_s=timeout_s, headers=headers)
         # Where a model's config and trace rate come from (Triton's API unless given).
         self.config_of = config_of or self._cached_config
         self.ratio_of = ratio_of or self._ratio

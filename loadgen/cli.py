@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sqlite3
 import sys
 import threading
 import time
@@ -352,6 +353,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoadgenError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except sqlite3.DatabaseError as exc:
+        # A --db that is some other file: SQLite only notices at the first query.
+        db = getattr(args, "db", None) or default_db()
+        print(
+            f"loadgen: error: {db} is not a load-run store ({exc}); pass --db with the SQLite "
+            "file loadgen writes, or move this file away",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:  # Ctrl-C before a run started: nothing was sent
         print("loadgen: interrupted outside a run; nothing stored", file=sys.stderr)
         return 130

@@ -10,7 +10,7 @@ from loadgen.errors import LoadgenError
 
 
 def _show(value: float) -> str:
-    return f"{value:.0f}" if float(value).is_integer() else f"{_show(value)}"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
 
 
 MAX_CONCURRENCY = 256

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.errors import LoadgenError
+from stacksettings import from_env_or_default
 from tritonapi.client import (
     TritonClient,
     TritonError,
@@ -132,7 +133,15 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
         ) from None
 
 
+def admin_client(url: str, timeout_s: float = 5.0) -> TritonClient:
+    """A client that opens Triton's restricted APIs (repository index, trace settings) with
+    the local stack's key, found in its state folder (STACK_STATE_DIR)."""
+    return TritonClient(url, timeout_s, headers=from_env_or_default().admin_headers())
+
+
 def _ready_models(client: TritonClient) -> str:
+    # The repository index is restricted: the local stack's key opens it.
+    client = admin_client(client.url, client.timeout_s)
     try:
         return f" (ready models: {', '.join(client.ready_models()) or 'none'})"
     except TritonError:

@@ -21,7 +21,8 @@ import requests
 
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
-from tritonapi.client import TritonClient, TritonError
+from loadgen.target import admin_client
+from tritonapi.client import TritonError
 from tritonapi.modelconfig import ModelConfig
 from tritonapi.traces import (
     MAX_COUNT,
@@ -121,7 +122,7 @@ class Window:
         self.count = check(p)
         self.token = new_token()
         self.exporter_url = exporter_url.rstrip("/")
-        self.triton = TritonClient(p.url)
+        self.triton = admin_client(p.url)  # trace settings are a restricted API
         self.started_ns = 0
 
     def open(self) -> None:

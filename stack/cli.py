@@ -1,10 +1,15 @@
-"""python -m stack up | down | status | check-config | doctor | trace | rules | render"""
+"""python -m stack up | down | status | restart | secrets | check-config | doctor | trace | rules |
+render"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,12 +17,14 @@ from doctor import cli as doctor_cli
 from stack import alertmanager, deployfiles, rulegen, rulesettings, tracewindow, warmup
 from stack.errors import StackError
 from stack.services import service_table
-from stack.supervisor import Supervisor
+from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
 from stacksettings import (
     PORTS,
     RULES_SETTINGS,
     Settings,
     SettingsError,
+    admin_headers,
+    ensure_secret,
     from_env,
     from_env_or_default,
     parse_port,
@@ -50,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the few seconds of load sent after start so the dashboard has data",
     )
     up.add_argument("--host", help="address every service binds (STACK_HOST, 127.0.0.1)")
+    up.add_argument(
+        "--expose",
+        action="store_true",
+        help="allow a --host off loopback (every service becomes reachable from the network)",
+    )
+    # The detached stack's own supervising process (started by `up --detach`).
+    up.add_argument("--supervisor-child", action="store_true", help=argparse.SUPPRESS)
     for name, (default, var) in PORTS.items():
         up.add_argument(
             f"--{name.replace('_', '-')}-port",
@@ -78,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("down", parents=[common], help="stop a detached stack")
+    restart = sub.add_parser(
+        "restart", parents=[common], help="stop one service and start it again, wait until healthy"
+    )
+    restart.add_argument("service", metavar="SERVICE", help="triton, exporter, prometheus, ...")
+    sub.add_parser(
+        "secrets",
+        parents=[common],
+        help="make Triton's admin key and the dashboard token (mode 0600) if missing; "
+        "compose and `up --expose` use them",
+    )
     status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser(
@@ -180,6 +204,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = replace(settings, model_repository=args.model_repository.resolve())
     if getattr(args, "host", None):
         settings = replace(settings, host=args.host)
+    if args.command == "up" and not settings.on_loopback and not args.expose:
+        raise SettingsError(
+            f"--host/STACK_HOST {settings.host} is not loopback: every service would be "
+            f"reachable from the network ({reachable(settings)}); add --expose if that is "
+            "what you want, or leave --host out"
+        )
     ports = {
         name: parse_port(value, f"--{name.replace('_', '-')}-port")
         for name in PORTS
@@ -187,7 +217,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     }
     settings = settings.with_ports(**ports)
     if getattr(args, "scrape_interval", None) is not None:
-        if args.scrape_interval <= 0:
+        if not 0 < args.scrape_interval < math.inf:
             raise SettingsError("--scrape-interval must be a positive number of seconds")
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
     if getattr(args, "skip", None):
@@ -200,6 +230,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
             )
         settings = replace(settings, skip=frozenset(args.skip))
     return settings
+
+
+def reachable(settings: Settings) -> str:
+    """What binding ``settings.host`` makes reachable, for the refusal and the warning."""
+    p = settings.port
+    return (
+        f"Triton inference, metadata and health on :{p('triton_http')} and "
+        f":{p('triton_grpc')} (model-repository, shared-memory, trace and logging need the key "
+        f"in {settings.admin_key_file}), Triton's metrics :{p('triton_metrics')}, the exporter "
+        f":{p('exporter')}, Prometheus' queries :{p('prometheus')} and Alertmanager "
+        f":{p('alertmanager')} without authentication, the dashboard :{p('dashboard')} (load "
+        f"runs and the advisor need the token in {settings.dashboard_token_file})"
+    )
 
 
 def check_config(settings: Settings) -> int:
@@ -258,16 +301,22 @@ def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
     return 0
 
 
-def up(settings: Settings, detach: bool, warm: bool = True) -> int:
+def up(settings: Settings, detach: bool, warm: bool = True, argv: list[str] | None = None) -> int:
     if check_config(settings) != 0:
         print("up: refusing to start with configuration errors", file=sys.stderr)
         return 2
     # Before anything starts: a bad threshold must not leave half a stack running.
     rulesettings.load(settings.rules_settings)
+    if not settings.on_loopback:
+        print(f"up: --expose: reachable from the network: {reachable(settings)}", file=sys.stderr)
     supervisor = Supervisor(settings, service_table(settings))
-    if not detach:
+    if detach:
+        supervisor.preflight()
+        running = start_detached(settings, argv or [])
+    else:
+        supervisor.supervising = True
         supervisor.install_signal_handlers()
-    running = supervisor.up(foreground=not detach)
+        running = supervisor.up(foreground=True)
     # The warm-up is there so the dashboard has something to show at once.
     if warm and not {"triton", "dashboard"} & settings.skip:
         warmup.run_warmup(settings)
@@ -275,29 +324,144 @@ def up(settings: Settings, detach: bool, warm: bool = True) -> int:
     for run in running:
         print(f"  {run.name:<13} {'  '.join(f'{k}: {v}' for k, v in run.urls.items())}")
     print(f"Logs: {settings.logs_dir}")
+    print("A service that dies is started again; `python -m stack status` shows its restarts.")
     if detach:
         print("Stop it with: python -m stack down")
         return 0
     print("Ctrl-C stops it.")
-    supervisor.watch(running)
+    supervisor.supervise(running)
     supervisor.down()
+    return 0
+
+
+def supervise_detached(settings: Settings) -> int:
+    """The process `up --detach` leaves behind: starts the stack, keeps it up until SIGTERM."""
+    supervisor = Supervisor(settings, service_table(settings), log=_stamped)
+    supervisor.supervising = True
+    supervisor.install_signal_handlers()
+    running = supervisor.up(foreground=False)
+    _stamped(f"supervising {', '.join(r.name for r in running)} (pid {os.getpid()})")
+    supervisor.supervise(running)
+    supervisor.down()
+    return 0
+
+
+def _stamped(line: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", flush=True)
+
+
+def start_detached(settings: Settings, argv: list[str]) -> list[Running]:
+    """Start the supervising process in its own session; return once the stack is healthy."""
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = settings.log_file("supervisor")
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    child = [sys.executable, "-m", "stack", *[a for a in argv if a != "--detach"]]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [*child, "--supervisor-child", "--no-warmup"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    print(f"started the supervisor (pid {proc.pid}), log: {log_path}")
+    reader = Supervisor(settings, [])
+    budget = sum(s.startup_timeout_s for s in service_table(settings)) + 60
+    deadline = time.monotonic() + budget
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                with open(log_path, "rb") as log:
+                    log.seek(offset)
+                    text = log.read().decode(errors="replace")
+                lines = text.strip().splitlines()
+                start = max((i for i, ln in enumerate(lines) if ln.startswith("up: ")), default=0)
+                message = "\n".join(lines[start:]).removeprefix("up: ") or tail(log_path)
+                raise StackError(message, exit_code=code or 1)
+            if reader.read_supervisor() == proc.pid and _ready(settings):
+                return reader.read_state()
+            if time.monotonic() > deadline:
+                raise StackError(f"the stack was not up within {budget:.0f}s; see {log_path}")
+            time.sleep(0.25)
+    except BaseException:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S * 6)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+
+
+def _ready(settings: Settings) -> bool:
+    try:
+        return bool(json.loads(settings.state_file.read_text()).get("ready"))
+    except (OSError, ValueError):
+        return False
+
+
+def restart(settings: Settings, name: str) -> int:
+    """Ask the supervising process to stop SERVICE and start it again; wait for the answer."""
+    supervisor = Supervisor(settings, [])
+    names = [r.name for r in supervisor.read_state()]
+    if not names:
+        raise StackError(f"the stack in {settings.state_dir} is not running: start it with `up`")
+    if name not in names:
+        raise StackError(
+            f"no service {name!r} in this stack (running: {', '.join(names)})",
+            exit_code=2,
+        )
+    if supervisor.read_supervisor() is None:
+        raise StackError(
+            f"nothing supervises the stack in {settings.state_dir} (its supervisor was killed): "
+            "run `python -m stack down`, then `up` again"
+        )
+    folder = restart_requests(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    result = folder / f"{name}.result"
+    result.unlink(missing_ok=True)
+    (folder / f"{name}.request").write_text(str(os.getpid()))
+    deadline = time.monotonic() + STOP_TIMEOUT_S + 180
+    while not result.exists():
+        if time.monotonic() > deadline or supervisor.read_supervisor() is None:
+            raise StackError(f"{name} was not restarted; see {settings.log_file('supervisor')}")
+        time.sleep(0.25)
+    answer = result.read_text().strip()
+    result.unlink(missing_ok=True)
+    if not answer.startswith("ok"):
+        raise StackError(f"{name} did not come back healthy ({answer.removeprefix('error: ')})")
+    print(f"restarted {name} ({answer.removeprefix('ok: ')})")
     return 0
 
 
 def status(settings: Settings, as_json: bool) -> int:
     rows = Supervisor(settings, []).status()
     if as_json:
-        print(json.dumps({"state_dir": str(settings.state_dir), "services": rows}, indent=2))
+        keeper = Supervisor(settings, []).read_supervisor()
+        body = {"state_dir": str(settings.state_dir), "supervisor": keeper, "services": rows}
+        print(json.dumps(body, indent=2))
     elif not rows:
         print(f"the stack is not running (no state in {settings.state_dir})")
     else:
+        keeper = Supervisor(settings, []).read_supervisor()
+        print(
+            f"supervisor    pid {keeper}: restarts services that die"
+            if keeper
+            else "supervisor    none: a service that dies stays down (`down`, then `up`)"
+        )
         for row in rows:
             urls = "  ".join(f"{k}: {v}" for k, v in row["urls"].items())
-            print(f"{row['name']:<13} pid {row['pid']:<8} {row['state']:<10} {urls}")
+            restarts = f"restarts {row['restarts']}"
+            if row["last_exit"]:
+                restarts += f" (last: {row['last_exit']})"
+            print(f"{row['name']:<13} pid {row['pid']:<8} {row['state']:<10} {urls}  {restarts}")
     return 0 if rows and all(r["state"] == "healthy" for r in rows) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -312,9 +476,19 @@ def main(argv: list[str] | None = None) -> int:
             return check_config(settings)
         if args.command == "trace":
             url = args.url or settings.url("triton_http")
-            return tracewindow.run(url, args.model, args.count, args.rate, args.seconds)
+            headers = admin_headers(settings.admin_key_file)
+            return tracewindow.run(url, args.model, args.count, args.rate, args.seconds, headers)
+        if args.command == "up" and args.supervisor_child:
+            return supervise_detached(settings)
         if args.command == "up":
-            return up(settings, args.detach, warm=not args.no_warmup)
+            return up(settings, args.detach, warm=not args.no_warmup, argv=argv)
+        if args.command == "restart":
+            return restart(settings, args.service)
+        if args.command == "secrets":
+            for path in (settings.admin_key_file, settings.dashboard_token_file):
+                ensure_secret(path)
+                print(f"{path} (mode 0600)")
+            return 0
         if args.command == "down":
             stopped = Supervisor(settings, []).down()
             print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
@@ -327,4 +501,19 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # A file or process the stack needs (a busy binary, a full disk): one line.
+        print(f"{args.command}: {exc}; fix that and run it again", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the launcher never ends in a traceback
+        print(
+            f"{args.command}: unexpected {type(exc).__name__}: {exc} "
+            f"(logs: {settings_dir(args)}); please report it",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def settings_dir(args: argparse.Namespace) -> str:
+    return str(getattr(args, "state_dir", None) or ".stack") + "/logs"

@@ -5,12 +5,16 @@ from __future__ import annotations
 import sys
 
 from stack.services import Service
-from stacksettings import ROOT, Settings
+from stacksettings import ROOT, Settings, ensure_secret
+
+# Streamlit's defaults today, set explicitly so that an upgrade or a config file cannot turn
+# them off: XSRF tokens on every form post, and no cross-origin requests.
+PROTECTIONS = ["--server.enableXsrfProtection", "true", "--server.enableCORS", "true"]
 
 
 def environment(settings: Settings) -> dict[str, str]:
     """Where the dashboard finds its data (read by dashboard/settings.py)."""
-    return {
+    env = {
         "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
         "DASHBOARD_TRITON_URL": settings.url("triton_http"),
         "DASHBOARD_EXPORTER_URL": settings.url("exporter"),
@@ -19,13 +23,19 @@ def environment(settings: Settings) -> dict[str, str]:
         "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),
         # Named in the dashboard's messages when a service stops: the --state-dir in use.
         "DASHBOARD_LOGS_DIR": str(settings.logs_dir),
+        # The timeline's trace switch changes trace settings, one of Triton's restricted APIs.
+        "DASHBOARD_ADMIN_KEY_FILE": str(settings.admin_key_file),
         "DASHBOARD_SCRAPE_INTERVAL": f"{settings.scrape_interval_s:g}",
     }
+    if not settings.on_loopback:
+        # Reachable from the network: load runs and the advisor ask for this token.
+        env["DASHBOARD_TOKEN_FILE"] = str(settings.dashboard_token_file)
+    return env
 
 
 def service(settings: Settings) -> Service:
     url = settings.url("dashboard")
-    return Service(
+    svc = Service(
         name="dashboard",
         argv=[
             sys.executable,
@@ -47,6 +57,7 @@ def service(settings: Settings) -> Service:
             # No "Deploy" button or developer menu: this is a monitoring page.
             "--client.toolbarMode",
             "viewer",
+            *PROTECTIONS,
         ],
         health_url=f"{url}/_stcore/health",
         ports=[settings.port("dashboard")],
@@ -54,3 +65,10 @@ def service(settings: Settings) -> Service:
         env=environment(settings),
         cwd=ROOT,
     )
+    if not settings.on_loopback:
+
+        def prepare() -> None:
+            ensure_secret(settings.dashboard_token_file)  # mode 0600, made once
+
+        svc.prepare = prepare
+    return svc

@@ -41,8 +41,12 @@ COMPOSE_PROMETHEUS_URL = "http://prometheus:9090"
 GRAFANA_SIDECAR_LABEL = {"grafana_dashboard": "1"}
 
 # Service name and port of each scrape job on the compose network (compose.yaml).
-COMPOSE_TARGETS = {"triton": "triton:8002", "exporter": "exporter:9733"}
 COMPOSE_ALERTMANAGER = "alertmanager:9093"
+COMPOSE_TARGETS = {
+    "triton": "triton:8002",
+    "exporter": "exporter:9733",
+    "alertmanager": COMPOSE_ALERTMANAGER,
+}
 # Where compose.yaml mounts stack/rules/generated/ in the Prometheus container.
 COMPOSE_RULES_DIR = "/etc/prometheus/rules"
 

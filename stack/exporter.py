@@ -26,6 +26,8 @@ def service(settings: Settings) -> Service:
             f"--triton-timeout={triton_timeout_s(settings):g}",
             f"--trace-file={settings.trace_file}",
             f"--web.listen-address={settings.host}:{settings.port('exporter')}",
+            # The repository index is one of Triton's restricted APIs.
+            f"--triton-admin-key-file={settings.admin_key_file}",
         ],
         health_url=f"{url}/healthz",
         ports=[settings.port("exporter")],

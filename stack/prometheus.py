@@ -70,6 +70,8 @@ def local_targets(settings: Settings) -> dict[str, list[str]]:
     host = settings.host
     targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
     targets["exporter"] = [f"{host}:{settings.port('exporter')}"]
+    if "alertmanager" not in settings.skip:
+        targets["alertmanager"] = [f"{host}:{settings.port('alertmanager')}"]
     return targets
 
 
@@ -117,7 +119,6 @@ def service(settings: Settings) -> Service:
             f"--config.file={cfg}",
             f"--storage.tsdb.path={folder / 'data'}",
             f"--web.listen-address={settings.host}:{settings.port('prometheus')}",
-            "--web.enable-lifecycle",
             "--storage.tsdb.retention.time=7d",
         ]
 

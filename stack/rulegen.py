@@ -130,7 +130,10 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
         _alert(
             s,
             "TritonDown",
-            f'up{{job="{s.triton_job}"}} == 0\nor triton_batching_target_up == 0',
+            # One outage, one alert: the exporter's view while it reports on Triton (both
+            # see the outage at once, under different labels); Prometheus' scrape otherwise.
+            f"triton_batching_target_up == 0\n"
+            f'or (up{{job="{s.triton_job}"}} == 0 unless on() triton_batching_target_up)',
             "Triton is down",
             "{{ if $labels.target }}The exporter cannot read Triton at {{ $labels.target }}"
             "{{ else }}Prometheus cannot scrape Triton's metrics at {{ $labels.instance }}"
@@ -151,6 +154,17 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "`.stack/logs/exporter.log`)? Does {{ $labels.instance }}/healthz answer? "
             "A scrape that takes longer than the scrape timeout also counts as down: "
             "check triton_batching_scrape_duration_seconds.",
+        ),
+        _alert(
+            s,
+            "AlertmanagerDown",
+            f'up{{job="{s.alertmanager_job}"}} == 0',
+            "Alertmanager is down",
+            "Prometheus cannot scrape Alertmanager at {{ $labels.instance }}: alerts are "
+            "evaluated but nobody is notified until it is back.",
+            "Is prometheus-alertmanager running (`python -m stack status`, "
+            "`.stack/logs/alertmanager.log`)? Does {{ $labels.instance }}/-/ready answer? "
+            "Prometheus resends firing alerts once it answers again.",
         ),
         _alert(
             s,

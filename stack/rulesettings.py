@@ -25,6 +25,7 @@ DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 THRESHOLDS: dict[str, tuple[str, ...]] = {
     "TritonDown": (),
     "ExporterDown": (),
+    "AlertmanagerDown": (),
     "ModelNotReady": (),
     "BatchingIneffective": ("max_average_batch_size",),
     "LowPreferredBatchHitRatio": ("min_hit_ratio",),
@@ -59,6 +60,7 @@ class RuleSettings:
     long_window: str
     triton_job: str
     exporter_job: str
+    alertmanager_job: str
     min_load: float  # inferences per second
     alerts: dict[str, AlertSettings]
     group_by: list[str]
@@ -76,7 +78,11 @@ def load(path: Path = RULES_SETTINGS) -> RuleSettings:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
-        raise RuleSettingsError(path, f"cannot read it ({exc.strerror})") from None
+        raise RuleSettingsError(
+            path,
+            f"cannot read it ({exc.strerror}); give --rules-settings (STACK_RULES_SETTINGS) an "
+            "existing settings file, e.g. stack/rules/settings.yaml",
+        ) from None
     except yaml.YAMLError as exc:
         raise RuleSettingsError(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
     return parse(data, path)
@@ -88,7 +94,7 @@ def parse(data: Any, path: Path) -> RuleSettings:
 
     top = _mapping(data, "the file", TOP_KEYS, fail)
     windows = _mapping(top["windows"], "windows", {"short", "long"}, fail)
-    jobs = _mapping(top["jobs"], "jobs", {"triton", "exporter"}, fail)
+    jobs = _mapping(top["jobs"], "jobs", {"triton", "exporter", "alertmanager"}, fail)
     alerts_in = _mapping(top["alerts"], "alerts", set(THRESHOLDS), fail)
     am = _mapping(
         top["alertmanager"],
@@ -126,6 +132,7 @@ def parse(data: Any, path: Path) -> RuleSettings:
         long_window=_duration(windows["long"], "windows.long", fail),
         triton_job=jobs["triton"],
         exporter_job=jobs["exporter"],
+        alertmanager_job=jobs["alertmanager"],
         min_load=_number(
             top["min_load_inferences_per_second"], "min_load_inferences_per_second", fail
         ),

@@ -1,9 +1,12 @@
-"""Starts the service table, waits for health, stops everything, and reports status.
+"""Starts the service table, waits for health, keeps it running, stops it, reports status.
 
 Children run in their own process groups so that a stop reaches their own children
-too (Triton's python backend stubs). A state file in the state folder records
-each pid with its start time, so `down` and `status` work from another process
-and never signal a recycled pid.
+too (Triton's python backend stubs, which ignore SIGTERM and outlive a killed Triton).
+A service that dies is restarted with backoff (:meth:`Supervisor.supervise`), after
+whatever is left of its process group is removed. A state file in the state folder
+records each pid with its start time, its restarts and the supervising process, so
+`down`, `status` and `restart` work from another process and never signal a
+recycled pid.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ from stack.services import Service
 from stacksettings import PORTS, Settings, procstat
 
 STOP_TIMEOUT_S = 15.0
+# Restart backoff: 1 s, 2 s, 4 s, ... at most 30 s; a service that stayed up for
+# BACKOFF_RESET_S since its last start begins again at 1 s.
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+BACKOFF_RESET_S = 60.0
+TICK_S = 0.5
+# What is left of a service whose main process died gets this long after SIGTERM.
+LOST_GRACE_S = 2.0
 Log = Callable[[str], None]
 
 
@@ -40,6 +51,34 @@ class Running:
     health_url: str
     urls: dict[str, str]
     log: str
+    restarts: int = 0  # times the supervisor started it again after it died or on request
+    last_exit: str = ""  # how the previous process ended, e.g. "killed by SIGKILL at 02:41:07"
+
+
+@dataclass
+class _Backoff:
+    failures: int = 0
+    started_at: float = 0.0  # monotonic
+    due: float | None = None  # when the next start is due; None while it runs
+
+    def next_delay(self, now: float) -> float:
+        if now - self.started_at >= BACKOFF_RESET_S:
+            self.failures = 0
+        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**self.failures)
+        self.failures += 1
+        return delay
+
+
+def describe_exit(code: int | None) -> str:
+    when = time.strftime("%H:%M:%S")
+    if code is None:
+        return f"gone at {when}"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} at {when}"
+        except ValueError:
+            return f"killed by signal {-code} at {when}"
+    return f"exited with code {code} at {when}"
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -62,6 +101,18 @@ def _port_flag(port: int, settings: Settings) -> str:
 
 def is_alive(run: Running) -> bool:
     return procstat.start_time(run.pid) == run.started
+
+
+def group_members(run: Running) -> list[int]:
+    """Live processes left in the service's process group (its pgid is the leader's pid).
+
+    Empty when the pid now names another process: Linux does not reuse a pid while a
+    process group of that number exists, so the old group is gone.
+    """
+    leader = procstat.start_time(run.pid)
+    if leader is not None and leader != run.started:
+        return []
+    return [p.pid for p in procstat.processes() if p.pgid == run.pid and not p.zombie]
 
 
 def is_healthy(url: str, timeout: float = 2.0) -> bool:
@@ -93,6 +144,15 @@ class Supervisor:
         self.log = log
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.stop_requested = threading.Event()
+        # Set by the process that keeps the stack running (foreground `up`, the detached
+        # supervisor): `restart` and `down` from another shell talk to it.
+        self.supervising = False
+        self.ready = False
+        # Stopped on purpose (stop_service): not restarted until start_service.
+        self.held: set[str] = set()
+        # Children die with a foreground launcher (PR_SET_PDEATHSIG), restarted ones too.
+        self.foreground = False
+        self._lock = threading.RLock()
 
     # ---- state file -------------------------------------------------------------------
     def read_state(self) -> list[Running]:
@@ -107,22 +167,45 @@ class Supervisor:
             ) from None
         return [Running(**entry) for entry in data.get("services", [])]
 
+    def read_supervisor(self) -> int | None:
+        """The pid of the live process that supervises this stack, if there is one."""
+        try:
+            data = json.loads(self.settings.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        sup = data.get("supervisor") or {}
+        pid, started = sup.get("pid"), sup.get("started")
+        if pid and started and procstat.start_time(pid) == started:
+            return int(pid)
+        return None
+
     def _write_state(self, running: list[Running]) -> None:
         path = self.settings.state_file
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"services": [asdict(r) for r in running]}, indent=2))
+        body: dict[str, Any] = {"services": [asdict(r) for r in running]}
+        if self.supervising:
+            body["supervisor"] = {"pid": os.getpid(), "started": procstat.start_time(os.getpid())}
+            body["ready"] = self.ready
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(body, indent=2))
         tmp.replace(path)
 
     # ---- up ---------------------------------------------------------------------------
     def preflight(self) -> None:
-        live = [r for r in self.read_state() if is_alive(r)]
+        previous = self.read_state()
+        live = [r for r in previous if is_alive(r)]
         if live:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in live)
             raise StackError(
                 f"the stack in {self.settings.state_dir} is already running: {names}; "
-                "run `python -m stack down` first"
+                "run `python -m stack down` first, or `python -m stack restart SERVICE`"
             )
+        # A stack that was killed outright can leave grandchildren behind (Triton's
+        # stubs hold the backend folder busy): remove them before starting again.
+        for run in previous:
+            if group_members(run):
+                self.log(f"removing what is left of {run.name}'s processes (group {run.pid})")
+                self._kill_tree(run)
         busy = [
             (svc.name, port)
             for svc in self.services
@@ -139,6 +222,7 @@ class Supervisor:
 
     def up(self, foreground: bool = False) -> list[Running]:
         """Start every service and wait until each is healthy; on failure stop them all."""
+        self.foreground = foreground
         self.preflight()
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
         running: list[Running] = []
@@ -152,11 +236,16 @@ class Supervisor:
         except BaseException:
             self._stop(running)
             raise
+        self.ready = True
+        self._write_state(running)
         return running
 
     def _start(self, svc: Service, foreground: bool) -> Running:
         if svc.prepare is not None:
-            svc.prepare()
+            try:
+                svc.prepare()
+            except OSError as exc:
+                raise StackError(f"{svc.name}: cannot prepare its files: {exc}") from None
         log_path = self.settings.logs_dir / f"{svc.name}.log"
         log_file: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
@@ -202,8 +291,13 @@ class Supervisor:
 
     # ---- one service of a running stack -------------------------------------------------
     def stop_service(self, name: str) -> None:
-        """Stop one service of the running stack; the others keep running (an outage drill)."""
-        self._stop([self._running(name)])
+        """Stop one service of the running stack; the others keep running (an outage drill).
+
+        The supervisor does not start it again until :meth:`start_service`.
+        """
+        with self._lock:
+            self.held.add(name)
+            self._stop([self._running(name)])
 
     def start_service(self, name: str) -> Running:
         """Start one service again (after stop_service) and wait until it is healthy."""
@@ -213,14 +307,25 @@ class Supervisor:
         old = self._running(name)
         if self._alive(old):
             raise StackError(f"{name} is already running (pid {old.pid})")
-        run = self._start(svc, foreground=False)
-        self._write_state([run if r.name == name else r for r in self.read_state()])
+        with self._lock:
+            run = self._start(svc, foreground=False)
+            run.restarts, run.last_exit = old.restarts, old.last_exit
+            self._write_state([run if r.name == name else r for r in self.read_state()])
+            self.held.discard(name)
         try:
             self._wait_ready(svc, run)
         except BaseException:
             self._stop([run])
             raise
         return run
+
+    def reload(self, name: str) -> None:
+        """SIGHUP to a service's main process: Prometheus and Alertmanager re-read their
+        config (the stack runs Prometheus without the lifecycle API's POST /-/reload)."""
+        run = self._running(name)
+        if not self._alive(run):
+            raise StackError(f"{name} is not running; start it first")
+        os.kill(run.pid, signal.SIGHUP)
 
     def _running(self, name: str) -> Running:
         for run in self.read_state():
@@ -238,60 +343,155 @@ class Supervisor:
         signal.signal(signal.SIGINT, handle)
         signal.signal(signal.SIGTERM, handle)
 
-    def watch(self, running: list[Running]) -> None:
-        """Block until a stop is requested; report children that die meanwhile."""
-        reported: set[str] = set()
-        while not self.stop_requested.wait(1.0):
-            for run in running:
-                proc = self.children.get(run.name)
-                if proc is None or run.name in reported:
-                    continue
-                code = proc.poll()
-                if code is not None:
-                    reported.add(run.name)
-                    # The rest keeps running: Prometheus and the exporter report the outage.
-                    self.log(
-                        f"{run.name} exited with code {code}; the other services keep "
-                        f"running (log: {run.log}). Ctrl-C stops the stack."
-                    )
+    def supervise(self, running: list[Running]) -> None:
+        """Block until a stop is requested; restart services that die, with backoff.
+
+        Also serves `python -m stack restart SERVICE` from another shell (a request
+        file in the state folder). ``running`` is updated in place.
+        """
+        tracks = {run.name: _Backoff(started_at=time.monotonic()) for run in running}
+        while not self.stop_requested.wait(TICK_S):
+            self._serve_restart_requests(running, tracks)
+            for index, run in enumerate(running):
+                if self.stop_requested.is_set():
+                    return
+                with self._lock:
+                    if run.name in self.held:
+                        continue
+                    running[index] = self._tend(run, tracks[run.name])
+
+    def _tend(self, run: Running, track: _Backoff) -> Running:
+        now = time.monotonic()
+        if track.due is None:
+            if self._alive(run):
+                return run
+            proc = self.children.get(run.name)
+            run.last_exit = describe_exit(proc.poll() if proc is not None else None)
+            # Its stubs or workers may live on: the restart needs the whole tree gone.
+            # The leader is dead, so there is no clean shutdown to wait for.
+            self._stop([run], quiet=True, grace_s=LOST_GRACE_S)
+            delay = track.next_delay(now)
+            track.due = now + delay
+            self.log(f"{run.name} (pid {run.pid}) {run.last_exit}; starting it again in {delay:g}s")
+            self._write_state(self._replace(run))
+            return run
+        if now < track.due:
+            return run
+        track.due, track.started_at = None, now
+        return self._restart(run, f"restart {run.restarts + 1}")
+
+    def _restart(self, old: Running, why: str) -> Running:
+        svc = next(s for s in self.services if s.name == old.name)
+        try:
+            run = self._start(svc, foreground=self.foreground)
+        except StackError as exc:
+            self.log(f"{old.name}: {why} failed: {exc}")
+            old.restarts += 1
+            return old
+        run.restarts, run.last_exit = old.restarts + 1, old.last_exit
+        self._write_state(self._replace(run))
+        try:
+            self._wait_ready(svc, run)
+        except StackError as exc:
+            # Dead or unhealthy: the next tick finds it dead and backs off further.
+            self.log(f"{old.name}: {why} failed: {exc}")
+            self._stop([run], quiet=True)
+        else:
+            self.log(f"{old.name} is back (pid {run.pid}, {why})")
+        return run
+
+    def _replace(self, run: Running) -> list[Running]:
+        return [run if r.name == run.name else r for r in self.read_state()]
+
+    def _serve_restart_requests(self, running: list[Running], tracks: dict[str, _Backoff]) -> None:
+        folder = restart_requests(self.settings)
+        if not folder.is_dir():
+            return
+        for request in sorted(folder.glob("*.request")):
+            name = request.stem
+            result = request.with_suffix(".result")
+            index = next((i for i, r in enumerate(running) if r.name == name), None)
+            if index is None:
+                result.write_text(f"error: {name} is not part of this stack")
+                request.unlink(missing_ok=True)
+                continue
+            with self._lock:
+                old = running[index]
+                self._stop([old], quiet=True)
+                old.last_exit = f"stopped for `restart` at {time.strftime('%H:%M:%S')}"
+                self.held.discard(name)
+                new = self._restart(old, "on request")
+                running[index] = new
+                tracks[name] = _Backoff(started_at=time.monotonic())
+            ok = self._alive(new) and is_healthy(new.health_url)
+            result.write_text(f"ok: pid {new.pid}" if ok else f"error: see {new.log}")
+            request.unlink(missing_ok=True)
 
     # ---- down -------------------------------------------------------------------------
     def down(self) -> list[str]:
+        """Stop the stack: its supervising process first (so nothing is restarted), then
+        whatever is left of each service. Returns the services that were running."""
         running = self.read_state()
-        stopped = self._stop(running)
+        had = [r.name for r in reversed(running) if self._alive(r) or group_members(r)]
+        keeper = self.read_supervisor()
+        if keeper is not None and keeper != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(keeper, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S * (len(running) + 1)
+            while procstat.start_time(keeper) is not None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        self._stop(running)
         self.settings.state_file.unlink(missing_ok=True)
-        return stopped
+        return had
 
-    def _stop(self, running: list[Running]) -> list[str]:
-        live = [r for r in reversed(running) if self._alive(r)]
+    def _stop(
+        self, running: list[Running], quiet: bool = False, grace_s: float = STOP_TIMEOUT_S
+    ) -> list[str]:
+        """Stop each service's whole process group: SIGTERM, a grace period, then SIGKILL.
+
+        Groups whose leader is already dead are swept too (a killed Triton's stubs).
+        Returns the names of services that had anything left to stop.
+        """
+        live = [r for r in reversed(running) if self._alive(r) or group_members(r)]
         for run in live:
             self._signal(run, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while any(self._alive(r) for r in live) and time.monotonic() < deadline:
+        deadline = time.monotonic() + grace_s
+        while any(self._alive(r) or group_members(r) for r in live):
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.1)
         for run in live:
-            if self._alive(run):
-                self.log(f"{run.name} (pid {run.pid}) ignored SIGTERM; killing it")
-                self._signal(run, signal.SIGKILL)
-            # Anything left in its process group (e.g. Triton's backend stubs) goes too.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(run.pid, signal.SIGKILL)
+            if self._alive(run) or group_members(run):
+                self.log(f"{run.name} (group {run.pid}) ignored SIGTERM; killing it")
+            self._kill_tree(run)
+            if not quiet:
+                self.log(f"stopped {run.name}")
+        for run in running:
             proc = self.children.pop(run.name, None)
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
-            self.log(f"stopped {run.name}")
         return [r.name for r in live]
+
+    def _kill_tree(self, run: Running) -> None:
+        if group_members(run):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.pid, signal.SIGKILL)
+        proc = self.children.get(run.name)
+        if proc is not None and proc.pid == run.pid:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
     def _alive(self, run: Running) -> bool:
         proc = self.children.get(run.name)
-        if proc is not None:
+        if proc is not None and proc.pid == run.pid:
             return proc.poll() is None
         return is_alive(run)
 
     def _signal(self, run: Running, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(run.pid, sig)
+        if self._alive(run) or group_members(run):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.pid, sig)
 
     # ---- status -----------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:
@@ -301,9 +501,22 @@ class Supervisor:
             healthy = alive and is_healthy(run.health_url)
             state = "healthy" if healthy else ("unhealthy" if alive else "exited")
             rows.append(
-                {"name": run.name, "pid": run.pid, "state": state, "urls": run.urls, "log": run.log}
+                {
+                    "name": run.name,
+                    "pid": run.pid,
+                    "state": state,
+                    "restarts": run.restarts,
+                    "last_exit": run.last_exit,
+                    "urls": run.urls,
+                    "log": run.log,
+                }
             )
         return rows
+
+
+def restart_requests(settings: Settings) -> Path:
+    """Where `python -m stack restart` leaves requests for the supervising process."""
+    return settings.state_dir / "requests"
 
 
 @contextlib.contextmanager
@@ -312,11 +525,12 @@ def running(
     only: Collection[str] | None = None,
     exclude: Collection[str] = (),
     log: Log = lambda _: None,
+    supervise: bool = False,
 ) -> Iterator[Supervisor]:
     """The stack's services (``only`` those named, less ``exclude``) up for a with-block.
 
     For tests and benchmarks: everything started is stopped on the way out, whatever
-    happens inside.
+    happens inside. With ``supervise`` a thread restarts services that die, as `up` does.
     """
     from stack.services import service_table
 
@@ -326,8 +540,14 @@ def running(
         if (only is None or s.name in only) and s.name not in exclude
     ]
     supervisor = Supervisor(settings, services, log=log)
-    supervisor.up()
+    running_ = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running_,), daemon=True)
+    if supervise:
+        keeper.start()
     try:
         yield supervisor
     finally:
+        supervisor.stop_requested.set()
+        if keeper.is_alive():
+            keeper.join(timeout=STOP_TIMEOUT_S + 130)
         supervisor.down()

@@ -34,11 +34,13 @@ def run(
     count: int,
     rate: int,
     seconds: float,
+    headers: dict[str, str] | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Trace until ``count`` traced requests are done (0) or ``seconds`` pass (1)."""
     check(count, rate, seconds)
-    client = TritonClient(url)
+    # Trace settings are one of Triton's restricted APIs: ``headers`` carry the stack's key.
+    client = TritonClient(url, headers=headers)
     try:
         client.model_config(model)
         setting = start_window(client, model, count, rate)

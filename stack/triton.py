@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stack.errors import StackError
 from stack.services import Service
-from stacksettings import Settings
+from stacksettings import ADMIN_KEY_HEADER, RESTRICTED_APIS, Settings, ensure_secret
 
 # No periodic trace writes: Triton 2.51 aborted under them (see tritonapi.traces); a
 # window of N traces is written when it is complete.
@@ -95,7 +95,11 @@ def assemble_backends(runtime: Runtime, target: Path) -> Path:
             link.unlink()
         link.symlink_to(source / item)
     stub = python_dir / "triton_python_backend_stub"
-    shutil.copy2(runtime.stub, stub)
+    # A stub still running from a killed Triton holds the old file busy (ETXTBSY):
+    # copy beside it and rename over it, which a busy file allows.
+    fresh = python_dir / f".stub.{os.getpid()}.tmp"
+    shutil.copy2(runtime.stub, fresh)
+    fresh.replace(stub)
     return target
 
 
@@ -129,6 +133,8 @@ def service(settings: Settings) -> Service:
 
     def prepare() -> None:
         runtime = find_runtime(settings.triton_venv)
+        key = ensure_secret(settings.admin_key_file)
+        restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
         assemble_backends(runtime, backends)
         settings.trace_file.parent.mkdir(parents=True, exist_ok=True)
         svc.env = environment(runtime, python_libdir(runtime.venv))
@@ -151,6 +157,10 @@ def service(settings: Settings) -> Service:
             "--trace-config=level=OFF",
             f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
             "--exit-timeout-secs=5",
+            # Model loading, shared memory, tracing and logging need the stack's key
+            # (CVE-2025-23319/23320/23334 are in these APIs of this Triton version).
+            f"--http-restricted-api={restricted}",
+            f"--grpc-restricted-protocol={restricted}",
         ]
 
     svc.prepare = prepare

@@ -8,7 +8,9 @@ same ``STACK_*`` variables through :func:`from_env`, so both agree on where thin
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import secrets
 import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -17,6 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RULES_SETTINGS = ROOT / "stack" / "rules" / "settings.yaml"
 STORE_NAME = "loadgen.sqlite3"
+# Triton's restricted HTTP/gRPC APIs (model-repository, shared-memory, trace, logging)
+# answer only requests that carry this header with the key from the state folder.
+ADMIN_KEY_HEADER = "x-batchscope-admin-key"
+ADMIN_KEY_NAME = "triton-admin.key"
+RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+# The dashboard asks for this token before a load run or the advisor when it is not on loopback.
+DASHBOARD_TOKEN_NAME = "dashboard.token"
 
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
@@ -77,12 +86,71 @@ class Settings:
         return self.state_dir / "traces" / "trace.json"
 
     @property
+    def admin_key_file(self) -> Path:
+        """The key of Triton's restricted APIs (mode 0600, made by `up`)."""
+        return self.state_dir / ADMIN_KEY_NAME
+
+    def admin_headers(self) -> dict[str, str]:
+        """Headers that open this stack's Triton's restricted APIs (none without a key)."""
+        return admin_headers(self.admin_key_file)
+
+    @property
+    def dashboard_token_file(self) -> Path:
+        return self.state_dir / DASHBOARD_TOKEN_NAME
+
+    @property
+    def on_loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    @property
     def store(self) -> Path:
         """The load generator's SQLite results store."""
         return self.state_dir / STORE_NAME
 
     def with_ports(self, **ports: int) -> Settings:
         return replace(self, ports={**self.ports, **ports})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def ensure_secret(path: Path) -> str:
+    """The secret in ``path``, created first if missing; the file is kept at mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        secret = path.read_text().strip()
+        if secret:
+            return secret
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    secret = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(secret + "\n")
+    return secret
+
+
+def read_secret(path: Path | str | None) -> str | None:
+    """The secret in ``path``, or None when there is no such file (or no path)."""
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def admin_headers(key_file: Path | str | None) -> dict[str, str]:
+    """Headers that open Triton's restricted APIs, or none when there is no key file."""
+    key = read_secret(key_file)
+    return {ADMIN_KEY_HEADER: key} if key else {}
 
 
 def parse_port(value: str, what: str) -> int:
@@ -109,8 +177,10 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         try:
             interval = float(scrape)
         except ValueError:
+            interval = -1.0
+        if not 0 < interval < float("inf"):
             raise SettingsError(
-                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a number of seconds"
+                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a positive number of seconds"
             ) from None
     return replace(
         base,

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import advice, charts, fmt, runs
+from dashboard import access, advice, charts, fmt, runs
 from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
@@ -31,7 +31,9 @@ def manager() -> runs.RunManager:
 
 def render(cfg: DashboardSettings, models: list[str]) -> None:
     st.header("Load runs")
-    render_form(cfg, models)
+    unlocked = access.gate(cfg)
+    if unlocked:
+        render_form(cfg, models)
     st.fragment(_progress, run_every=PROGRESS_EVERY_S if manager().busy else None)()
     try:
         listed = runs.list_runs(cfg.store)
@@ -58,7 +60,8 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     run_id = st.selectbox("Run", ids, format_func=names.__getitem__, key="run")
     run = runs.load(cfg.store, run_id)
     render_result(cfg, run)
-    render_advice(cfg, run)
+    if unlocked:
+        render_advice(cfg, run)
     render_compare(cfg, ids, names)
 
 

@@ -10,6 +10,7 @@ from dashboard import data as cached
 from dashboard import fmt, timeline
 from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
+from stacksettings import admin_headers
 
 TRACE_COUNT = 1_000
 TRACE_SECONDS = 60
@@ -56,7 +57,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         )
         return
     _notes(window)
-    st.plotly_chart(timeline.render_timeline(window), use_container_width=True)
+    st.plotly_chart(timeline.render_timeline(window), width="stretch")
     st.caption(CAPTION)
     waits, reasons = st.columns(2)
     with waits:
@@ -96,7 +97,8 @@ def _trace_switch(cfg: DashboardSettings, model: str) -> None:
     label = f"Trace the next {TRACE_COUNT:,} requests"
     if st.button(label, help=f"Triton traces them (at most {TRACE_SECONDS} s), then stops"):
         try:
-            active.start(cfg.triton_url, model, TRACE_COUNT, TRACE_SECONDS)
+            headers = admin_headers(cfg.admin_key_file)
+            active.start(cfg.triton_url, model, TRACE_COUNT, TRACE_SECONDS, headers)
             st.success(f"Tracing {model}: send load, then refresh.")
         except timeline.TimelineError as exc:
             st.error(str(exc))

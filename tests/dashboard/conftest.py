@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from loadgen.burst import burst, infer_body
@@ -79,7 +80,7 @@ def traced_stack(running_stack: Settings) -> Settings:
         30,
         "a few scrapes of the exporter",
     )
-    triton = TritonClient(running_stack.url("triton_http"))
+    triton = TritonClient(running_stack.url("triton_http"), headers=running_stack.admin_headers())
     start_window(triton, "batch_add_model", count=30)
     try:
         sent = send_bursts(running_stack, "batch_add_model", 10, size=3)
@@ -114,10 +115,16 @@ def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 @pytest.fixture
-def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
-    """An AppTest of dashboard/app.py with DASHBOARD_* set to the given URLs."""
+def make_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AppTest]]:
+    """An AppTest of dashboard/app.py with DASHBOARD_* set to the given URLs.
 
-    def make(prometheus: str, triton: str, **extra: str) -> AppTest:
+    The app runs as the launcher starts it, on loopback (``address`` changes that: off
+    loopback the page asks for a token before load runs and the advisor).
+    """
+    before = st_config.get_option("server.address")
+
+    def make(prometheus: str, triton: str, address: str = "127.0.0.1", **extra: str) -> AppTest:
+        st_config.set_option("server.address", address)
         monkeypatch.setenv("DASHBOARD_PROMETHEUS_URL", prometheus)
         monkeypatch.setenv("DASHBOARD_TRITON_URL", triton)
         monkeypatch.setenv("DASHBOARD_SCRAPE_INTERVAL", "1")
@@ -125,7 +132,8 @@ def make_app(monkeypatch: pytest.MonkeyPatch) -> Callable[..., AppTest]:
             monkeypatch.setenv(f"DASHBOARD_{name.upper()}", value)
         return AppTest.from_file(str(APP), default_timeout=60)
 
-    return make
+    yield make
+    st_config.set_option("server.address", before)
 
 
 @pytest.fixture(scope="module")

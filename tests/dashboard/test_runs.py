@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import runs
+from dashboard import access, runs
 from loadgen import report
 from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
@@ -128,3 +128,47 @@ def test_run_from_the_form_then_compare_two(
     assert row["B / A"] == f"{executions / 6:.2f}x"
     # Nothing failed in either run: no ratio of zeros, a dash.
     assert table.loc["requests failed or timed out", "B / A"] == "–"
+
+
+@pytest.mark.parametrize(
+    ("address", "token", "rule"),
+    [
+        ("127.0.0.1", None, access.OPEN),
+        ("localhost", None, access.OPEN),
+        ("0.0.0.0", None, access.CLOSED),
+        ("", None, access.CLOSED),  # Streamlit's default: every interface
+        ("10.0.0.5", "s3cret", access.TOKEN),
+        ("127.0.0.1", "s3cret", access.TOKEN),
+    ],
+)
+def test_off_loopback_load_runs_need_a_token(address: str, token: str | None, rule: str) -> None:
+    assert access.policy(address, token) == rule
+
+
+def test_only_the_configured_token_is_accepted() -> None:
+    assert access.accepts(" s3cret\n", "s3cret")
+    assert not access.accepts("guess", "s3cret")
+    assert not access.accepts("", None)
+
+
+def test_the_page_asks_for_the_token_before_the_form(make_app: MakeApp, tmp_path: Path) -> None:
+    store = str(tmp_path / "none.sqlite3")
+    at = make_app(closed_url(), closed_url(), address="0.0.0.0", store=store, token="s3cret")
+    at.run()
+    at.sidebar.radio(key="view").set_value("Load runs").run()
+    assert not at.exception
+    assert not [b for b in at.button if b.key == "form_start"]
+    at.text_input(key="access_token").set_value("guess").run()
+    assert any("not the one configured" in e.value for e in at.error)
+    assert not [b for b in at.button if b.key == "form_start"]
+    at.text_input(key="access_token").set_value("s3cret").run()
+    assert at.button(key="form_start").value is False
+
+
+def test_off_loopback_without_a_token_the_form_is_off(make_app: MakeApp, tmp_path: Path) -> None:
+    at = make_app(closed_url(), closed_url(), address="0.0.0.0", store=str(tmp_path / "n.db"))
+    at.run()
+    at.sidebar.radio(key="view").set_value("Load runs").run()
+    assert not at.exception
+    assert any("no access token is set" in w.value for w in at.warning)
+    assert not [b for b in at.button if b.key == "form_start"]

@@ -229,7 +229,7 @@ def test_promtool_accepts_the_compose_prometheus_config(
     path.write_text(yaml.safe_dump(body))
     out = promtool("check", "config", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 18 rules found" in out.stdout and "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 18 rules found" in out.stdout and "SUCCESS: 9 rules found" in out.stdout
 
 
 def test_the_exporter_command_is_one_the_exporter_accepts(gpu: dict[str, Any]) -> None:
@@ -298,3 +298,28 @@ def test_grafana_is_provisioned_with_the_generated_files(gpu: dict[str, Any]) ->
     assert source["jsonData"]["timeInterval"] == deployfiles.scrape_interval(Settings())
     assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
     assert "3000/api/health" in " ".join(grafana["healthcheck"]["test"])
+
+
+def test_every_service_is_hardened_and_limited(gpu: dict[str, Any]) -> None:
+    for name, svc in gpu["services"].items():
+        assert svc.get("read_only") is True, name
+        assert svc.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+        assert svc.get("mem_limit"), name
+
+
+def test_no_lifecycle_api_and_the_admin_apis_need_the_key(gpu: dict[str, Any]) -> None:
+    services = gpu["services"]
+    assert not [a for a in services["prometheus"]["command"] if "lifecycle" in a]
+    # `config` keeps compose's escaping: $$ is a literal $ for the shell.
+    entry = " ".join(services["triton"]["entrypoint"]).replace("$$", "$")
+    assert "cat /run/secrets/triton_admin_key" in entry
+    assert "--http-restricted-api=$apis --grpc-restricted-protocol=$apis" in entry
+    assert "model-repository,shared-memory,trace,logging:x-batchscope-admin-key=$key" in entry
+    assert services["exporter"]["environment"]["TRITON_ADMIN_KEY_FILE"] == (
+        "/run/secrets/triton_admin_key"
+    )
+    assert services["dashboard"]["environment"]["DASHBOARD_TOKEN_FILE"] == (
+        "/run/secrets/dashboard_token"
+    )
+    assert "--server.enableXsrfProtection=true" in services["dashboard"]["command"]

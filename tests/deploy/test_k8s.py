@@ -55,6 +55,9 @@ def test_kustomize_renders_every_object(objects: dict[tuple[str, str], dict[str,
         ("Service", "dashboard"),
         ("PersistentVolumeClaim", "loadgen-store"),
         ("HorizontalPodAutoscaler", "triton"),
+        ("NetworkPolicy", "default-deny-ingress"),
+        ("NetworkPolicy", "triton"),
+        ("NetworkPolicy", "dashboard"),
         ("ServiceMonitor", "triton-batching"),
         ("PrometheusRule", "triton-batching"),
         ("ConfigMap", "grafana-dashboard-triton-batching"),
@@ -142,7 +145,7 @@ def test_promtool_accepts_the_prometheus_rule(
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 26 rules found" in out.stdout
+    assert "SUCCESS: 27 rules found" in out.stdout
 
 
 def test_service_monitor_scrapes_both_jobs_like_the_local_stack(
@@ -311,3 +314,57 @@ def test_adapter_query_computes_queue_seconds_per_request(tmp_path: Path) -> Non
     (tmp_path / "adapter_test.yml").write_text(yaml.safe_dump(test))
     out = promtool("test", "rules", str(tmp_path / "adapter_test.yml"))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_pod_is_hardened_and_limited(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deployments = [obj for (kind, _), obj in objects.items() if kind == "Deployment"]
+    assert len(deployments) == 2
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"] + pod.get("initContainers", []):
+            where = f"{deployment['metadata']['name']}/{c['name']}"
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"]["drop"] == ["ALL"], where
+            assert sc["runAsNonRoot"] is True or pod["securityContext"].get("runAsNonRoot"), where
+            assert {"cpu", "memory"} <= set(c["resources"]["limits"]), where
+
+
+def test_network_policies_close_ingress_but_for_what_is_served(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deny = objects[("NetworkPolicy", "default-deny-ingress")]["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    triton = objects[("NetworkPolicy", "triton")]["spec"]["ingress"]
+    ports = [sorted(p["port"] for p in rule["ports"]) for rule in triton]
+    assert ports == [[8000, 8001], [8002, 9733]]
+    assert triton[1]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+
+
+def test_triton_admin_apis_need_the_secret_key(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deployment = objects[("Deployment", "triton")]
+    triton = container(deployment, "triton")
+    restricted = [a for a in triton["args"] if "restricted" in a]
+    assert len(restricted) == 2
+    for arg in restricted:
+        assert arg.endswith(
+            "model-repository,shared-memory,trace,logging:x-batchscope-admin-key=$(TRITON_ADMIN_KEY)"
+        )
+    (env,) = [e for e in triton["env"] if e["name"] == "TRITON_ADMIN_KEY"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-key", "key": "key"}
+    exporter = container(deployment, "exporter")
+    key_file = next(e["value"] for e in exporter["env"] if e["name"] == "TRITON_ADMIN_KEY_FILE")
+    mount = next(m for m in exporter["volumeMounts"] if m["name"] == "admin-key")
+    assert key_file.startswith(mount["mountPath"] + "/")
+    dashboard = container(objects[("Deployment", "dashboard")], "dashboard")
+    assert "--server.enableXsrfProtection=true" in dashboard["args"]
+    assert "--server.enableCORS=true" in dashboard["args"]
+    assert any(e["name"] == "DASHBOARD_TOKEN" for e in dashboard["env"])

@@ -107,7 +107,7 @@ def traced_requests(settings: Settings, model: str, expected: int) -> list[Trace
 def test_batches_from_traces_equal_batch_stats(
     traced_stack: Settings, model: str, clients: int, widths: list[int]
 ) -> None:
-    triton = TritonClient(traced_stack.url("triton_http"))
+    triton = TritonClient(traced_stack.url("triton_http"), headers=traced_stack.admin_headers())
     before = triton.model_stats(model)
     start_window(triton, model, count=clients * 40)
     try:

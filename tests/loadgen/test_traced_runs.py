@@ -17,6 +17,13 @@ from stacksettings import Settings, free_ports
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(autouse=True)
+def stack_state(running_stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """loadgen opens trace settings with the key in the stack's state folder, as a user's
+    loadgen finds the ./stack/up stack's."""
+    monkeypatch.setenv("STACK_STATE_DIR", str(running_stack.state_dir))
+
+
 def traced_run(settings: Settings, db: Path, **params: object) -> int:
     p = RunParams(
         "concurrency",

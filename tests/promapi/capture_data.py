@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from loadgen.burst import burst, infer_body
-from stack.supervisor import running
+from stack.supervisor import Supervisor, running
 from stacksettings import Settings, isolated
 
 DATA = Path(__file__).parent / "data"
@@ -60,11 +60,11 @@ def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         settings = isolated(Path(tmp))
-        with running(settings, log=print):
-            capture(settings)
+        with running(settings, log=print) as supervisor:
+            capture(settings, supervisor)
 
 
-def capture(settings: Settings) -> None:
+def capture(settings: Settings, supervisor: Supervisor) -> None:
     prom = settings.url("prometheus")
     host, port = settings.host, settings.port("triton_http")
     body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
@@ -81,7 +81,8 @@ def capture(settings: Settings) -> None:
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["rule_files"] = [str(rules_path)]
     cfg_path.write_text(yaml.safe_dump(cfg))
-    requests.post(f"{prom}/-/reload", timeout=10).raise_for_status()
+    # No lifecycle API (a cross-origin POST could use it): SIGHUP reloads the config.
+    supervisor.reload("prometheus")
     time.sleep(3 * settings.scrape_interval_s)
 
     def get(path: str, **params: str) -> requests.Response:

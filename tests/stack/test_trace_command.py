@@ -16,6 +16,11 @@ from tritonapi.client import TritonClient
 pytestmark = pytest.mark.integration
 
 
+def where(settings: Settings) -> list[str]:
+    """The stack's Triton, and its state folder (which holds the key trace settings need)."""
+    return ["--url", settings.url("triton_http"), "--state-dir", str(settings.state_dir)]
+
+
 def traced(settings: Settings, model: str) -> list[dict[str, object]]:
     url = f"{settings.url('exporter')}/api/traces"
     body = requests.get(url, params={"model": model, "seconds": "120"}, timeout=5).json()
@@ -25,11 +30,10 @@ def traced(settings: Settings, model: str) -> list[dict[str, object]]:
 def test_a_window_traces_the_next_requests_then_turns_itself_off(
     running_stack: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = running_stack.url("triton_http")
     codes: list[int] = []
     window = threading.Thread(
         target=lambda: codes.append(
-            main(["trace", "--model", "add_unbatched", "--count", "6", "--url", url])
+            main(["trace", "--model", "add_unbatched", "--count", "6", *where(running_stack)])
         )
     )
     window.start()
@@ -68,17 +72,18 @@ def test_a_window_that_runs_out_of_time_says_so_and_stops(
 ) -> None:
     url = running_stack.url("triton_http")
     argv = ["trace", "--model", "add_unbatched", "--count", "1000", "--seconds", "1"]
-    assert main([*argv, "--url", url]) == 1
+    assert main([*argv, *where(running_stack)]) == 1
     out = capsys.readouterr().out
     assert "stopped with 1,000 of 1,000 traced requests still to come" in out
-    assert TritonClient(url).trace_settings("add_unbatched")["trace_level"] == ["OFF"]
+    triton = TritonClient(url, headers=running_stack.admin_headers())
+    assert triton.trace_settings("add_unbatched")["trace_level"] == ["OFF"]
 
 
 def test_unknown_model_and_unreachable_server(
     running_stack: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = running_stack.url("triton_http")
-    assert main(["trace", "--model", "no_such_model", "--seconds", "1", "--url", url]) == 2
+    argv = ["trace", "--model", "no_such_model", "--seconds", "1"]
+    assert main([*argv, *where(running_stack)]) == 2
     assert "is --model 'no_such_model' loaded?" in capsys.readouterr().err
     closed = f"http://127.0.0.1:{free_ports(1)[0]}"
     assert main(["trace", "--model", "m", "--seconds", "1", "--url", closed]) == 2

@@ -49,7 +49,7 @@ def collect(settings: Settings, name: str) -> None:
 
 def traced(settings: Settings, name: str, send: Callable[[], object], count: int) -> None:
     """Trace the next ``count`` requests (all that ``send`` sends) into OUT/name."""
-    client = TritonClient(settings.url("triton_http"))
+    client = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
     before = client.statistics_json(MODEL)
     start_window(client, MODEL, count=count)
     send()

@@ -1,0 +1,140 @@
+"""Supervision: a service that dies comes back with backoff, and its whole tree goes first."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stack import cli
+from stack.services import Service
+from stack.supervisor import Running, Supervisor, _Backoff, group_members, is_healthy
+from stacksettings import Settings, free_ports, isolated, procstat
+
+# An HTTP server with a child that ignores SIGTERM, like Triton and its python backend stubs.
+STUBBORN = """
+import http.server, os, signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+open(sys.argv[2], "a").write(f"{child.pid}\\n")
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])),
+    http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def stubborn(port: int, pids: Path) -> Service:
+    return Service(
+        name="stubborn",
+        argv=[sys.executable, "-c", STUBBORN, str(port), str(pids)],
+        health_url=f"http://127.0.0.1:{port}/",
+        ports=[port],
+        startup_timeout_s=20,
+    )
+
+
+def alive(pid: int) -> bool:
+    return procstat.start_time(pid) is not None
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return isolated(tmp_path / "state")
+
+
+def test_backoff_doubles_to_a_cap_and_resets_after_a_long_run() -> None:
+    track = _Backoff(started_at=100.0)
+    assert [track.next_delay(101.0) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    track.started_at = 200.0
+    assert track.next_delay(200.0 + 61) == 1
+
+
+def test_a_killed_service_loses_its_tree_and_comes_back(settings: Settings, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    pids = tmp_path / "children"
+    svc = stubborn(port, pids)
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        first = running[0]
+        (stub,) = [int(p) for p in pids.read_text().split()]
+        os.kill(first.pid, signal.SIGKILL)
+
+        assert wait_until(lambda: not alive(stub), 15), "the orphaned child outlived its leader"
+        assert wait_until(lambda: running[0].pid != first.pid and is_healthy(svc.health_url))
+        (row,) = supervisor.status()
+        assert row["restarts"] == 1 and row["state"] == "healthy"
+        assert row["last_exit"].startswith("killed by SIGKILL")
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
+    second_stub = int(pids.read_text().split()[1])
+    assert not alive(second_stub), "down left the SIGTERM-ignoring child running"
+    assert not group_members(running[0])
+
+
+def test_stop_service_is_not_undone_by_the_supervisor(settings: Settings, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    svc = stubborn(port, tmp_path / "children")
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        supervisor.stop_service("stubborn")
+        time.sleep(2.5)  # past the first backoff
+        assert not is_healthy(svc.health_url)
+        supervisor.start_service("stubborn")
+        assert is_healthy(svc.health_url)
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
+
+
+def test_a_dead_leaders_leftovers_are_swept_by_up(settings: Settings, tmp_path: Path) -> None:
+    """A launcher killed outright leaves stubs; the next `up` removes them first."""
+    (port,) = free_ports(1)
+    pids = tmp_path / "children"
+    first = Supervisor(settings, [stubborn(port, pids)], log=lambda _: None)
+    (run,) = first.up()
+    os.kill(run.pid, signal.SIGKILL)
+    first.children.pop("stubborn").wait(timeout=10)  # as if this launcher had died too
+    (stub,) = [int(p) for p in pids.read_text().split()]
+    assert alive(stub)
+    second = Supervisor(settings, [stubborn(port, pids)], log=lambda _: None)
+    try:
+        second.up()
+        assert not alive(stub)
+    finally:
+        second.down()
+
+
+def test_restart_command_needs_a_running_stack(settings: Settings) -> None:
+    with pytest.raises(Exception, match="not running"):
+        cli.restart(settings, "triton")
+
+
+def test_restart_of_an_unknown_service_is_misuse(settings: Settings) -> None:
+    Supervisor(settings, [])._write_state(
+        [Running("triton", 1, "x", "http://127.0.0.1:1/", {}, "log")]
+    )
+    with pytest.raises(cli.StackError, match="no service 'nosuch'") as err:
+        cli.restart(settings, "nosuch")
+    assert err.value.exit_code == 2
