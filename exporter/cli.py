@@ -133,12 +133,6 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
             f"--trace-file given {len(trace_files)} time(s) for {len(targets)} --triton-url: "
             "give one per --triton-url, in the same order, or none"
         )
-    for path in trace_files:
-        if not path.parent.is_dir():
-            raise ValueError(
-                f"--trace-file: the folder {path.parent} does not exist (Triton writes "
-                f"{path.name}.0, {path.name}.1, ... there; create it or fix the path)"
-            )
     timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
     host, port = parse_listen_address(
         args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN

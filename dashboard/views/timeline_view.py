@@ -6,8 +6,8 @@ import time
 
 import streamlit as st
 
+from dashboard import access, fmt, timeline
 from dashboard import data as cached
-from dashboard import fmt, timeline
 from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
 from stacksettings import admin_headers
@@ -94,6 +94,9 @@ def _trace_switch(cfg: DashboardSettings, model: str) -> None:
         return
     if active.outcome:
         st.caption(active.outcome)
+    # Tracing costs the server CPU, like a load run: the same token guards it off loopback.
+    if not access.gate(cfg):
+        return
     label = f"Trace the next {TRACE_COUNT:,} requests"
     if st.button(label, help=f"Triton traces them (at most {TRACE_SECONDS} s), then stops"):
         try:

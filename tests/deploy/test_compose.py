@@ -247,6 +247,26 @@ def test_the_exporter_command_is_one_the_exporter_accepts(gpu: dict[str, Any]) -
     assert "127.0.0.1:9733/healthz" in check
 
 
+def test_triton_writes_traces_where_the_exporter_reads_them(gpu: dict[str, Any]) -> None:
+    triton, exporter = gpu["services"]["triton"], gpu["services"]["exporter"]
+    (file_arg,) = [a for a in triton["command"] if a.startswith("--trace-config=triton,file=")]
+    trace_file = file_arg.split("file=", 1)[1]
+    assert "--trace-config=level=OFF" in triton["command"]
+    opts = exporter_cli.options_from(
+        exporter_cli.build_parser().parse_args(exporter["command"][3:]), {}
+    )
+    assert [str(p) for p in opts.trace_files] == [trace_file]
+    folder = trace_file.rsplit("/", 1)[0]
+    for service in (triton, exporter):
+        volume = mounts(service)[folder]
+        assert volume["source"] == "traces" and not volume.get("read_only")
+    # A bounded tmpfs the exporter's user owns, so that it can remove what it has read.
+    options = gpu["volumes"]["traces"]["driver_opts"]
+    assert options["type"] == "tmpfs" and "uid=10001" in options["o"] and "size=" in options["o"]
+    dashboard = gpu["services"]["dashboard"]["environment"]
+    assert dashboard["DASHBOARD_EXPORTER_URL"] == "http://exporter:9733"
+
+
 def test_the_loadgen_service_reaches_triton_by_its_settings(
     gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

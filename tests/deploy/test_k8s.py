@@ -341,10 +341,33 @@ def test_network_policies_close_ingress_but_for_what_is_served(
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
     triton = objects[("NetworkPolicy", "triton")]["spec"]["ingress"]
     ports = [sorted(p["port"] for p in rule["ports"]) for rule in triton]
-    assert ports == [[8000, 8001], [8002, 9733]]
+    assert ports == [[8000, 8001], [8002, 9733], [9733]]
     assert triton[1]["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
+    # The dashboard's batch timeline reads the exporter's /api/traces.
+    assert triton[2]["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dashboard"}}}
+    ]
+
+
+def test_triton_writes_traces_where_its_exporter_sidecar_reads_them(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    deployment = objects[("Deployment", "triton")]
+    triton, exporter = container(deployment, "triton"), container(deployment, "exporter")
+    (file_arg,) = [a for a in triton["args"] if a.startswith("--trace-config=triton,file=")]
+    trace_file = file_arg.split("file=", 1)[1]
+    assert "--trace-config=level=OFF" in triton["args"]
+    assert f"--trace-file={trace_file}" in exporter["args"]
+    folder = trace_file.rsplit("/", 1)[0]
+    for c in (triton, exporter):
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == folder)
+        assert mount["name"] == "traces" and not mount.get("readOnly")
+    volume = next(
+        v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "traces"
+    )
+    assert "emptyDir" in volume
 
 
 def test_triton_admin_apis_need_the_secret_key(
