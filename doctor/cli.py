@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from doctor import report
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.window import Window
 from promapi import PromClient, PrometheusError
-from tritonapi import TritonClient, TritonError
+from stacksettings import admin_headers
+from tritonapi import TritonClient, TritonError, TritonHTTPError
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 PROMETHEUS_S = 300.0
@@ -46,6 +47,8 @@ class Defaults:
     triton_url: str
     metrics_url: str
     prometheus_url: str  # used only if it answers and --url is the stack's Triton
+    # Headers that open the stack's Triton's restricted APIs (its repository index).
+    admin_headers: dict[str, str] = field(default_factory=dict)
 
 
 class UsageError(ValueError):
@@ -75,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         metavar="SECONDS",
         help=f"traffic window ({SAMPLE_S:g} s sampled, or {PROMETHEUS_S:g} s of Prometheus)",
     )
+    parser.add_argument(
+        "--admin-key-file",
+        metavar="FILE",
+        help="key of Triton's restricted APIs, for its repository index (default: the stack's "
+        "key, with the stack's --url)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -98,9 +107,24 @@ def _metrics_url(url: str, args: argparse.Namespace, defaults: Defaults) -> str:
     return f"{parts.scheme}://{parts.hostname}:8002/metrics"
 
 
+def _headers(args: argparse.Namespace, url: str, defaults: Defaults) -> dict[str, str]:
+    """The restricted APIs' key: --admin-key-file's, else the stack's for the stack's Triton
+    (another server gets no header it did not ask for)."""
+    if args.admin_key_file:
+        headers = admin_headers(args.admin_key_file)
+        if not headers:
+            raise UsageError(f"--admin-key-file: cannot read a key from {args.admin_key_file!r}")
+        return headers
+    return defaults.admin_headers if url == defaults.triton_url.rstrip("/") else {}
+
+
 def _models(client: TritonClient, wanted: str | None) -> list[str]:
     try:
         ready = client.ready_models()
+    except TritonHTTPError as exc:
+        if exc.status != 403:
+            raise UsageError(f"{exc}: is Triton running, is --url right?") from None
+        return _model_without_index(client, wanted)
     except TritonError as exc:
         raise UsageError(f"{exc}: is Triton running, is --url right?") from None
     if wanted is None:
@@ -112,6 +136,22 @@ def _models(client: TritonClient, wanted: str | None) -> list[str]:
         raise UsageError(
             f"--model {wanted!r}: no such ready model at {client.url} (ready: {known})"
         )
+    return [wanted]
+
+
+def _model_without_index(client: TritonClient, wanted: str | None) -> list[str]:
+    """The repository index is restricted here: check the one model asked for instead."""
+    if wanted is None:
+        raise UsageError(
+            f"Triton at {client.url} keeps its repository index behind a key: give --model, "
+            "or --admin-key-file (the stack's is .stack/triton-admin.key)"
+        )
+    try:
+        client.model_config(wanted)
+    except TritonError as exc:
+        raise UsageError(
+            f"--model {wanted!r}: no such ready model at {client.url} ({exc})"
+        ) from None
     return [wanted]
 
 
@@ -166,7 +206,8 @@ def windows(
 
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
     try:
-        client = TritonClient(_check_url(args.url, "--url"), timeout_s=5.0)
+        url = _check_url(args.url, "--url")
+        client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
         found, notes = windows(args, client, models, defaults)
         diagnoses: list[Diagnosis] = [diagnose(client, m, found.get(m), notes) for m in models]

@@ -103,7 +103,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 def watch(settings: Settings, model: str, **load: object) -> Diagnosis:
     """The doctor's diagnosis of ``model`` over a window holding one load run."""
-    client = TritonClient(settings.url("triton_http"))
+    client = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
     metrics = settings.url("triton_metrics") + "/metrics"
     sampler = StatisticsSampler(client, [model], metrics)
     sampler.start()
@@ -187,5 +187,10 @@ def test_cli(triton: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     assert stack_main(["doctor", "--url", url, "--model", "add_healthy", "--window", "1"]) == 0
     assert "no finding" in capsys.readouterr().out
     assert stack_main(["doctor", "--url", url, "--model", "nope", "--window", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such ready model" in err
+    # With the key of the restricted repository index, the message lists the ready models.
+    key = ["--admin-key-file", str(triton.admin_key_file)]
+    assert stack_main(["doctor", "--url", url, "--model", "nope", *key]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such ready model" in err and "add_healthy" in err

@@ -99,8 +99,9 @@ def traced_requests(settings: Settings, model: str, expected: int) -> list[Trace
 @pytest.mark.parametrize(
     ("model", "clients", "widths"),
     [
-        ("batch_add_model", 6, [1]),
-        ("add_two_instances", 8, [1]),
+        # Concurrency stays modest: long traced streams at 8 crash Triton 2.51.
+        ("batch_add_model", 4, [1]),
+        ("add_two_instances", 6, [1]),
         ("add_variable", 6, [1, 2, 3]),
     ],
 )
