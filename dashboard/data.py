@@ -75,8 +75,11 @@ DOCTOR_TTL_S = 30
 
 
 @st.cache_data(ttl=DOCTOR_TTL_S, max_entries=16, show_spinner=False)
-def diagnosis(prometheus_url: str, triton_url: str, model: str, window_s: int) -> Diagnosis:
+def diagnosis(
+    prometheus_url: str, triton_url: str, model: str, window_s: int, exporter_url: str = ""
+) -> Diagnosis:
     """The doctor's checks on ``model`` over the last ``window_s`` of Prometheus' data."""
     window = prometheus_window(client(prometheus_url), model, window_s)
     notes = [] if window is not None else ["Prometheus has no exporter series for this model"]
-    return diagnose(TritonClient(triton_url, timeout_s=3.0), model, window, notes)
+    triton = TritonClient(triton_url, timeout_s=3.0)
+    return diagnose(triton, model, window, notes, exporter_url)

@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-import requests
 
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelconfig import ModelConfig
@@ -23,9 +22,11 @@ from tritonapi.traces import (
     REASON_TEXT,
     REASONS,
     Batch,
+    ExporterUnavailable,
     TracedRequest,
     group_batches,
     percentile,
+    read_exporter,
     start_window,
     stop_window,
     window_left,
@@ -75,24 +76,17 @@ def fetch(
     """The last ``seconds`` of traced requests of ``model``; TimelineError if unavailable."""
     if not 0 < seconds <= MAX_SECONDS:
         raise TimelineError(f"choose a window of 1 to {MAX_SECONDS} seconds")
-    url = f"{exporter_url.rstrip('/')}/api/traces"
     try:
-        response = requests.get(
-            url, params={"model": model, "seconds": f"{seconds:g}"}, timeout=timeout_s
-        )
-        body = response.json()
-    except (requests.RequestException, ValueError) as exc:
+        found = read_exporter(exporter_url, model, seconds, timeout_s)
+    except ExporterUnavailable as exc:
         raise TimelineError(
-            f"the exporter's trace API at {url} did not answer usably ({type(exc).__name__}): "
-            "is the exporter running with --trace-file (./stack/up starts it so)?"
+            f"{exc}: is the exporter running with --trace-file (./stack/up starts it so)?"
         ) from None
-    if response.status_code != 200:
-        raise TimelineError(f"{url}: {body.get('error', response.status_code)}")
     try:
         config: ModelConfig | None = TritonClient(triton_url, timeout_s).model_config(model)
     except TritonError:
         config = None  # batches are still drawn, without departure reasons
-    traced = [TracedRequest.from_json(r) for r in body.get("requests", [])]
+    traced = found.requests
     batches = group_batches(traced)
     if config is not None:
         batches = with_reasons(batches, {model: config})
@@ -101,10 +95,10 @@ def fetch(
         seconds=seconds,
         requests=traced,
         batches=batches,
-        clock_offset_ns=int(body.get("clock_offset_ns", 0)),
-        sample_ratio=body.get("sample_ratio"),
-        trace_rate=body.get("trace_rate"),
-        gaps=int(body.get("gaps", 0)),
+        clock_offset_ns=found.clock_offset_ns,
+        sample_ratio=found.sample_ratio,
+        trace_rate=found.trace_rate,
+        gaps=found.gaps,
         config=config,
         drawn=min(len(batches), MAX_BATCHES),
         reasons=dict(Counter(b.reason for b in batches if b.reason)),

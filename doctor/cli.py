@@ -47,6 +47,7 @@ class Defaults:
     triton_url: str
     metrics_url: str
     prometheus_url: str  # used only if it answers and --url is the stack's Triton
+    exporter_url: str = ""  # its /api/traces: batch traces, when the stack's Triton is traced
     # Headers that open the stack's Triton's restricted APIs (its repository index).
     admin_headers: dict[str, str] = field(default_factory=dict)
 
@@ -83,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         metavar="FILE",
         help="key of Triton's restricted APIs, for its repository index (default: the stack's "
         "key, with the stack's --url)",
+    )
+    parser.add_argument(
+        "--exporter-url",
+        metavar="URL",
+        help="the exporter whose batch traces (/api/traces) to read (default: the stack's, "
+        "with the stack's --url)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -210,7 +217,12 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
         found, notes = windows(args, client, models, defaults)
-        diagnoses: list[Diagnosis] = [diagnose(client, m, found.get(m), notes) for m in models]
+        exporter = args.exporter_url or (
+            defaults.exporter_url if url == defaults.triton_url else ""
+        )
+        diagnoses: list[Diagnosis] = [
+            diagnose(client, m, found.get(m), notes, exporter) for m in models
+        ]
     except UsageError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2

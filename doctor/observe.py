@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -27,6 +28,15 @@ from tritonapi import (
 )
 from tritonapi.metrics import parse_metrics
 from tritonapi.stats import parse_statistics
+from tritonapi.traces import (
+    REASON_TEXT,
+    REASONS,
+    ExporterUnavailable,
+    group_batches,
+    percentile,
+    read_exporter,
+    with_reasons,
+)
 
 TRACES_OFF = "traces off"
 
@@ -42,17 +52,50 @@ class Diagnosis:
 
 
 def diagnose(
-    client: TritonClient, model: str, window: Window | None, notes: Iterable[str] = ()
+    client: TritonClient,
+    model: str,
+    window: Window | None,
+    notes: Iterable[str] = (),
+    exporter_url: str = "",
 ) -> Diagnosis:
-    """Run every check on one model (its config as Triton loaded it) and its window."""
+    """Run every check on one model (its config as Triton loaded it) and its window.
+
+    With ``exporter_url``, the batch traces the exporter holds for the model (if any) are
+    summarised beside the trace setting.
+    """
     config = client.model_config(model)
-    return Diagnosis(
-        model, config, window, trace_state(client, model), check(config, window), list(notes)
+    traces = trace_state(client, model)
+    if exporter_url:
+        traces = traces_read(exporter_url, config) or traces
+    return Diagnosis(model, config, window, traces, check(config, window), list(notes))
+
+
+def traces_read(exporter_url: str, config: ModelConfig, seconds: float = 120.0) -> str:
+    """What the exporter's batch traces of the last ``seconds`` say; "" when it has none."""
+    try:
+        found = read_exporter(exporter_url, config.name, seconds)
+    except ExporterUnavailable:
+        return ""
+    if not found.requests:
+        return ""
+    waits = [r.queue_wait_ns for r in found.requests]
+    p50, p99 = (percentile(waits, q) for q in (0.5, 0.99))
+    text = (
+        f"{len(waits):,} traced requests in the exporter's last {seconds:g} s: queue wait "
+        f"p50 {(p50 or 0) / 1e6:.3f} ms, p99 {(p99 or 0) / 1e6:.3f} ms (exact)"
     )
+    if found.trace_rate != 1:
+        return text + "; sampled, so batch sizes and why batches left are unknown"
+    batches = with_reasons(group_batches(found.requests), {config.name: config})
+    reasons = Counter(b.reason for b in batches)
+    shares = ", ".join(
+        f"{REASON_TEXT[r]} {reasons[r] / len(batches):.0%}" for r in REASONS if reasons[r]
+    )
+    return f"{text}; {len(batches):,} batches: {shares}"
 
 
 def trace_state(client: TritonClient, model: str) -> str:
-    """Whether Triton writes per-request traces for this model (the doctor does not read them)."""
+    """Whether Triton writes per-request traces for this model."""
     try:
         settings = client.trace_settings(model)
     except TritonError:
@@ -61,7 +104,7 @@ def trace_state(client: TritonClient, model: str) -> str:
     if level == ["OFF"] or level == "OFF":
         return TRACES_OFF
     levels = ", ".join(level) if isinstance(level, list) else str(level)
-    return f"traces on ({levels}); the doctor does not read batch traces yet"
+    return f"traces on ({levels}); none read yet"
 
 
 # ---- the statistics API over a short window ------------------------------------------

@@ -15,7 +15,6 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import requests
 
@@ -26,9 +25,11 @@ from tritonapi.client import TritonError
 from tritonapi.modelconfig import ModelConfig
 from tritonapi.traces import (
     MAX_COUNT,
+    ExporterUnavailable,
     TracedRequest,
     group_batches,
     percentile,
+    read_exporter,
     start_window,
     stop_window,
     window_left,
@@ -170,14 +171,9 @@ class Window:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
             try:
-                body: Any = requests.get(
-                    f"{self.exporter_url}/api/traces",
-                    params={"model": self.params.model, "seconds": f"{seconds:.0f}"},
-                    timeout=5,
-                ).json()
-            except (requests.RequestException, ValueError):
-                body = {}
-            found = [TracedRequest.from_json(r) for r in body.get("requests", [])]
+                found = read_exporter(self.exporter_url, self.params.model, round(seconds)).requests
+            except ExporterUnavailable:
+                found = []
             mine = sum(r.request_id.startswith(self.token + "-") for r in found)
             if mine >= sent:
                 break

@@ -191,6 +191,7 @@ def doctor_defaults() -> doctor_cli.Defaults:
         triton_url=settings.url("triton_http"),
         metrics_url=settings.url("triton_metrics") + "/metrics",
         prometheus_url=settings.url("prometheus"),
+        exporter_url=settings.url("exporter"),
         admin_headers=settings.admin_headers(),
     )
 

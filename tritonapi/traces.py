@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from tritonapi.client import TritonClient
 from tritonapi.modelconfig import ModelConfig
 
@@ -429,3 +431,47 @@ def window_left(client: TritonClient, model: str) -> int:
 def stop_window(client: TritonClient, model: str) -> dict[str, Any]:
     """Stop tracing ``model`` (an unfinished window's traces are not written, see above)."""
     return client.update_trace_settings({"trace_level": ["OFF"]}, model=model)
+
+
+# ---- the exporter's window of traces ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExporterWindow:
+    """What the exporter's ``/api/traces`` holds for one model (see exporter/web.py)."""
+
+    requests: list[TracedRequest]
+    clock_offset_ns: int  # unix ns = steady-clock ns + offset
+    sample_ratio: float | None  # share traced now (0: off)
+    trace_rate: int | None  # 1 in N: the rate the model is (or was last) traced at
+    gaps: int
+
+
+class ExporterUnavailable(RuntimeError):
+    """The exporter's trace API did not answer usably; the message says why."""
+
+
+def read_exporter(
+    exporter_url: str, model: str, seconds: float, timeout_s: float = 5.0
+) -> ExporterWindow:
+    """The exporter's retained traced requests of ``model`` over its last ``seconds``."""
+    url = f"{exporter_url.rstrip('/')}/api/traces"
+    try:
+        response = requests.get(
+            url, params={"model": model, "seconds": f"{seconds:g}"}, timeout=timeout_s
+        )
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise ExporterUnavailable(
+            f"the exporter's trace API at {url} did not answer usably ({type(exc).__name__})"
+        ) from None
+    if response.status_code != 200 or not isinstance(body, dict):
+        error = body.get("error") if isinstance(body, dict) else None
+        raise ExporterUnavailable(f"{url} answered {response.status_code}: {error or body}")
+    return ExporterWindow(
+        requests=[TracedRequest.from_json(r) for r in body.get("requests", [])],
+        clock_offset_ns=int(body.get("clock_offset_ns", 0)),
+        sample_ratio=body.get("sample_ratio"),
+        trace_rate=body.get("trace_rate"),
+        gaps=int(body.get("gaps", 0)),
+    )

@@ -16,7 +16,7 @@ TITLE = "Why isn't batching working?"
 def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
     st.subheader(TITLE)
     try:
-        d = cached.diagnosis(cfg.prometheus_url, cfg.triton_url, model, window_s)
+        d = cached.diagnosis(cfg.prometheus_url, cfg.triton_url, model, window_s, cfg.exporter_url)
     except (PrometheusError, TritonError) as exc:
         st.warning(f"The checks need Prometheus and Triton: {exc}", icon=":material/warning:")
         return
