@@ -134,8 +134,11 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
 
 
 def _ready_models(client: TritonClient) -> str:
-    # The repository index is restricted: the local stack's key opens it.
-    client.headers.update(admin_headers(from_env_or_default().admin_key_file))
+    # The repository index is restricted: the local stack's key opens it (sent to the
+    # local stack's own Triton only, never to another server).
+    stack = from_env_or_default()
+    if client.url == stack.url("triton_http"):
+        client.headers.update(admin_headers(stack.admin_key_file))
     try:
         return f" (ready models: {', '.join(client.ready_models()) or 'none'})"
     except TritonError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stack.services import Service
-from stacksettings import ROOT, Settings
+from stacksettings import ROOT, Settings, ensure_secret
 
 
 def triton_timeout_s(settings: Settings) -> float:
@@ -15,7 +15,7 @@ def triton_timeout_s(settings: Settings) -> float:
 
 def service(settings: Settings) -> Service:
     url = settings.url("exporter")
-    return Service(
+    svc = Service(
         name="exporter",
         argv=[
             sys.executable,
@@ -33,3 +33,10 @@ def service(settings: Settings) -> Service:
         urls={"metrics": f"{url}/metrics"},
         cwd=ROOT,
     )
+
+    def prepare() -> None:
+        # Triton's row makes the key too; this covers a stack started without Triton.
+        ensure_secret(settings.admin_key_file)
+
+    svc.prepare = prepare
+    return svc

@@ -152,6 +152,8 @@ class Supervisor:
         self.held: set[str] = set()
         # Children die with a foreground launcher (PR_SET_PDEATHSIG), restarted ones too.
         self.foreground = False
+        # The list supervise() keeps; start_service() from another thread updates it.
+        self.watched: list[Running] = []
         self._lock = threading.RLock()
 
     # ---- state file -------------------------------------------------------------------
@@ -311,6 +313,7 @@ class Supervisor:
             run = self._start(svc, foreground=False)
             run.restarts, run.last_exit = old.restarts, old.last_exit
             self._write_state([run if r.name == name else r for r in self.read_state()])
+            self.watched[:] = [run if r.name == name else r for r in self.watched]
             self.held.discard(name)
         try:
             self._wait_ready(svc, run)
@@ -350,6 +353,7 @@ class Supervisor:
         file in the state folder). ``running`` is updated in place.
         """
         tracks = {run.name: _Backoff(started_at=time.monotonic()) for run in running}
+        self.watched = running
         while not self.stop_requested.wait(TICK_S):
             self._serve_restart_requests(running, tracks)
             for index, run in enumerate(running):
@@ -467,8 +471,9 @@ class Supervisor:
             if not quiet:
                 self.log(f"stopped {run.name}")
         for run in running:
-            proc = self.children.pop(run.name, None)
-            if proc is not None:
+            proc = self.children.get(run.name)
+            if proc is not None and proc.pid == run.pid:
+                del self.children[run.name]
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         return [r.name for r in live]
