@@ -154,6 +154,8 @@ class Supervisor:
         self.foreground = False
         # The list supervise() keeps; start_service() from another thread updates it.
         self.watched: list[Running] = []
+        # Every child this object started, reaped on down() whatever path it left by.
+        self._spawned: list[subprocess.Popen[bytes]] = []
         self._lock = threading.RLock()
 
     # ---- state file -------------------------------------------------------------------
@@ -266,6 +268,7 @@ class Supervisor:
         finally:
             log_file.close()
         self.children[svc.name] = proc
+        self._spawned.append(proc)
         started = procstat.start_time(proc.pid) or ""
         self.log(f"started {svc.name} (pid {proc.pid}), log: {log_path}")
         return Running(svc.name, proc.pid, started, svc.health_url, svc.urls, str(log_path))
@@ -446,6 +449,10 @@ class Supervisor:
                 time.sleep(0.1)
         self._stop(running)
         self.settings.state_file.unlink(missing_ok=True)
+        for proc in self._spawned:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self._spawned.clear()
         return had
 
     def _stop(
@@ -486,6 +493,11 @@ class Supervisor:
         if proc is not None and proc.pid == run.pid:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+        # SIGKILL is delivered asynchronously: return once the group is really gone, so
+        # that a restart never meets a stub of the old process (or its busy files).
+        deadline = time.monotonic() + 5.0
+        while group_members(run) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _alive(self, run: Running) -> bool:
         proc = self.children.get(run.name)
