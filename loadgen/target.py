@@ -135,8 +135,11 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
 
 def admin_client(url: str, timeout_s: float = 5.0) -> TritonClient:
     """A client that opens Triton's restricted APIs (repository index, trace settings) with
-    the local stack's key, found in its state folder (STACK_STATE_DIR)."""
-    return TritonClient(url, timeout_s, headers=from_env_or_default().admin_headers())
+    the local stack's key, found in its state folder (STACK_STATE_DIR), when ``url`` is the
+    local stack's Triton; another server never gets the key."""
+    stack = from_env_or_default()
+    headers = stack.admin_headers() if url.rstrip("/") == stack.url("triton_http") else {}
+    return TritonClient(url, timeout_s, headers=headers)
 
 
 def _ready_models(client: TritonClient) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stack.services import Service
-from stacksettings import ROOT, Settings
+from stacksettings import ROOT, Settings, ensure_secret
 
 
 def triton_timeout_s(settings: Settings) -> float:
@@ -15,7 +15,7 @@ def triton_timeout_s(settings: Settings) -> float:
 
 def service(settings: Settings) -> Service:
     url = settings.url("exporter")
-    return Service(
+    svc = Service(
         name="exporter",
         argv=[
             sys.executable,
@@ -33,6 +33,13 @@ def service(settings: Settings) -> Service:
         ports=[settings.port("exporter")],
         urls={"metrics": f"{url}/metrics", "traces": f"{url}/api/traces?model=MODEL"},
         cwd=ROOT,
-        # Triton writes the trace files there; the exporter reads and removes them.
-        prepare=lambda: settings.trace_file.parent.mkdir(parents=True, exist_ok=True),
     )
+
+    def prepare() -> None:
+        # Triton's row makes the key too; this covers a stack started without Triton.
+        ensure_secret(settings.admin_key_file)
+        # Triton writes the trace files there; the exporter reads and removes them.
+        settings.trace_file.parent.mkdir(parents=True, exist_ok=True)
+
+    svc.prepare = prepare
+    return svc

@@ -152,6 +152,10 @@ class Supervisor:
         self.held: set[str] = set()
         # Children die with a foreground launcher (PR_SET_PDEATHSIG), restarted ones too.
         self.foreground = False
+        # The list supervise() keeps; start_service() from another thread updates it.
+        self.watched: list[Running] = []
+        # Every child this object started, reaped on down() whatever path it left by.
+        self._spawned: list[subprocess.Popen[bytes]] = []
         self._lock = threading.RLock()
 
     # ---- state file -------------------------------------------------------------------
@@ -264,6 +268,7 @@ class Supervisor:
         finally:
             log_file.close()
         self.children[svc.name] = proc
+        self._spawned.append(proc)
         started = procstat.start_time(proc.pid) or ""
         self.log(f"started {svc.name} (pid {proc.pid}), log: {log_path}")
         return Running(svc.name, proc.pid, started, svc.health_url, svc.urls, str(log_path))
@@ -311,6 +316,7 @@ class Supervisor:
             run = self._start(svc, foreground=False)
             run.restarts, run.last_exit = old.restarts, old.last_exit
             self._write_state([run if r.name == name else r for r in self.read_state()])
+            self.watched[:] = [run if r.name == name else r for r in self.watched]
             self.held.discard(name)
         try:
             self._wait_ready(svc, run)
@@ -350,6 +356,7 @@ class Supervisor:
         file in the state folder). ``running`` is updated in place.
         """
         tracks = {run.name: _Backoff(started_at=time.monotonic()) for run in running}
+        self.watched = running
         while not self.stop_requested.wait(TICK_S):
             self._serve_restart_requests(running, tracks)
             for index, run in enumerate(running):
@@ -442,6 +449,10 @@ class Supervisor:
                 time.sleep(0.1)
         self._stop(running)
         self.settings.state_file.unlink(missing_ok=True)
+        for proc in self._spawned:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self._spawned.clear()
         return had
 
     def _stop(
@@ -467,8 +478,9 @@ class Supervisor:
             if not quiet:
                 self.log(f"stopped {run.name}")
         for run in running:
-            proc = self.children.pop(run.name, None)
-            if proc is not None:
+            proc = self.children.get(run.name)
+            if proc is not None and proc.pid == run.pid:
+                del self.children[run.name]
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
         return [r.name for r in live]
@@ -481,6 +493,11 @@ class Supervisor:
         if proc is not None and proc.pid == run.pid:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+        # SIGKILL is delivered asynchronously: return once the group is really gone, so
+        # that a restart never meets a stub of the old process (or its busy files).
+        deadline = time.monotonic() + 5.0
+        while group_members(run) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _alive(self, run: Running) -> bool:
         proc = self.children.get(run.name)

@@ -18,7 +18,7 @@ from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
 from stack.supervisor import running
-from stacksettings import Settings, free_ports, isolated
+from stacksettings import PORTS, Settings, free_ports, isolated
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,8 @@ def stack_state(traced_stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None
     """loadgen opens trace settings with the key in the stack's state folder, as a user's
     loadgen finds the ./stack/up stack's."""
     monkeypatch.setenv("STACK_STATE_DIR", str(traced_stack.state_dir))
+    for name, (_, var) in PORTS.items():
+        monkeypatch.setenv(var, str(traced_stack.port(name)))
 
 
 def traced_run(settings: Settings, db: Path, **params: object) -> int:

@@ -85,7 +85,7 @@ def test_a_killed_service_loses_its_tree_and_comes_back(settings: Settings, tmp_
         keeper.join(timeout=30)
         supervisor.down()
     second_stub = int(pids.read_text().split()[1])
-    assert not alive(second_stub), "down left the SIGTERM-ignoring child running"
+    assert wait_until(lambda: not alive(second_stub), 5), "down left the stubborn child running"
     assert not group_members(running[0])
 
 
