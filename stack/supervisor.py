@@ -359,10 +359,12 @@ class Supervisor:
         self.watched = running
         while not self.stop_requested.wait(TICK_S):
             self._serve_restart_requests(running, tracks)
-            for index, run in enumerate(running):
+            for index in range(len(running)):
                 if self.stop_requested.is_set():
                     return
                 with self._lock:
+                    # Read under the lock: start_service() may have replaced the entry.
+                    run = running[index]
                     if run.name in self.held:
                         continue
                     running[index] = self._tend(run, tracks[run.name])
