@@ -159,8 +159,9 @@ BAD_INPUTS = [
     (["rate", "-r", "-3"], "--rate must be greater than 0"),
     (["concurrency", "-c", "300"], "safe bound of 256"),
     (["rate", "-r", "25000"], "safe bound of 20000/s"),
-    (["concurrency", "-d", "700"], "safe bound of 600s"),
-    (["serial", "-n", "2000000"], "safe bound of 1000000"),
+    (["concurrency", "-d", "90000"], "safe bound of 86400s"),
+    (["serial", "-n", "200000000"], "safe bound of 100000000"),
+    (["rate", "-r", "20000", "-d", "86400"], "past the bound of 100000000"),
     (["steps", "--stage", "100:1", "--stage", "0:1"], "--stage rate must be greater than 0"),
 ]
 
