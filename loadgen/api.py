@@ -154,6 +154,7 @@ def execute(
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         writer.abort(status, f"the run ended before its summary was complete: {exc!r}")
         raise
+    result.group_id = writer.group_id
     writer.finish(result, _tick(recorder))
     result.store_note = writer.note
     return result

@@ -353,10 +353,19 @@ def _server_column(summary: RunSummary) -> dict[str, Any]:
 def list_runs(db: str | Path, limit: int = 100) -> list[dict[str, Any]]:
     """The newest runs first: id, group, scenario, model, status, counts, throughput, p99."""
     with closing(connect(db)) as conn:
-        rows = conn.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
-        ).fetchall()
+        try:
+            rows = conn.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
+            ).fetchall()
+        except sqlite3.OperationalError:
+            if _has_runs(conn):
+                raise
+            return []  # the first writer is making the store this very moment
     return [dict(r) for r in rows]
+
+
+def _has_runs(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is not None
 
 
 def load_row(db: str | Path, run_id: int) -> dict[str, Any]:
