@@ -305,6 +305,8 @@ async def _each_second(recorder: Recorder, writer: RunWriter | None) -> None:
         recorder.close_seconds()
         if writer is not None:
             writer.push(_tick(recorder))
+        else:
+            recorder.per_second.dirty.clear()  # nobody takes the changes
 
 
 def _progress_snapshot(recorder: Recorder, p: RunParams, final: bool = False) -> dict[str, Any]:

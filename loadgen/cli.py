@@ -417,8 +417,12 @@ def _main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before a run started: nothing was sent
-        print("loadgen: interrupted outside a run; nothing stored", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside a run's sending
+        print(
+            "loadgen: interrupted; a run that had started sending is stored as interrupted "
+            "with what it had committed",
+            file=sys.stderr,
+        )
         return 130
 
 
