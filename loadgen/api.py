@@ -144,14 +144,14 @@ def execute(
     writer.start(time.time(), recorder.summary())
     try:
         result = _execute(prepared, before, recorder, stop, progress, handle_sigint, writer)
-    except LoadgenError:
-        if recorder.sent == 0:  # bad input found by the server: nothing half-written
-            writer.discard()
+    except BaseException as exc:
+        if isinstance(exc, LoadgenError) and recorder.sent == 0:
+            writer.discard()  # bad input found by the server: nothing half-written
             raise
-        writer.abort("failed", "the run ended by an error before its summary was complete")
-        raise
-    except BaseException as exc:  # Ctrl-C outside the loop's handler, a bug: keep what was
+        # Ctrl-C outside the loop's handler, an error, a bug: keep every record, and a final
+        # status that says the summary is that of the last second.
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        writer.push(_tick(recorder))
         writer.abort(status, f"the run ended before its summary was complete: {exc!r}")
         raise
     result.group_id = writer.group_id

@@ -409,8 +409,14 @@ def _main(args: argparse.Namespace) -> int:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except sqlite3.DatabaseError as exc:
-        # A --db that is some other file: SQLite only notices at the first query.
         db = getattr(args, "db", None) or default_db()
+        if store.is_locked(exc):
+            print(
+                f"loadgen: error: {db} is locked by another writer; try again when it is done",
+                file=sys.stderr,
+            )
+            return 1
+        # A --db that is some other file: SQLite only notices at the first query.
         print(
             f"loadgen: error: {db} is not a load-run store ({exc}); pass --db with the SQLite "
             "file loadgen writes, or move this file away",

@@ -157,7 +157,14 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
             _learn_running(conn)
         return conn
     except sqlite3.DatabaseError as exc:
+        if is_locked(exc):  # a store in use, not a bad one: the caller waits or says so
+            raise
         raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's answer when another connection holds the lock past the busy wait."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 def _learn_running(conn: sqlite3.Connection) -> None:

@@ -136,7 +136,7 @@ class RunWriter:
                     pending = []
                 except (sqlite3.Error, LoadgenError, OSError) as exc:
                     self.error = str(exc)
-                    locked = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+                    locked = store.is_locked(exc)
                     if done or not locked or _backlog(pending) > MAX_BACKLOG:
                         self._go_beside()
             if self._beside is not None:
@@ -231,6 +231,11 @@ class RunWriter:
             for kind, item in items:
                 if kind == "end":
                     self._save_run_beside(item)
+                elif kind == "abort":
+                    self.note = (
+                        f"the store {self.db} could not take the run ({self.error}); its "
+                        f"{self.records_beside:,} records not in the store are in {self._beside}"
+                    )
                 elif kind == "discard":
                     self._beside.unlink(missing_ok=True)
         except OSError as exc:
