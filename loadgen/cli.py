@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--keep", type=int, default=None, metavar="N", help="newest runs to keep")
     prune.add_argument("--older-than", default=None, metavar="AGE", help="e.g. 30d, 12h, 45m, 90s")
     prune.add_argument("--db", default=None)
+    imp = sub.add_parser(
+        "import",
+        help="put a run saved beside the store (it was locked, full or corrupt) into it",
+    )
+    imp.add_argument("saved", metavar="FILE", help="the <store>.run-<time>.json file")
+    imp.add_argument("--db", default=None)
     return parser
 
 
@@ -372,6 +378,13 @@ def prune_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_run(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    run_id, added = store.import_saved(db, args.saved)
+    print(f"run #{run_id} in {db}, {added:,} records added from {args.saved}")
+    return 0
+
+
 def export_run(args: argparse.Namespace) -> int:
     for path in store.export_csv(args.db or default_db(), args.run_id, args.out):
         print(path)
@@ -404,6 +417,8 @@ def _main(args: argparse.Namespace) -> int:
             return show_run(args)
         if args.command == "prune":
             return prune_runs(args)
+        if args.command == "import":
+            return import_run(args)
         return export_run(args)
     except LoadgenError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)

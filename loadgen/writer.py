@@ -14,7 +14,8 @@ When the store cannot take a commit, nothing is dropped:
   run goes to files beside the store, ``<store>.run-<start time>.records.csv`` (the
   records the store did not take) and, at the end, ``<store>.run-<start time>.json`` (the
   run's summary and timeline as ``--json`` prints them, and which records are where).
-  ``note`` then holds the one line that says where.
+  ``note`` then holds the one line that says where, and ``loadgen import`` puts the run
+  into the store later (``store.import_saved``).
 """
 
 from __future__ import annotations

@@ -228,6 +228,45 @@ def test_a_locked_store_costs_nothing_and_says_where_the_run_went(tmp_path: Path
     records = (tmp_path / saved["records_file"]).read_text().splitlines()
     assert records[0] == "seq,start_s,latency_s,outcome,error" and len(records) == 3001
     assert store.list_runs(db) == []
+    # Once the lock is gone, `loadgen import` puts it where it belongs, once.
+    assert main(["import", str(writer.saved_to), "--db", str(db)]) == 0
+    assert main(["import", str(writer.saved_to), "--db", str(db)]) == 0
+    (row,) = store.list_runs(db)
+    imported = store.load_run(db, row["id"])
+    assert imported.summary == result.summary and imported.status == "ok"
+    assert len(store.load_records(db, row["id"])) == 3000
+    assert sum(r["sent"] for r in store.load_timeline(db, row["id"])) == 3000
+
+
+def test_a_store_locked_midway_keeps_its_first_part_and_imports_the_rest(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    clock = Clock()
+    rec = Recorder(clock=clock)
+    writer = RunWriter(db, PARAMS, busy_s=0.1, final_busy_s=0.2)
+    writer.start(time.time(), rec.summary())
+    feed(rec, clock, 1200, 1000)
+    rec.close_seconds()
+    writer.push(tick(rec))
+    while not listed(db) or listed(db)[0]["sent"] < 1200:
+        time.sleep(0.02)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        feed(rec, clock, 800, 1000)
+        result = result_of(rec)
+        writer.finish(result, tick(rec))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert writer.saved_to is not None and writer.run_id is not None
+    assert f"1,200 records are in the store's run #{writer.run_id}" in writer.note
+    assert store.list_runs(db)[0]["status"] == "running"
+    run_id, added = store.import_saved(db, writer.saved_to)
+    assert (run_id, added) == (writer.run_id, 800)
+    assert store.load_run(db, run_id).summary == result.summary
+    assert len(store.load_records(db, run_id)) == 2000
 
 
 def test_a_lock_that_goes_away_costs_nothing(tmp_path: Path) -> None:
