@@ -88,6 +88,7 @@ class ActiveRun:
     run_id: int | None = None
     status: str = "running"  # running | ok | interrupted | failed | error
     error: str = ""
+    note: str = ""  # the store could not take the run: where it was saved instead
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -129,6 +130,7 @@ class RunManager:
         try:
             result = run(active.params, db=str(db), stop=self._stop, progress=progress)
             active.run_id, active.status = result.run_id, result.status
+            active.note = result.store_note
         except LoadgenError as exc:
             active.status, active.error = "error", str(exc)
         except Exception as exc:  # the thread must always finish and say why

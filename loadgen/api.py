@@ -9,9 +9,13 @@ The result is a ``LoadRun`` (``loadgen.summary``): params, status, times and a t
 
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
-deltas for the window, and stores the run in one transaction. A stop request (Ctrl-C in the
-CLI, or ``stop.set()`` from another thread) ends sending, waits for the requests in flight,
-and stores the partial run with status ``interrupted``.
+deltas for the window, and stores the run. The store gets it while it goes
+(``loadgen.writer``): status ``running``, the records and timeline committed each second,
+the final status at the end, so memory stays flat however long the run and a crash loses at
+most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
+another thread) ends sending, waits for the requests in flight, and stores the partial run
+with status ``interrupted``. A run ends only by its own limits, a stop or an error, and
+``summary.client.ended`` says which.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadgen import limits, scenarios, serverside, store
+from loadgen import scenarios, serverside
 from loadgen.clients import Client
 from loadgen.errors import LoadgenError
 from loadgen.grpcclient import GrpcClient
@@ -36,6 +40,7 @@ from loadgen.shapes import ConstantRate, LoadShape, Steps
 from loadgen.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from loadgen.tracing import TracedRecord, Window, summarize
+from loadgen.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 
@@ -65,8 +70,12 @@ class RunResult(LoadRun):
     timeline: list[dict[str, Any]]
     recorder: Recorder
     traced: list[TracedRecord] | None = None  # --trace: each traced request of the run
+    # Set when the store could not take (all of) the run: one line saying where it is.
+    store_note: str = ""
 
     def records(self) -> list[tuple[int, float, float, str, str | None]]:
+        """The records still in memory: every one of a run made without a store (up to
+        ``recorder.keep``); none of a stored run (``store.load_records`` reads those)."""
         return self.recorder.records()
 
 
@@ -95,10 +104,9 @@ def run(
 ) -> RunResult:
     """Prepare (if needed), send, measure, store (unless ``db`` is None). See module doc."""
     prepared = params if isinstance(params, Prepared) else prepare(params)
-    result = execute(prepared, stop or threading.Event(), progress, handle_sigint)
+    writer = None if db is None else RunWriter(db, prepared.params, group_id)
+    result = execute(prepared, stop or threading.Event(), progress, handle_sigint, writer)
     result.group_id = group_id
-    if db is not None:
-        result.run_id = store.save(db, result)
     return result
 
 
@@ -122,16 +130,62 @@ def execute(
     stop: threading.Event,
     progress: Progress | None = None,
     handle_sigint: bool = False,
+    writer: RunWriter | None = None,
+) -> RunResult:
+    """Send the run's load and measure it; with a ``writer``, the run goes into the store
+    as it proceeds (see the module doc)."""
+    p = prepared.params
+    before = serverside.snapshot(prepared.http.base_url, p.model)
+    if prepared.window is not None:
+        prepared.window.open()
+    recorder = Recorder(track_index=p.trace)
+    if writer is None:
+        return _execute(prepared, before, recorder, stop, progress, handle_sigint, None)
+    writer.start(time.time(), recorder.summary())
+    try:
+        result = _execute(prepared, before, recorder, stop, progress, handle_sigint, writer)
+    except BaseException as exc:
+        if isinstance(exc, LoadgenError) and recorder.sent == 0:
+            writer.discard()  # bad input found by the server: nothing half-written
+            raise
+        # Ctrl-C outside the loop's handler, an error, a bug: keep every record, and a final
+        # status that says the summary is that of the last second.
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        writer.push(_tick(recorder))
+        writer.abort(status, f"the run ended before its summary was complete: {exc!r}")
+        raise
+    result.group_id = writer.group_id
+    writer.finish(result, _tick(recorder))
+    result.store_note = writer.note
+    return result
+
+
+def _tick(recorder: Recorder) -> Tick:
+    return Tick(
+        recorder.drain(),
+        recorder.errors,
+        recorder.per_second.take_changed(),
+        recorder.summary(),
+        time.time(),
+    )
+
+
+def _execute(
+    prepared: Prepared,
+    before: ModelStats,
+    recorder: Recorder,
+    stop: threading.Event,
+    progress: Progress | None,
+    handle_sigint: bool,
+    writer: RunWriter | None,
 ) -> RunResult:
     p = prepared.params
     base = prepared.http.base_url
-    before = serverside.snapshot(base, p.model)
-    if prepared.window is not None:
-        prepared.window.open()
-    recorder = Recorder()
-    status, not_sent, error = "ok", None, ""
+    status, not_sent, error, ended = "ok", None, "", ""
     try:
-        not_sent = asyncio.run(_drive(prepared, recorder, stop, progress, handle_sigint))
+        not_sent, ended = asyncio.run(
+            _drive(prepared, recorder, stop, progress, handle_sigint, writer)
+        )
     except LoadgenError:
         raise
     except OSError as exc:
@@ -139,9 +193,10 @@ def execute(
             raise LoadgenError(
                 f"cannot reach Triton at {prepared.target.base_url}: {exc}"
             ) from None
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        status, error, ended = "failed", f"{type(exc).__name__}: {exc}", "error"
     if stop.is_set():
-        status = "interrupted"
+        status, ended = "interrupted", "stop"
+    recorder.close_seconds(everything=True)
     finished = time.time()
     # Requests the model itself answered: the ok ones and the wrong answers (a rejection by
     # Triton's core, e.g. HTTP 400, is counted nowhere in its statistics).
@@ -158,7 +213,7 @@ def execute(
         server_error = str(exc)
         if status == "ok":
             status = "failed"
-    client = replace(recorder.summary(), not_sent=not_sent, error=error)
+    client = replace(recorder.summary(), not_sent=not_sent, error=error, ended=ended)
     traced, trace = None, None
     if prepared.window is not None:
         found = prepared.window.close(recorder.sent, _config(base, p.model))
@@ -191,8 +246,10 @@ async def _drive(
     stop_event: threading.Event,
     progress: Progress | None,
     handle_sigint: bool,
-) -> int | None:
-    """Send the scenario's load; for an open-loop run, return the due requests not sent."""
+    writer: RunWriter | None,
+) -> tuple[int | None, str]:
+    """Send the scenario's load; return the due requests not sent (open loop; else None)
+    and what ended the run (``summary.ENDED``)."""
     p = prepared.params
     loop = asyncio.get_running_loop()
     client = _client(prepared, recorder)
@@ -203,10 +260,12 @@ async def _drive(
             client.abandon_all("abandoned at a second Ctrl-C")
         stop_event.set()
 
-    if handle_sigint:
+    if handle_sigint:  # SIGTERM behaves like Ctrl-C
         loop.add_signal_handler(signal.SIGINT, on_sigint)
+        loop.add_signal_handler(signal.SIGTERM, on_sigint)
     ticker = asyncio.ensure_future(_report_progress(recorder, p, progress)) if progress else None
-    not_sent = None
+    each_second = asyncio.ensure_future(_each_second(recorder, writer))
+    not_sent, ended = None, "requests"
     try:
         recorder.t0, recorder.wall_t0 = time.perf_counter(), time.time()
         if p.scenario == "serial":
@@ -216,9 +275,11 @@ async def _drive(
             assert p.requests is not None
             await scenarios.concurrent(client, p.requests, stop)
         elif p.scenario == "concurrency":
-            limit = min(p.requests or limits.MAX_REQUESTS, limits.MAX_REQUESTS)
-            await scenarios.closed_loop(client, p.concurrency, p.duration_s, limit, stop)
+            await scenarios.closed_loop(client, p.concurrency, p.duration_s, p.requests, stop)
+            if not (p.requests and recorder.sent >= p.requests):
+                ended = "duration"
         else:
+            ended = "duration"
             shape: LoadShape = (
                 ConstantRate(p.rate, p.duration_s) if p.scenario == "rate" else Steps(p.stages)
             )
@@ -226,12 +287,26 @@ async def _drive(
     finally:
         if ticker is not None:
             ticker.cancel()
+        each_second.cancel()
         await client.close()
         if handle_sigint:
             loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
     if progress:
         progress(_progress_snapshot(recorder, p, final=True))
-    return not_sent
+    return not_sent, ended
+
+
+async def _each_second(recorder: Recorder, writer: RunWriter | None) -> None:
+    """Fold the seconds that are over into the run's histogram and hand the store what
+    happened since the last second: memory holds about one second of records."""
+    while True:
+        await asyncio.sleep(1.0)
+        recorder.close_seconds()
+        if writer is not None:
+            writer.push(_tick(recorder))
+        else:
+            recorder.per_second.dirty.clear()  # nobody takes the changes
 
 
 def _progress_snapshot(recorder: Recorder, p: RunParams, final: bool = False) -> dict[str, Any]:
@@ -249,7 +324,7 @@ def _progress_snapshot(recorder: Recorder, p: RunParams, final: bool = False) ->
         "failed": failed,
         "timed_out": timed_out,
         "in_flight": recorder.in_flight,
-        "p99_s": recorder.hist.quantile(0.99),
+        "p99_s": recorder.latency().quantile(0.99),
         "final": final,
     }
 

@@ -1,7 +1,8 @@
 """python -m loadgen SCENARIO ... | compare | runs | show | export  (triton-loadgen)
 
 Exit codes: 0 every request answered right; 1 some failed or timed out; 2 bad input
-(nothing sent, nothing stored); 130 interrupted (the partial run is stored).
+(nothing sent, nothing stored); 130 interrupted by Ctrl-C or SIGTERM (the partial run is
+stored).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sqlite3
 import sys
 import threading
@@ -163,7 +165,37 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_id", type=int)
     export.add_argument("--out", default=".", help="folder for the CSV files (.)")
     export.add_argument("--db", default=None)
+    prune = sub.add_parser(
+        "prune",
+        help="delete old runs to keep the store bounded",
+        description="Delete the runs past the newest N (--keep) and those older than AGE "
+        "(--older-than), with their records; a run still going is kept. Either rule deletes.",
+    )
+    prune.add_argument("--keep", type=int, default=None, metavar="N", help="newest runs to keep")
+    prune.add_argument("--older-than", default=None, metavar="AGE", help="e.g. 30d, 12h, 45m, 90s")
+    prune.add_argument("--db", default=None)
+    imp = sub.add_parser(
+        "import",
+        help="put a run saved beside the store (it was locked, full or corrupt) into it",
+    )
+    imp.add_argument("saved", metavar="FILE", help="the <store>.run-<time>.json file")
+    imp.add_argument("--db", default=None)
     return parser
+
+
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """'30d', '12h', '45m', '90s', '2w' in seconds; LoadgenError otherwise."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in AGE_UNITS or not value >= 0:
+        raise LoadgenError(f"--older-than {text!r}: use a number and a unit, e.g. 30d, 12h, 45m")
+    return value * AGE_UNITS[unit]
 
 
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -255,6 +287,8 @@ def run_series(
         if tables and not args.json:
             print(report.run_table(result), flush=True)
             print()
+        if result.store_note:
+            print(f"loadgen: {result.store_note}", file=sys.stderr, flush=True)
         if result.status != "ok":
             break
     return results
@@ -316,6 +350,8 @@ def list_runs(args: argparse.Namespace) -> int:
         f"{'failed':>7}{'timeout':>8}{'thr/s':>10}{'p99 ms':>9}"
     )
     for r in rows:
+        if r["status"] == "running" and r["finished_at"] < time.time() - store.STALE_S:
+            r["status"] = "running?"  # no commit for a while: its process may have died
         thr = "-" if r["throughput_per_s"] is None else f"{r['throughput_per_s']:.0f}"
         p99 = "-" if r["p99_s"] is None else f"{r['p99_s'] * 1e3:.2f}"
         print(
@@ -331,6 +367,24 @@ def show_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def prune_runs(args: argparse.Namespace) -> int:
+    age = None if args.older_than is None else parse_age(args.older_than)
+    db = args.db or default_db()
+    done = store.prune(db, args.keep, age)
+    print(
+        f"pruned {len(done.runs)} runs ({done.records:,} records) from {db}: "
+        f"{done.bytes_before / 1e6:.1f} MB -> {done.bytes_after / 1e6:.1f} MB"
+    )
+    return 0
+
+
+def import_run(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    run_id, added = store.import_saved(db, args.saved)
+    print(f"run #{run_id} in {db}, {added:,} records added from {args.saved}")
+    return 0
+
+
 def export_run(args: argparse.Namespace) -> int:
     for path in store.export_csv(args.db or default_db(), args.run_id, args.out):
         print(path)
@@ -340,6 +394,18 @@ def export_run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM behaves like Ctrl-C (during a run the run's own handler takes both).
+    term = None
+    if threading.current_thread() is threading.main_thread():
+        term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _main(args)
+    finally:
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command in SCENARIO_HELP:
             return run_scenario(args.command, args)
@@ -349,21 +415,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             return list_runs(args)
         if args.command == "show":
             return show_run(args)
+        if args.command == "prune":
+            return prune_runs(args)
+        if args.command == "import":
+            return import_run(args)
         return export_run(args)
     except LoadgenError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except sqlite3.DatabaseError as exc:
-        # A --db that is some other file: SQLite only notices at the first query.
         db = getattr(args, "db", None) or default_db()
+        if store.is_locked(exc):
+            print(
+                f"loadgen: error: {db} is locked by another writer; try again when it is done",
+                file=sys.stderr,
+            )
+            return 1
+        # A --db that is some other file: SQLite only notices at the first query.
         print(
             f"loadgen: error: {db} is not a load-run store ({exc}); pass --db with the SQLite "
             "file loadgen writes, or move this file away",
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before a run started: nothing was sent
-        print("loadgen: interrupted outside a run; nothing stored", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM outside a run's sending
+        print(
+            "loadgen: interrupted; a run that had started sending is stored as interrupted "
+            "with what it had committed",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import IO, Any
 
 from loadgen.compare import compare
-from loadgen.summary import LoadRun
+from loadgen.summary import ENDED, LoadRun
 from loadgen.tracing import TraceSummary
 from tritonapi.traces import REASON_TEXT
 
@@ -59,6 +59,8 @@ def run_table(run: LoadRun) -> str:
         f"  latency (ok)  p50 {_ms(lat.p50)}  p90 {_ms(lat.p90)}  p95 {_ms(lat.p95)}  "
         f"p99 {_ms(lat.p99)}  max {_ms(lat.max)}",
     ]
+    if c.ended:
+        lines.append(f"  ended by      {ENDED.get(c.ended, c.ended)}{_limit(run, c.ended)}")
     if c.not_sent:
         lines.append(f"  not sent      {c.not_sent:,} due requests dropped at the stop")
     for kind, count in c.errors.items():
@@ -83,6 +85,17 @@ def run_table(run: LoadRun) -> str:
     if run.trace is not None:
         lines += ["", *trace_lines(run.trace)]
     return "\n".join(lines)
+
+
+def _limit(run: LoadRun, ended: str) -> str:
+    p = run.params
+    if ended == "duration":
+        return f" ({p.duration_s:g} s asked)"
+    if ended == "requests" and p.requests:
+        return f" ({p.requests:,} asked)"
+    if ended == "error" and run.summary.client.error:
+        return f": {run.summary.client.error}"
+    return ""
 
 
 def trace_lines(t: TraceSummary) -> list[str]:

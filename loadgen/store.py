@@ -21,10 +21,22 @@ The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and
 ``RunSummary.server_json()`` (``loadgen.summary``), the shape the store has always had; a
 restart of the server during the run adds ``"server_restarted": true`` to ``server``.
 
-A run is written in one transaction at its end: a reader never sees half a run.
+A run is written while it goes (``RunWriter``): its ``runs`` row first, with status
+``running``, then a commit each second with the records and timeline seconds since the last
+one and the counts so far (the row's ``finished_at`` is then the time of the last commit),
+and at the end the final status, summary and server side. The store is in WAL mode, so
+readers never wait for the writer and never see half a second. A run whose process died
+stays ``running`` with everything up to its last commit; the next writer (or ``prune``)
+marks it ``failed`` once it has had no commit for ``STALE_S``.
+
+A store that is locked, full or corrupt never costs a run: the writer keeps what it could
+not commit and tries again each second; if it still cannot (a lock held to the end, a full
+disk, a file that is not a store), the run goes to files beside the store
+(``<store>.run-<time>.json`` and ``.records.csv``) and the writer says where.
+
 ``load_run`` reads one back as a typed ``LoadRun``; the listing, timeline and records are
 plain lists of dicts, and the ``*_frame`` variants pandas DataFrames (pandas is imported
-only when they are called).
+only when they are called). ``prune`` keeps the store bounded.
 """
 
 from __future__ import annotations
@@ -32,13 +44,17 @@ from __future__ import annotations
 import csv
 import json
 import sqlite3
+import time
+from collections.abc import Iterable
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
-from loadgen.summary import LoadRun, RunSummary
+from loadgen.recorder import TIMELINE_COLUMNS
+from loadgen.summary import ClientSummary, LoadRun, RunSummary
 from loadgen.tracing import TracedRecord, summarize
 
 if TYPE_CHECKING:
@@ -55,7 +71,7 @@ CREATE TABLE IF NOT EXISTS runs (
     model TEXT NOT NULL,
     protocol TEXT NOT NULL,
     target TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'interrupted', 'failed')),
+    status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'interrupted', 'failed')),
     started_at REAL NOT NULL,
     finished_at REAL NOT NULL,
     sent INTEGER NOT NULL,
@@ -112,86 +128,186 @@ RUN_COLUMNS = (
 )
 
 
-def connect(db: str | Path, create: bool = False) -> sqlite3.Connection:
-    """A connection to the store; with ``create`` the file and tables are made if missing."""
+STALE_S = 60.0  # a running run with no commit for this long: its process died
+IN_PROGRESS = "the run is still going"
+ABANDONED = (
+    "the load generator stopped writing this run before it ended (killed, crashed, or it "
+    "lost the store); the figures are those of its last commit"
+)
+
+
+def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqlite3.Connection:
+    """A connection to the store; with ``create`` (writers) the file and tables are made if
+    missing, the store is put in WAL mode and an older store's ``runs`` table learns the
+    ``running`` status."""
     path = Path(db)
     if not create and not path.exists():
         raise LoadgenError(f"no load-run store at {path} (run a load first, or pass --db)")
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        conn = sqlite3.connect(str(path), timeout=10.0)
+        conn = sqlite3.connect(str(path), timeout=timeout)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         if create:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives our crash
             conn.executescript(SCHEMA)
+            _learn_running(conn)
         return conn
     except sqlite3.DatabaseError as exc:
+        if is_locked(exc):  # a store in use, not a bad one: the caller waits or says so
+            raise
         raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
 
 
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's answer when another connection holds the lock past the busy wait."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def _learn_running(conn: sqlite3.Connection) -> None:
+    """Stores written before runs were streamed refuse status 'running' (a CHECK); SQLite
+    cannot alter a CHECK, so the table is rebuilt with its rows and ids (SQLite's own
+    procedure: foreign keys off, copy, drop, rename, in one transaction)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()
+    if row is None or "'running'" in row[0]:
+        return
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()
+        if "'running'" not in row[0]:  # another writer may have done it meanwhile
+            new = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS runs") : SCHEMA.index(");") + 2]
+            conn.execute(new.replace("IF NOT EXISTS runs", "runs_with_running"))
+            conn.execute("INSERT INTO runs_with_running SELECT * FROM runs")
+            conn.execute("DROP TABLE runs")
+            conn.execute("ALTER TABLE runs_with_running RENAME TO runs")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
+
+
+def settle_abandoned(conn: sqlite3.Connection, now: float | None = None) -> list[int]:
+    """Runs left ``running`` with no commit for ``STALE_S``: their process died. Mark them
+    ``failed``, saying so, with the figures of their last commit; returns their ids."""
+    now = time.time() if now is None else now
+    rows = conn.execute(
+        "SELECT id, summary FROM runs WHERE status = 'running' AND finished_at < ?",
+        (now - STALE_S,),
+    ).fetchall()
+    for row in rows:
+        mark_ended(conn, int(row["id"]), "failed", ABANDONED)
+    return [int(r["id"]) for r in rows]
+
+
+def mark_ended(conn: sqlite3.Connection, run_id: int, status: str, error: str) -> None:
+    """Give a run that did not end normally its final ``status``, with ``error`` (why) in
+    its client summary; its figures stay those of its last commit."""
+    row = conn.execute("SELECT summary FROM runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        return
+    summary = json.loads(row["summary"])
+    summary["error"] = error
+    conn.execute(
+        "UPDATE runs SET status = ?, summary = ?, server = ? WHERE id = ?",
+        (status, json.dumps(summary), json.dumps({"error": error}), run_id),
+    )
+
+
+RUN_VALUES = (
+    "group_id, label, scenario, model, protocol, target, status, started_at, finished_at, "
+    "sent, ok, failed, timed_out, throughput_per_s, p99_s, params, summary, server"
+)
+
+
+def run_values(
+    params: RunParams,
+    group_id: str,
+    status: str,
+    started_at: float,
+    finished_at: float,
+    client: ClientSummary,
+    server: dict[str, Any],
+) -> tuple[Any, ...]:
+    """A ``runs`` row in the order of ``RUN_VALUES``."""
+    target = params.grpc_url if params.protocol == "grpc" else params.url
+    return (
+        group_id,
+        params.label,
+        params.scenario,
+        params.model,
+        params.protocol,
+        target,
+        status,
+        started_at,
+        finished_at,
+        client.sent,
+        client.ok,
+        client.failed,
+        client.timed_out,
+        client.throughput_per_s,
+        client.latency_s.p99,
+        json.dumps(params.to_json()),
+        json.dumps(client.to_json()),
+        json.dumps(server),
+    )
+
+
+def final_values(result: RunResult) -> tuple[Any, ...]:
+    return run_values(
+        result.params,
+        result.group_id,
+        result.status,
+        result.started_at,
+        result.finished_at,
+        result.summary.client,
+        _server_column(result.summary),
+    )
+
+
 def save(db: str | Path, result: RunResult) -> int:
-    """Store one run with its records and timeline in one transaction; returns its id."""
-    client = result.summary.client
-    p = result.params
-    target = p.grpc_url if p.protocol == "grpc" else p.url
+    """Store a run made without a store (its records in memory) in one transaction, with its
+    records and timeline; returns its id. ``loadgen.api.run`` streams instead
+    (``loadgen.writer``)."""
     with closing(connect(db, create=True)) as conn, conn:
         cur = conn.execute(
-            "INSERT INTO runs (group_id, label, scenario, model, protocol, target, status, "
-            "started_at, finished_at, sent, ok, failed, timed_out, throughput_per_s, p99_s, "
-            "params, summary, server) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                result.group_id,
-                p.label,
-                p.scenario,
-                p.model,
-                p.protocol,
-                target,
-                result.status,
-                result.started_at,
-                result.finished_at,
-                client.sent,
-                client.ok,
-                client.failed,
-                client.timed_out,
-                client.throughput_per_s,
-                client.latency_s.p99,
-                json.dumps(p.to_json()),
-                json.dumps(client.to_json()),
-                json.dumps(_server_column(result.summary)),
-            ),
+            f"INSERT INTO runs ({RUN_VALUES}) VALUES ({','.join('?' * 18)})",
+            final_values(result),
         )
         run_id = int(cur.lastrowid or 0)
-        conn.executemany(
-            "INSERT INTO records VALUES (?,?,?,?,?,?)",
-            ((run_id, *record) for record in result.records()),
-        )
-        conn.executemany(
-            "INSERT INTO timeline VALUES (?,?,?,?,?,?,?,?,?)",
-            (
-                (
-                    run_id,
-                    r["second"],
-                    r["sent"],
-                    r["ok"],
-                    r["failed"],
-                    r["timed_out"],
-                    r["p50_s"],
-                    r["p99_s"],
-                    r["mean_s"],
-                )
-                for r in result.timeline
-            ),
-        )
+        insert_records(conn, run_id, result.records())
+        upsert_timeline(conn, run_id, result.timeline)
         if result.trace is not None:
-            _save_trace(conn, run_id, result)
+            save_trace(conn, run_id, result)
     return run_id
 
 
-def _save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None:
+def insert_records(conn: sqlite3.Connection, run_id: int, rows: Iterable[tuple[Any, ...]]) -> int:
+    """(seq, start_s, latency_s, outcome, error) rows of run ``run_id``; returns how many."""
+    cur = conn.executemany(
+        "INSERT INTO records VALUES (?,?,?,?,?,?)", ((run_id, *row) for row in rows)
+    )
+    return max(cur.rowcount, 0)
+
+
+def upsert_timeline(conn: sqlite3.Connection, run_id: int, rows: Iterable[dict[str, Any]]) -> None:
+    """Timeline rows of run ``run_id``; a second written before is replaced (it was still
+    going then)."""
+    conn.executemany(
+        "INSERT OR REPLACE INTO timeline VALUES (?,?,?,?,?,?,?,?,?)",
+        ((run_id, *(r[c] for c in TIMELINE_COLUMNS)) for r in rows),
+    )
+
+
+def save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None:
     """The traced requests, each joined to its client record by the request's index."""
     assert result.trace is not None
-    record_of = {index: seq for seq, index in enumerate(result.recorder.index)}
+    record_of = result.recorder.seq_of or {}
     conn.execute(
         "INSERT INTO trace_windows VALUES (?,?,?)",
         (run_id, result.trace.sent, result.trace.note),
@@ -244,10 +360,19 @@ def _server_column(summary: RunSummary) -> dict[str, Any]:
 def list_runs(db: str | Path, limit: int = 100) -> list[dict[str, Any]]:
     """The newest runs first: id, group, scenario, model, status, counts, throughput, p99."""
     with closing(connect(db)) as conn:
-        rows = conn.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
-        ).fetchall()
+        try:
+            rows = conn.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
+            ).fetchall()
+        except sqlite3.OperationalError:
+            if _has_runs(conn):
+                raise
+            return []  # the first writer is making the store this very moment
     return [dict(r) for r in rows]
+
+
+def _has_runs(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() is not None
 
 
 def load_row(db: str | Path, run_id: int) -> dict[str, Any]:
@@ -351,3 +476,131 @@ def export_csv(db: str | Path, run_id: int, folder: str | Path) -> list[Path]:
                 writer.writerows(rows)
         paths.append(path)
     return paths
+
+
+@dataclass(frozen=True)
+class Pruned:
+    runs: list[int]  # the ids deleted
+    records: int
+    bytes_before: int
+    bytes_after: int
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def prune(
+    db: str | Path,
+    keep: int | None = None,
+    older_than_s: float | None = None,
+    now: float | None = None,
+) -> Pruned:
+    """Delete the runs past the newest ``keep`` and those started more than
+    ``older_than_s`` ago (either rule deletes), with their records, timeline and traces,
+    then give the space back (VACUUM). A run still going is never deleted."""
+    if keep is None and older_than_s is None:
+        raise LoadgenError("prune needs --keep N, --older-than AGE or both")
+    if keep is not None and keep < 0:
+        raise LoadgenError(f"--keep must be 0 or more (got {keep})")
+    if older_than_s is not None and not older_than_s >= 0:
+        raise LoadgenError("--older-than must be 0 or more")
+    now = time.time() if now is None else now
+    path = Path(db)
+    before = _size(path) if path.exists() else 0
+    with closing(connect(path)) as conn:
+        with conn:
+            settle_abandoned(conn, now)
+            doomed: set[int] = set()
+            if keep is not None:
+                rows = conn.execute(
+                    "SELECT id FROM runs ORDER BY id DESC LIMIT -1 OFFSET ?", (keep,)
+                )
+                doomed |= {int(r[0]) for r in rows}
+            if older_than_s is not None:
+                rows = conn.execute(
+                    "SELECT id FROM runs WHERE started_at < ?", (now - older_than_s,)
+                )
+                doomed |= {int(r[0]) for r in rows}
+            live = {int(r[0]) for r in conn.execute("SELECT id FROM runs WHERE status = 'running'")}
+            ids = sorted(doomed - live)
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            records = 0
+            for run_id in ids:
+                records += conn.execute(
+                    "SELECT COUNT(*) FROM records WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
+                # Children first: stores whose foreign keys were off still end up clean.
+                for table in ("traced", "trace_windows", "records", "timeline"):
+                    if table in tables:
+                        conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        if ids:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return Pruned(ids, records, before, _size(path))
+
+
+def import_saved(db: str | Path, saved: str | Path) -> tuple[int, int]:
+    """A run that ``loadgen.writer`` saved beside the store (``<store>.run-<time>.json`` and
+    its records file) into the store ``db``: the run's row (the one it had begun in the
+    store, if any, else a new one), its timeline and its records. Importing twice changes
+    nothing. Returns the run's id and the records added."""
+    path = Path(saved)
+    try:
+        data = json.loads(path.read_text())
+        records_path = path.with_name(data["records_file"])
+        params = RunParams.from_json(data["params"])
+        summary = RunSummary.from_json(data["client"], data["server"], data["server_restarted"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LoadgenError(f"{path} is not a run saved beside a store: {exc}") from None
+    values = run_values(
+        params,
+        data.get("group_id", ""),
+        data["status"],
+        data["started_at"],
+        data["finished_at"],
+        summary.client,
+        _server_column(summary),
+    )
+    with closing(connect(db, create=True)) as conn, conn:
+        run_id = data.get("run_id_in_store")
+        begun = (
+            run_id is not None
+            and conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
+        )
+        if not begun:
+            found = conn.execute(
+                "SELECT id FROM runs WHERE started_at = ? AND params = ?",
+                (values[7], values[15]),
+            ).fetchone()
+            run_id = None if found is None else int(found[0])
+        if run_id is None:
+            cur = conn.execute(
+                f"INSERT INTO runs ({RUN_VALUES}) VALUES ({','.join('?' * 18)})", values
+            )
+            run_id = int(cur.lastrowid or 0)
+        else:
+            conn.execute(
+                f"UPDATE runs SET ({RUN_VALUES}) = ({','.join('?' * 18)}) WHERE id = ?",
+                (*values, run_id),
+            )
+        upsert_timeline(conn, run_id, data["timeline"])
+        added = 0
+        if records_path.exists():
+            with records_path.open(newline="") as fh:
+                rows = (
+                    (
+                        run_id,
+                        int(r["seq"]),
+                        float(r["start_s"]),
+                        float(r["latency_s"]),
+                        r["outcome"],
+                        r["error"] or None,
+                    )
+                    for r in csv.DictReader(fh)
+                )
+                added = conn.executemany(
+                    "INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?)", rows
+                ).rowcount
+    return run_id, max(added, 0)

@@ -7,7 +7,8 @@ summary, as the API returns it and as the store reads it back.
 
 ``to_json`` / ``from_json`` keep the JSON shape the store and ``--json`` have always used
 (batch sizes as text keys, ``not_sent`` only for open-loop runs, ``error`` only when sending
-failed), so a store written before these types existed reads as the same values.
+failed, ``ended`` only in runs stored since it is recorded), so a store written before these
+types existed reads as the same values.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class Latency:
     mean: float | None = None
 
 
+# What can end a run: its own limits (duration, requests), a stop (Ctrl-C, SIGTERM, the
+# dashboard's button), or an error. Nothing else: no hidden cap cuts a run short.
+ENDED = {
+    "duration": "its duration",
+    "requests": "its number of requests",
+    "stop": "a stop (Ctrl-C, SIGTERM or the stop button)",
+    "error": "an error",
+}
+
+
 @dataclass(frozen=True)
 class ClientSummary:
     """The client's account of a run: sent = ok + failed + timed_out, by construction."""
@@ -46,13 +57,16 @@ class ClientSummary:
     errors: dict[str, int]  # error kind -> requests, most frequent first
     not_sent: int | None = None  # open loop only: due requests dropped at the stop
     error: str = ""  # why sending ended early (the run's status is then failed)
+    # What ended it: one of ENDED (runs stored before this was recorded: "").
+    ended: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        for key in ("error", "ended"):
+            if not data[key]:
+                del data[key]
         if self.not_sent is None:
             del data["not_sent"]
-        if not self.error:
-            del data["error"]
         return data
 
     @classmethod

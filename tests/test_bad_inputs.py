@@ -103,7 +103,7 @@ CASES = [
     case(*RATE, "-r", "-0.5", problem="--rate must be greater than 0", fix="greater than 0"),
     case(*RATE, "-r", "nan", problem="--rate must be greater than 0", fix="greater than 0"),
     case(*CONC, "--timeout", "200.5", problem="--timeout 200.5s", fix="safe bound of 120s"),
-    case(*CONC, "--duration", "600.5", problem="--duration 600.5s", fix="safe bound of 600s"),
+    case(*CONC, "--duration", "86400.5", problem="--duration 86400.5s", fix="safe bound of 86400s"),
     case(*LOADGEN, "runs", "--db", "{notsqlite}", problem="not a load-run store", fix="--db"),
     case(*LOADGEN, "show", "1", "--db", "{notsqlite}", problem="not a load-run store", fix="--db"),
     case(*LOADGEN, "show", "999", "--db", "{store}", problem="no run 999", fix="loadgen runs"),

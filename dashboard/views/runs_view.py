@@ -135,6 +135,8 @@ def _progress() -> None:
         st.error(f"The run did not start: {active.error}", icon=":material/error:")
     elif active.status != "ok":
         st.warning(f"Run #{active.run_id} ended {active.status}.", icon=":material/warning:")
+    if active.note:
+        st.warning(active.note, icon=":material/database:")
     if not st.session_state.get(f"shown_{id(active)}"):
         # Once: the full page reloads to show the new run, compared with the one before.
         st.session_state[f"shown_{id(active)}"] = True

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import store
+from loadgen import limits, report, store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
+from loadgen.errors import LoadgenError
 from loadgen.summary import ServerSummary
 from stacksettings import ROOT, Settings
 from tests.helpers import model_stats
@@ -107,8 +108,7 @@ def _cli_env(db: Path) -> dict[str, str]:
     return {**os.environ, "LOADGEN_DB": str(db), "PYTHONPATH": str(ROOT)}
 
 
-def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
-    db = tmp_path / "runs.sqlite3"
+def _start_cli_run(triton_url: str, db: Path, seconds: int = 30) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -118,7 +118,7 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
             "-c",
             "4",
             "-d",
-            "30",
+            str(seconds),
             "--url",
             triton_url,
             "--json",
@@ -129,23 +129,117 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path) -> None:
         text=True,
         cwd=ROOT,
     )
-    # Interrupt once load is flowing (the server has counted some of it), not during imports.
+    # Wait until load is flowing (the server has counted some of it), not during imports.
     before = model_stats(triton_url, "batch_add_model").inference_count
     deadline = time.monotonic() + 30
     while model_stats(triton_url, "batch_add_model").inference_count < before + 200:
         assert time.monotonic() < deadline and proc.poll() is None, "no load arrived"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+def _running_with_records(db: Path) -> int:
+    """Wait for the run's first commits: it reads as running, with records; its id."""
+    deadline = time.monotonic() + 20
+    while True:
+        assert time.monotonic() < deadline, "the run never showed up in the store"
+        try:
+            runs = store.list_runs(db)
+            if runs and store.load_records(db, runs[0]["id"], limit=1):
+                assert runs[0]["status"] == "running"
+                return int(runs[0]["id"])
+        except (sqlite3.OperationalError, LoadgenError):  # the store is being made
+            pass
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path, sig: signal.Signals) -> None:
+    db = tmp_path / "runs.sqlite3"
+    proc = _start_cli_run(triton_url, db)
+    run_id = _running_with_records(db)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     result = json.loads(out)
-    assert result["status"] == "interrupted"
-    assert result["client"]["duration_s"] < 20
+    assert result["status"] == "interrupted" and result["run_id"] == run_id
+    assert result["client"]["duration_s"] < 20 and result["client"]["ended"] == "stop"
     stored = store.load_run(db, result["run_id"])
     assert stored.status == "interrupted"
     c = stored.summary.client
     assert c.sent == c.ok + c.failed + c.timed_out > 0
     assert len(store.load_records(db, result["run_id"])) == c.sent
+    assert sum(t["sent"] for t in store.load_timeline(db, run_id)) == c.sent
+
+
+def test_a_killed_run_keeps_all_but_its_last_second(triton_url: str, tmp_path: Path) -> None:
+    db = tmp_path / "runs.sqlite3"
+    proc = _start_cli_run(triton_url, db)
+    run_id = _running_with_records(db)
+    time.sleep(1.5)
+    proc.kill()
+    proc.communicate(timeout=30)
+    row = store.load_row(db, run_id)
+    assert row["status"] == "running"
+    records = store.load_records(db, run_id)
+    # Everything up to its last commit, which is at most about a second old.
+    assert len(records) == row["ok"] + row["failed"] + row["timed_out"] > 1000
+    assert row["summary"]["duration_s"] > 1.5
+    with store.connect(db, create=True) as conn:
+        assert store.settle_abandoned(conn, time.time() + store.STALE_S + 1) == [run_id]
+    assert store.load_run(db, run_id).status == "failed"
+
+
+def test_a_run_is_cut_short_by_nothing_but_its_own_limits(
+    triton_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old cap ended closed-loop runs at limits.MAX_REQUESTS whatever their duration, with
+    status ok. Now only the run's own limits end it, and the summary and table say which."""
+    monkeypatch.setattr(limits, "MAX_REQUESTS", 50)
+    db = tmp_path / "runs.sqlite3"
+    result = run(RunParams("concurrency", url=triton_url, concurrency=4, duration_s=2), str(db))
+    c = result.summary.client
+    assert result.status == "ok" and c.ended == "duration"
+    assert c.sent > 50 and c.duration_s >= 1.9
+    assert "ended by      its duration (2 s asked)" in report.run_table(result)
+    assert store.load_run(db, result.run_id or 0).summary.client.ended == "duration"
+    monkeypatch.undo()
+    counted = run(RunParams("concurrency", url=triton_url, concurrency=4, requests=300), str(db))
+    assert (counted.summary.client.sent, counted.summary.client.ended) == (300, "requests")
+
+
+def test_a_locked_store_saves_the_run_beside_it_and_says_so_in_one_line(
+    triton_url: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    store.connect(db, create=True).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-d", "1"]
+            + ["--url", triton_url, "--json"],
+            env=_cli_env(db),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)  # the result is printed all the same
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "database is locked" in lines[0], lines
+    (saved,) = tmp_path.glob("runs.sqlite3.run-*.json")
+    assert str(saved) in lines[0]
+    beside = json.loads(saved.read_text())
+    assert (
+        beside["client"] == printed["client"]
+        and beside["records_in_file"] == printed["client"]["sent"]
+    )
+    assert store.list_runs(db) == []
 
 
 BAD_INPUTS = [
@@ -159,8 +253,9 @@ BAD_INPUTS = [
     (["rate", "-r", "-3"], "--rate must be greater than 0"),
     (["concurrency", "-c", "300"], "safe bound of 256"),
     (["rate", "-r", "25000"], "safe bound of 20000/s"),
-    (["concurrency", "-d", "700"], "safe bound of 600s"),
-    (["serial", "-n", "2000000"], "safe bound of 1000000"),
+    (["concurrency", "-d", "90000"], "safe bound of 86400s"),
+    (["serial", "-n", "200000000"], "safe bound of 100000000"),
+    (["rate", "-r", "20000", "-d", "86400"], "past the bound of 100000000"),
     (["steps", "--stage", "100:1", "--stage", "0:1"], "--stage rate must be greater than 0"),
 ]
 

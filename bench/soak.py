@@ -1,0 +1,183 @@
+"""Soak: the stack's services under the highest closed-loop load for N minutes, and whether
+anything grows. Goals: every service's RSS grows < 10 % from the first minute to the last,
+and 0 requests unaccounted for.
+
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.soak --minutes 10 [--concurrency C]
+
+A private stack on free ports (bench.common): Triton, the exporter, Prometheus, Alertmanager
+and the dashboard. Without --concurrency, 4 s at each of 8, 16 and 32 clients picks the
+level with the highest throughput. The soak itself is one `python -m loadgen concurrency`
+process storing into a fresh store, so the load generator is measured as a service too.
+Every 5 s the RSS of each service (its whole process group: Triton's python-backend stubs
+count with Triton) is sampled; the table gives the median of the first and of the last
+minute. Then the accounting: sent = ok + failed + timed out, the records and timeline in
+the store against it, Triton's own inference count over the window; and the store's size
+per request. The bench stops by itself: the run has its duration, and a run still going
+90 s past it gets SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import MODEL, stack  # noqa: E402
+from loadgen import store  # noqa: E402
+from loadgen.api import RunParams, run  # noqa: E402
+from stack.supervisor import Supervisor, group_members  # noqa: E402
+from stacksettings import ROOT, Settings  # noqa: E402
+from tritonapi.client import TritonClient  # noqa: E402
+
+SERVICES = ("triton", "exporter", "alertmanager", "prometheus", "dashboard")
+SAMPLE_S = 5.0
+GRACE_S = 90.0
+RSS_GOAL = 0.10
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass  # gone meanwhile
+    return total
+
+
+def pick_concurrency(url: str) -> int:
+    best, best_rate = 8, 0.0
+    for c in (8, 16, 32):
+        result = run(RunParams("concurrency", url=url, concurrency=c, duration_s=4))
+        rate = result.summary.client.throughput_per_s or 0.0
+        print(f"  concurrency {c:>3}: {rate:,.0f} requests/s", flush=True)
+        if rate > best_rate:
+            best, best_rate = c, rate
+    return best
+
+
+def soak(settings: Settings, minutes: float, concurrency: int | None, folder: Path) -> int:
+    url = settings.url("triton_http")
+    services = {r.name: r for r in Supervisor(settings, []).read_state()}
+    print(f"services: {', '.join(f'{n} (pid {r.pid})' for n, r in services.items())}")
+    if concurrency is None:
+        print("picking the concurrency with the highest throughput:", flush=True)
+        concurrency = pick_concurrency(url)
+    seconds = minutes * 60
+    db = folder / "soak.sqlite3"
+    before = TritonClient(url).model_stats(MODEL)
+    print(f"soak: concurrency {concurrency} for {seconds:g} s into {db}", flush=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "concurrency", "-c", str(concurrency)]
+        + ["-d", f"{seconds:g}", "--url", url, "--db", str(db), "--json"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    t0 = time.monotonic()
+    samples: list[tuple[float, dict[str, int], float]] = []  # (t, service -> rss, load1)
+    stopped_by_bench = ""
+    while proc.poll() is None:
+        t = time.monotonic() - t0
+        rss = {name: rss_bytes(group_members(r)) for name, r in services.items()}
+        rss["loadgen"] = rss_bytes([proc.pid])
+        samples.append((t, rss, os.getloadavg()[0]))
+        if len(samples) % 12 == 0:
+            print(
+                f"  {t:6.0f} s  loadgen RSS {rss['loadgen'] / 2**20:6.1f} MiB  "
+                f"Triton {rss.get('triton', 0) / 2**20:6.1f} MiB  load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+        if t > seconds + GRACE_S and not stopped_by_bench:
+            stopped_by_bench = "SIGTERM"
+            proc.send_signal(signal.SIGTERM)
+        if t > seconds + GRACE_S + 30:
+            stopped_by_bench = "SIGKILL"
+            proc.kill()
+        time.sleep(SAMPLE_S)
+    out, err = proc.communicate()
+    elapsed = time.monotonic() - t0
+    after = TritonClient(url).model_stats(MODEL)
+    if not out.strip():
+        print(f"the load generator printed no result (exit {proc.returncode}):\n{err[-2000:]}")
+        return 1
+    result = json.loads(out)
+    report_rss(samples, elapsed)
+    return report_accounting(result, db, after.minus(before).inference_count, err, samples)
+
+
+def report_rss(samples: list[tuple[float, dict[str, int], float]], elapsed: float) -> None:
+    first = [s for s in samples if s[0] < 60]
+    last = [s for s in samples if s[0] >= elapsed - 60]
+    print(f"\nRSS, median of each minute's samples (every {SAMPLE_S:g} s):")
+    print(f"  {'service':<14}{'first min MiB':>14}{'last min MiB':>14}{'growth':>9}")
+    for name in samples[0][1]:
+        a = statistics.median(s[1][name] for s in first)
+        b = statistics.median(s[1][name] for s in last)
+        growth = (b - a) / a if a else float("nan")
+        mark = "ok" if growth < RSS_GOAL else f"over the {RSS_GOAL:.0%} goal"
+        print(f"  {name:<14}{a / 2**20:>14.1f}{b / 2**20:>14.1f}{growth:>+9.1%}  {mark}")
+    loads = [s[2] for s in samples]
+    print(
+        f"load average (1 min) over the soak: min {min(loads):.2f}, median "
+        f"{statistics.median(loads):.2f}, max {max(loads):.2f} (2 cores, shared)"
+    )
+
+
+def report_accounting(
+    result: dict, db: Path, server_inferences: int, err: str, samples: list
+) -> int:
+    c = result["client"]
+    run_id = result["run_id"]
+    records = len(store.load_records(db, run_id)) if run_id is not None else 0
+    timeline = store.load_timeline(db, run_id) if run_id is not None else []
+    outcomes = c["ok"] + c["failed"] + c["timed_out"]
+    unaccounted = (c["sent"] - outcomes) + (c["sent"] - records)
+    size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+    print("\nrequests:")
+    print(
+        f"  sent {c['sent']:,} = ok {c['ok']:,} + failed {c['failed']:,} + timed out "
+        f"{c['timed_out']:,}   over {c['duration_s']:.1f} s: {c['throughput_per_s'] or 0:,.0f}/s"
+    )
+    print(
+        f"  status {result['status']}, ended by {c.get('ended', '?')}; records in the store "
+        f"{records:,}; timeline: sent {sum(t['sent'] for t in timeline):,}, ok "
+        f"{sum(t['ok'] for t in timeline):,} over {len(timeline)} seconds"
+    )
+    print(f"  Triton's own inference count over the window: {server_inferences:,}")
+    print(f"  unaccounted for: {unaccounted:,}")
+    print(
+        f"store: {size / 1e6:.1f} MB for {records:,} records: "
+        f"{size / max(records, 1):.1f} bytes a request (as many MB per million requests)"
+    )
+    if err.strip():
+        print(f"load generator's stderr: {err.strip()[-500:]}")
+    return 0 if unaccounted == 0 and result["status"] == "ok" else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=None)
+    args = parser.parse_args()
+    if not args.minutes >= 1:
+        parser.error("--minutes must be 1 or more (a first and a last minute)")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with stack(services=SERVICES) as settings:
+        return soak(settings, args.minutes, args.concurrency, settings.state_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
