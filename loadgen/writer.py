@@ -91,6 +91,11 @@ class RunWriter:
     def push(self, tick: Tick) -> None:
         self._queue.put(("tick", tick))
 
+    @property
+    def queued(self) -> int:
+        """Items not yet taken by the store's thread (each a second's records, at most)."""
+        return self._queue.qsize()
+
     def finish(self, result: RunResult, last: Tick) -> None:
         """The last records and the final row; returns once they are committed or saved
         beside the store."""

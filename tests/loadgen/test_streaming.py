@@ -142,19 +142,26 @@ def test_memory_stays_flat_over_200k_requests_streamed_into_the_store(tmp_path: 
     writer = RunWriter(db, PARAMS)
     writer.start(time.time(), rec.summary())
 
+    def drained(limit: int = 0, timeout_s: float = 30.0) -> None:
+        """Let the writer keep up, as seconds of real time would (on a busy machine too)."""
+        deadline = time.monotonic() + timeout_s
+        while writer.queued > limit and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def every_second() -> None:
         rec.close_seconds()
         writer.push(tick(rec))
-        if int(clock.t) % 20 == 0:
-            time.sleep(0.05)  # let the writer keep up, as a second of real time would
+        drained(limit=5)
 
     tracemalloc.start()
     try:
         feed(rec, clock, 20_000, 1000, every_second)
-        time.sleep(0.5)
+        drained()
+        time.sleep(0.2)  # the last item taken is being committed
         early, _ = tracemalloc.get_traced_memory()
         feed(rec, clock, 180_000, 1000, every_second)
-        time.sleep(0.5)
+        drained()
+        time.sleep(0.2)
         late, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
