@@ -155,10 +155,13 @@ class TraceBook:
             setting = self._client.trace_settings(model)
             level = setting.get("trace_level") or ["OFF"]
             rate = int(setting.get("trace_rate", "0") or 0)
+            # A window whose count is used up traces nothing more, whatever the level says.
+            left = int(setting.get("trace_count", "-1") or -1)
         except (TritonError, ValueError) as exc:
             log.debug("trace settings of %s: %s", model, exc)
             return None
-        return (1.0 / rate if rate > 0 and "OFF" not in level else 0.0), rate
+        tracing = rate > 0 and "OFF" not in level and left != 0
+        return (1.0 / rate if tracing else 0.0), rate
 
     def _cached_config(self, model: str) -> ModelConfig | None:
         cached = self._configs.get(model)
