@@ -13,6 +13,24 @@ def triton_timeout_s(settings: Settings) -> float:
     return min(2.0, 0.5 * min(settings.scrape_interval_s, 10.0))
 
 
+def targets(settings: Settings) -> list[str]:
+    """The exporter's Triton flags: the attached servers, or the stack's own Triton with
+    its trace file (an attached Triton writes its traces on its own host)."""
+    if settings.attached:
+        argv = [f"--triton-url={url}" for url in settings.triton_urls]
+        argv += [f"--triton-metrics-url={url}" for url in settings.triton_metrics_urls]
+        if settings.attached_admin_key_file is not None:
+            argv.append(f"--triton-admin-key-file={settings.attached_admin_key_file}")
+        return argv
+    return [
+        f"--triton-url={settings.url('triton_http')}",
+        f"--triton-metrics-url={settings.url('triton_metrics')}/metrics",
+        f"--trace-file={settings.trace_file}",
+        # The repository index is one of Triton's restricted APIs.
+        f"--triton-admin-key-file={settings.admin_key_file}",
+    ]
+
+
 def service(settings: Settings) -> Service:
     url = settings.url("exporter")
     return Service(
@@ -21,13 +39,9 @@ def service(settings: Settings) -> Service:
             sys.executable,
             "-m",
             "exporter",
-            f"--triton-url={settings.url('triton_http')}",
-            f"--triton-metrics-url={settings.url('triton_metrics')}/metrics",
+            *targets(settings),
             f"--triton-timeout={triton_timeout_s(settings):g}",
-            f"--trace-file={settings.trace_file}",
             f"--web.listen-address={settings.host}:{settings.port('exporter')}",
-            # The repository index is one of Triton's restricted APIs.
-            f"--triton-admin-key-file={settings.admin_key_file}",
         ],
         health_url=f"{url}/healthz",
         ports=[settings.port("exporter")],

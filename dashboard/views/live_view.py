@@ -22,12 +22,19 @@ TIME_RANGES = {
 }
 
 
-def render(cfg: DashboardSettings, model: str, window_s: int, auto_refresh: bool) -> None:
+def render(
+    cfg: DashboardSettings,
+    model: str,
+    window_s: int,
+    auto_refresh: bool,
+    target: str | None = None,
+) -> None:
+    """``target``: one server's series (the sidebar's choice with several), else every one."""
     run_every = cfg.refresh_s if auto_refresh else None
-    st.fragment(_panel, run_every=run_every)(cfg, model, window_s)
+    st.fragment(_panel, run_every=run_every)(cfg, model, window_s, target)
 
 
-def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
+def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None) -> None:
     now = time.time()
     window = aligned_range(window_s, end=now, min_step_s=cfg.scrape_interval_s)
     try:
@@ -39,6 +46,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
             window.step_s,
             cfg.scrape_interval_s,
             kpi_time(now, cfg.scrape_interval_s),
+            target,
         )
     except PrometheusError as exc:
         st.error(str(exc), icon=":material/error:")
