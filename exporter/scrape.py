@@ -6,18 +6,23 @@ Fetching and parsing are separate so that unit tests feed recorded answers
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from exporter.targets import Target
-from tritonapi.client import TritonClient, TritonError, metrics_text
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError, metrics_text
 from tritonapi.metrics import GpuStats, parse_metrics
 from tritonapi.modelconfig import ModelConfig, parse_json
 from tritonapi.stats import ModelStats, parse_statistics
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# What a restricted API answers without the right header: 403 from Triton 2.51 (checked),
+# 401 from an authenticating proxy in front of it.
+RESTRICTED_STATUSES = (401, 403)
 
 
 class UpstreamError(Exception):
@@ -59,6 +64,7 @@ class Fetcher:
         self._clients: dict[str, TritonClient] = {}
         # The admin key header: the repository index is a restricted API.
         self.headers = dict(headers or {})
+        self._warned: set[str] = set()
 
     def __call__(self, target: Target, timeout_s: float) -> Snapshot:
         client = self._clients.get(target.url)
@@ -78,7 +84,7 @@ class Fetcher:
 
         metrics = step(lambda t: metrics_text(target.metrics_url, t, client.session))
         stats = step(lambda t: client.statistics_json(timeout_s=t))
-        index = step(lambda t: client.repository_index(t))
+        index = step(lambda t: self._index(client, t))
 
         def config(name: str) -> Any:
             return step(lambda t: client.model_config_json(name, timeout_s=t))
@@ -86,6 +92,25 @@ class Fetcher:
         configs = {name: config(name) for name in sorted(_model_names(stats))}
         ready = step(lambda t: client.ready(t))
         return Snapshot(metrics, stats, index, configs, ready)
+
+    def _index(self, client: TritonClient, timeout_s: float) -> Any:
+        """The repository index, or None where it is restricted and we hold no key for it
+        (an attached Triton with its own key): then only the models' READY states are
+        missing, and the rest of the target is read as usual."""
+        try:
+            return client.repository_index(timeout_s)
+        except TritonHTTPError as exc:
+            if exc.status not in RESTRICTED_STATUSES:
+                raise
+            if client.url not in self._warned:
+                self._warned.add(client.url)
+                log.warning(
+                    "target %s: the repository index is restricted (%s); model states are "
+                    "not exported (give --triton-admin-key-file to read them)",
+                    client.url,
+                    exc.status,
+                )
+            return None
 
 
 def _model_names(stats: Any) -> set[str]:
@@ -96,6 +121,8 @@ def _model_names(stats: Any) -> set[str]:
 
 
 def parse_index(payload: Any) -> list[tuple[str, str, bool]]:
+    if payload is None:  # restricted, and no key: no states (see Fetcher._index)
+        return []
     if not isinstance(payload, list):
         raise ValueError("not a repository index (expected a JSON list)")
     try:
