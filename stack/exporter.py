@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stack.services import Service
-from stacksettings import ROOT, Settings
+from stacksettings import ROOT, Settings, ensure_secret
 
 
 def triton_timeout_s(settings: Settings) -> float:
@@ -47,6 +47,15 @@ def service(settings: Settings) -> Service:
         ports=[settings.port("exporter")],
         urls={"metrics": f"{url}/metrics", "traces": f"{url}/api/traces?model=MODEL"},
         cwd=ROOT,
-        # Triton writes the trace files there; the exporter reads and removes them.
-        prepare=lambda: settings.trace_file.parent.mkdir(parents=True, exist_ok=True),
+        prepare=lambda: prepare(settings),
     )
+
+
+def prepare(settings: Settings) -> None:
+    if settings.attached:
+        return
+    # Triton writes the trace files there; the exporter reads and removes them.
+    settings.trace_file.parent.mkdir(parents=True, exist_ok=True)
+    # The key Triton will be started with: the exporter must start without its Triton too
+    # (a stack whose Triton is left out or down is what TritonDown reports).
+    ensure_secret(settings.admin_key_file)
