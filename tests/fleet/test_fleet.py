@@ -25,6 +25,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from streamlit import config as st_config
 
+from dashboard import fleet as overview
+from loadgen.burst import burst, infer_body
+from promapi import PromClient
 from stack import cli as stack_cli
 from stack import dashboard as dashboard_row
 from stack.supervisor import running
@@ -324,6 +327,40 @@ def test_the_compose_wiring_reaches_triton_by_its_service_name(
         exporter.wait(timeout=10)
 
 
+def test_the_fleet_view_ranks_the_worst_batcher_first(
+    attached: Attached, dashboard_env: Path
+) -> None:
+    first, second = attached.fleet.servers[:2]
+    body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
+    # The first server gets bursts of 4 (its max_batch_size), the second bursts of 2 (of 8).
+    for server, size in ((first, 4), (second, 2)):
+        for _ in range(15):
+            answers = burst(server.address, 8000, "batch_add_model", [body] * size)
+            assert all(a["outputs"][0]["data"] == [3.0] for a in answers)
+    done = time.time()
+    wait_for(
+        "a scrape after the load",
+        lambda: attached.prom(f'timestamp(up{{job="exporter"}}) > {done + 1.5:.3f}'),
+        30,
+    )
+    table = overview.fetch(PromClient(attached.settings.url("prometheus")), 120)
+    rows = list(zip(table["target"], table["model"], strict=True))
+    assert sorted(rows) == sorted((attached.fleet.servers[i].url, m) for i, m in MAX_BATCH)
+    assert table["up"].all()
+    busy = table[table["batch_efficiency"].notna()]
+    assert list(busy["target"])[:2] == [second.url, first.url]
+    efficiency = dict(zip(busy["target"], busy["batch_efficiency"], strict=True))
+    # With preferred sizes [2, 4] the first server often sends a batch as soon as 2 are in.
+    assert efficiency[second.url] <= 0.5 and efficiency[second.url] < efficiency[first.url]
+    # The page shows the same table.
+    at = dashboard_run.AppTest.from_file(str(dashboard_run.APP), default_timeout=60).run()
+    at.sidebar.radio(key="view").set_value("Fleet").run()
+    assert not at.exception
+    shown = at.dataframe[0].value
+    assert list(shown["server"])[:2] == [second.url, first.url]
+    assert set(shown["up"]) == {"up"}
+
+
 def test_killing_one_server_fires_triton_down_for_it_only(attached: Attached) -> None:
     """Last: it stops a server for good."""
     fleet = attached.fleet
@@ -343,3 +380,10 @@ def test_killing_one_server_fires_triton_down_for_it_only(attached: Attached) ->
     # The other two keep reporting: fresh samples of their models after the kill.
     fresh = attached.prom(f"timestamp(triton_batching_max_batch_size) > {killed_at + 1:.3f}")
     assert {r["metric"]["target"] for r in fresh} == {s.url for s in alive}
+    # The fleet view puts the dead server first, with its alert, and keeps its models.
+    table = overview.fetch(PromClient(attached.settings.url("prometheus")), 120)
+    down = table[~table["up"]]
+    assert (
+        set(down["target"]) == {dead.url} and list(table["target"])[: len(down)] == [dead.url] * 2
+    )
+    assert set(down["alerts"]) == {"TritonDown"}
