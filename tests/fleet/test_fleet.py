@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 import yaml
+from playwright.sync_api import Page
 from prometheus_client.parser import text_string_to_metric_families
 from streamlit import config as st_config
 
@@ -32,6 +33,7 @@ from stack import cli as stack_cli
 from stack import dashboard as dashboard_row
 from stack.supervisor import running
 from stacksettings import ROOT, RULES_SETTINGS, Settings, isolated
+from tests.dashboard.test_browser import shows, start_run
 from tests.deploy.test_compose import COMPOSE, resolved
 from tests.fleet import dashboard_run
 from tests.fleet.netns import Fleet, Server
@@ -129,8 +131,8 @@ def attached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attached]:
             triton_urls=tuple(s.url for s in fleet.servers),
             triton_metrics_urls=tuple(s.metrics_url for s in fleet.servers),
         )
-        # The dashboard is driven with AppTest; every other service runs.
-        with running(settings, exclude={"dashboard"}):
+        # Every service, the dashboard too (the browser test); AppTest drives its own copy.
+        with running(settings):
             yield Attached(fleet, settings, started)
     print(f"\nfleet fixture: {time.monotonic() - started:.1f} s wall time")
 
@@ -239,6 +241,23 @@ def test_a_load_run_outside_the_allowlist_is_refused_with_one_line(
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "--url" in line and "neither loopback nor one of the stack's Tritons" in line
+
+
+@pytest.mark.browser
+def test_a_load_run_from_the_dashboard_in_a_browser_reaches_a_namespaced_server(
+    attached: Attached, page: Page
+) -> None:
+    settings, server = attached.settings, attached.fleet.servers[0]
+    page.goto(f"{settings.url('dashboard')}/?view=Load+runs")
+    page.get_by_role("heading", name="Load runs").wait_for(timeout=60_000)
+    # The server selector starts on the first server the stack watches.
+    shows(page, server.url)
+    before = model_stats(server.url, "batch_add_model").execution_count
+    start_run(page, settings, 2, "browser to the first server")
+    db = settings.store
+    assert dashboard_run.newest_run(db)["url"] == server.url
+    assert dashboard_run.newest_run(db)["status"] == "ok"
+    assert model_stats(server.url, "batch_add_model").execution_count > before
 
 
 def test_the_compose_wiring_reaches_triton_by_its_service_name(
