@@ -64,6 +64,11 @@ def instant(url: str, expr: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def instant_at(url: str, expr: str, at: float) -> pd.DataFrame:
+    return client(url).query(expr, at)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def scalar_at(url: str, expr: str, at: float) -> float | None:
     return client(url).scalar(expr, at)
 
