@@ -45,17 +45,14 @@ class TritonMetrics:
     failures: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
-def _family_name(line: str) -> str:
-    """The metric name a line of the text format is about ("" for a plain comment)."""
-    if line.startswith("#"):
-        parts = line.split(None, 3)
-        return parts[2] if len(parts) > 2 and parts[1] in ("HELP", "TYPE") else ""
-    end = len(line)
-    for stop in ("{", " "):
-        at = line.find(stop)
-        if at != -1:
-            end = min(end, at)
-    return line[:end]
+# How a line about one of the families read begins: its HELP, its TYPE, or a sample.
+_WANTED_PREFIXES = tuple(
+    f"{head}{name}{tail}"
+    for name in sorted(WANTED)
+    for head, tails in (("# HELP ", (" ",)), ("# TYPE ", (" ",)), ("", ("{", " ")))
+    for tail in tails
+)
+_TRITON_PREFIXES = ("nv_", "# HELP nv_", "# TYPE nv_")
 
 
 def wanted_lines(text: str) -> tuple[str, bool]:
@@ -64,14 +61,9 @@ def wanted_lines(text: str) -> tuple[str, bool]:
     Triton's text holds tens of thousands of samples on a busy server (latency summaries
     and histograms per model); parsing only the few families needed keeps a scrape fast.
     """
-    keep = []
-    triton = False
-    for line in text.splitlines():
-        name = _family_name(line)
-        if name.startswith("nv_"):
-            triton = True
-            if name in WANTED:
-                keep.append(line)
+    lines = text.splitlines()
+    keep = [line for line in lines if line.startswith(_WANTED_PREFIXES)]
+    triton = bool(keep) or any(line.startswith(_TRITON_PREFIXES) for line in lines)
     return "\n".join(keep) + "\n", triton
 
 
