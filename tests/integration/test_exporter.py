@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import BatchingCollector
+from exporter.scrape import Fetcher
 from exporter.targets import Target
 from loadgen.burst import burst, infer_body
 from stacksettings import Settings, free_ports
@@ -171,7 +172,9 @@ def test_one_exporter_reads_the_real_triton_beside_a_dead_one(running_stack: Set
         running_stack.url("triton_http"), f"{running_stack.url('triton_metrics')}/metrics"
     )
     registry = CollectorRegistry()
-    registry.register(BatchingCollector([dead, real], timeout_s=2.0))
+    # The stack's Triton keeps its repository index (model_ready) behind the stack's key.
+    fetch = Fetcher(running_stack.admin_headers())
+    registry.register(BatchingCollector([dead, real], timeout_s=2.0, fetch=fetch))
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in registry.collect()
