@@ -89,6 +89,17 @@ def served_models(url: str) -> list[str]:
 
 
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def triton_problem(url: str) -> str:
+    """Why a Triton does not answer usably, as the dashboard sees it from here ("" if it does):
+    names the server that is down and why."""
+    try:
+        ready = TritonClient(url, timeout_s=2.0).ready()
+    except TritonError as exc:
+        return str(exc)
+    return "" if ready else f"Triton at {url} answers but is not ready (models still loading?)"
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
 def triton_ready(url: str) -> bool:
     return TritonClient(url, timeout_s=2.0).is_ready()
 

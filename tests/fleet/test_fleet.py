@@ -380,7 +380,9 @@ def test_the_fleet_view_ranks_the_worst_batcher_first(
     assert set(shown["up"]) == {"up"}
 
 
-def test_killing_one_server_fires_triton_down_for_it_only(attached: Attached) -> None:
+def test_killing_one_server_fires_triton_down_for_it_only(
+    attached: Attached, dashboard_env: Path
+) -> None:
     """Last: it stops a server for good."""
     fleet = attached.fleet
     dead, alive = fleet.servers[2], fleet.servers[:2]
@@ -406,3 +408,9 @@ def test_killing_one_server_fires_triton_down_for_it_only(attached: Attached) ->
         set(down["target"]) == {dead.url} and list(table["target"])[: len(down)] == [dead.url] * 2
     )
     assert set(down["alerts"]) == {"TritonDown"}
+    # The dashboard names the server and why, and only that one.
+    at = dashboard_run.AppTest.from_file(str(dashboard_run.APP), default_timeout=60).run()
+    warnings = [str(w.value) for w in at.warning if "The exporter cannot read" in str(w.value)]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"The exporter cannot read Triton at {dead.url} (")
+    assert "connection refused" in warnings[0]
