@@ -1,23 +1,35 @@
-"""Scrape latency of the exporter with 1 model and with 20 models loaded in Triton.
+"""Scrape latency of the exporter with 1 model and with 20 models loaded in Triton, and
+for a fleet: 3 Tritons x 20 models, read by one exporter, with and without its config cache.
 
-    .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20]
+    .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20] [--fleet 3]
 
 For each size a stack (Triton + exporter, the launcher's code) starts over a
 temporary repository of batch_add_model copies; every model serves a few
 batched bursts first so that its batch statistics are not empty. Then the
 exporter's /metrics is fetched back to back, timed from this client, end to end.
+The fleet's Tritons share one admin key, which the attached exporter is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import requests
 
-from bench.common import MODEL, percentile, stack
+from bench.common import MODEL, percentile, repository, stack
+from exporter.scrape import CONFIG_TTL_S
 from loadgen.burst import burst, infer_body
-from stacksettings import Settings
+from stack.supervisor import running
+from stacksettings import ROOT, Settings, ensure_secret, isolated
 
 
 def warm(settings: Settings, models: list[str]) -> None:
@@ -27,46 +39,116 @@ def warm(settings: Settings, models: list[str]) -> None:
             burst(settings.host, settings.port("triton_http"), model, [body] * n)
 
 
-def measure(copies: int, scrapes: int) -> dict[str, float]:
+def measure(copies: int, scrapes: int) -> dict[str, Any]:
     with stack(copies) as settings:
+        return timed(settings, copies, scrapes, "1 target")
+
+
+def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str, Any]:
+    """Warm every target's models, then time ``scrapes`` back-to-back scrapes."""
+    for url in settings.triton_targets:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        target = replace(settings, host=host).with_ports(triton_http=int(port))
         index = requests.post(
-            f"{settings.url('triton_http')}/v2/repository/index", json={}, timeout=10
+            f"{url}/v2/repository/index", json={}, timeout=10, headers=settings.admin_headers()
         ).json()
         models = [m["name"] for m in index]
         assert len(models) == copies, models
-        warm(settings, models)
-        url = f"{settings.url('exporter')}/metrics"
-        session = requests.Session()
-        times = []
-        body = ""
-        for _ in range(scrapes):
-            start = time.perf_counter()
-            body = session.get(url, timeout=10).text
-            times.append(time.perf_counter() - start)
-        assert "triton_batching_target_up{" in body and "} 1.0" in body
-        series = sum(1 for line in body.splitlines() if line.startswith("triton_batching_"))
-        return {
-            "models": copies,
-            "p50": percentile(times, 50) * 1000,
-            "p99": percentile(times, 99) * 1000,
-            "max": max(times) * 1000,
-            "series": series,
-            "kib": len(body) / 1024,
-        }
+        warm(target, models)
+    url = f"{settings.url('exporter')}/metrics"
+    session = requests.Session()
+    times = []
+    body = ""
+    for _ in range(scrapes):
+        start = time.perf_counter()
+        body = session.get(url, timeout=10).text
+        times.append(time.perf_counter() - start)
+    assert body.count("triton_batching_target_up{") == len(settings.triton_targets)
+    assert "} 0.0" not in "".join(
+        ln for ln in body.splitlines() if ln.startswith("triton_batching_target_up")
+    )
+    series = sum(1 for line in body.splitlines() if line.startswith("triton_batching_"))
+    return {
+        "what": what,
+        "models": copies * len(settings.triton_targets),
+        "p50": percentile(times, 50) * 1000,
+        "p99": percentile(times, 99) * 1000,
+        "max": max(times) * 1000,
+        "series": series,
+        "kib": len(body) / 1024,
+    }
+
+
+@contextmanager
+def fleet(targets: int, copies: int) -> Iterator[tuple[list[Settings], Path]]:
+    """``targets`` Tritons on loopback (the launcher's code) sharing one admin key."""
+    os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp, ExitStack() as stack_:
+        key = Path(tmp) / "triton-admin.key"
+        ensure_secret(key)
+        tritons = []
+        for i in range(targets):
+            own = isolated(Path(tmp) / f"triton{i}")
+            own = replace(own, model_repository=repository(Path(tmp) / f"repo{i}", copies))
+            own.state_dir.mkdir(parents=True)
+            shutil.copy(key, own.admin_key_file)  # one key for the fleet
+            stack_.enter_context(running(own, only=("triton",)))
+            tritons.append(own)
+        yield tritons, key
+
+
+@contextmanager
+def attached_exporter(
+    tritons: list[Settings], key: Path, state: Path, cache_ttl_s: float
+) -> Iterator[Settings]:
+    """The launcher's exporter row in attach mode, reading every Triton of the fleet."""
+    settings = replace(
+        isolated(state),
+        triton_urls=tuple(t.url("triton_http") for t in tritons),
+        triton_metrics_urls=tuple(f"{t.url('triton_metrics')}/metrics" for t in tritons),
+        attached_admin_key_file=key,
+    )
+    os.environ["EXPORTER_CONFIG_CACHE_TTL"] = f"{cache_ttl_s:g}"
+    try:
+        with running(settings, only=("exporter",)):
+            yield settings
+    finally:
+        del os.environ["EXPORTER_CONFIG_CACHE_TTL"]
+
+
+def measure_fleet(targets: int, copies: int, scrapes: int) -> list[dict[str, Any]]:
+    rows = []
+    with fleet(targets, copies) as (tritons, key):
+        for ttl, what in ((0.0, "no cache"), (CONFIG_TTL_S, "cached")):
+            state = key.parent / f"exporter-{what.replace(' ', '-')}"
+            with attached_exporter(tritons, key, state, ttl) as settings:
+                rows.append(timed(settings, copies, scrapes, f"{targets} targets, {what}"))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per size (200)")
-    parser.add_argument("--models", type=int, nargs="+", default=[1, 20], help="sizes (1 20)")
+    parser.add_argument("--models", type=int, nargs="*", default=[1, 20], help="sizes (1 20)")
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        default=3,
+        help="Tritons of 20 models each in the fleet rows (3; 0: none)",
+    )
     args = parser.parse_args()
     rows = [measure(n, args.scrapes) for n in args.models]
+    if args.fleet:
+        rows += measure_fleet(args.fleet, 20, args.scrapes)
     print(f"exporter scrape latency, {args.scrapes} back-to-back scrapes per size ({MODEL} copies)")
-    print(f"{'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  {'KiB':>6}")
+    print(
+        f"{'':<22}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
+        f"{'KiB':>6}"
+    )
     for r in rows:
         print(
-            f"{r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  {r['max']:>7.1f}  "
-            f"{r['series']:>6}  {r['kib']:>6.1f}"
+            f"{r['what']:<22}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
+            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}"
         )
 
 

@@ -7,6 +7,7 @@ the launcher's `dashboard` row sets them.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -21,19 +22,43 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from dashboard import settings  # noqa: E402 - set_page_config must run first
-from dashboard.views import config_view, live_view, runs_view, status, timeline_view  # noqa: E402
+from dashboard import data as cached  # noqa: E402 - set_page_config must run first
+from dashboard import settings  # noqa: E402
+from dashboard.views import (  # noqa: E402
+    config_view,
+    fleet_view,
+    live_view,
+    runs_view,
+    status,
+    timeline_view,
+)
 from tritonapi import repocheck  # noqa: E402
 
-VIEWS = ["Live", "Batch timeline", "Load runs", "Model config"]
+VIEWS = ["Live", "Fleet", "Batch timeline", "Load runs", "Model config"]
 DEFAULT_MODEL = "batch_add_model"
 
 
 def repository_models(cfg: settings.DashboardSettings) -> list[str]:
+    """The models on disk, or without a local repository (attach mode) those the chosen
+    server has loaded."""
+    if cfg.model_repository is None:
+        return cached.served_models(cfg.triton_url)
     try:
         return [c.name for c in repocheck.check_repository(cfg.model_repository)]
     except FileNotFoundError:
         return []
+
+
+def choose_server(cfg: settings.DashboardSettings) -> settings.DashboardSettings:
+    """The sidebar's server selector (with several Tritons): the pages read the chosen one."""
+    if len(cfg.triton_urls) < 2:
+        return cfg
+    st.session_state.setdefault("server", cfg.triton_urls[0])
+    if st.session_state["server"] not in cfg.triton_urls:
+        st.session_state["server"] = cfg.triton_urls[0]
+    with st.sidebar:
+        server = st.selectbox("Server", cfg.triton_urls, key="server")
+    return replace(cfg, triton_url=server)
 
 
 def main() -> None:
@@ -52,6 +77,12 @@ def main() -> None:
         st.title("Triton batching")
         view = st.radio("View", VIEWS, key="view")
     st.query_params["view"] = view
+    if view == "Fleet":
+        fleet_view.render(cfg)
+        return
+    cfg = choose_server(cfg)
+    # With several servers the live view shows the chosen one's series.
+    target = cfg.triton_url if len(cfg.triton_urls) > 1 else None
 
     if view == "Model config":
         config_view.render(cfg)
@@ -84,7 +115,7 @@ def main() -> None:
         window = st.selectbox("Time range", list(live_view.TIME_RANGES), key="window")
         auto = st.toggle(f"Auto-refresh every {cfg.refresh_s:g} s", key="auto_refresh")
     st.header(f"Live: {model}")
-    live_view.render(cfg, model, live_view.TIME_RANGES[window], auto)
+    live_view.render(cfg, model, live_view.TIME_RANGES[window], auto, target)
 
 
 main()

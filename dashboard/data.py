@@ -11,10 +11,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from dashboard import fleet as fleet_data
 from dashboard import live
 from doctor import Diagnosis, diagnose, prometheus_window
 from promapi import PromClient, Range
-from tritonapi.client import TritonClient
+from tritonapi.client import TritonClient, TritonError
 
 # What to do when Prometheus does not answer usably, in the dashboard's terms.
 PROMETHEUS_HINT = (
@@ -41,9 +42,10 @@ def live_data(
     step_s: int,
     scrape_interval_s: float,
     at: float,
+    target: str | None = None,
 ) -> live.LiveData:
     window = Range(start, end, step_s)
-    return live.fetch_range(client(url), model, window, scrape_interval_s, at=at)
+    return live.fetch_range(client(url), model, window, scrape_interval_s, target, at=at)
 
 
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
@@ -62,8 +64,39 @@ def instant(url: str, expr: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def instant_at(url: str, expr: str, at: float) -> pd.DataFrame:
+    return client(url).query(expr, at)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def scalar_at(url: str, expr: str, at: float) -> float | None:
     return client(url).scalar(expr, at)
+
+
+@st.cache_data(ttl=STATE_TTL_S, max_entries=16, show_spinner=False)
+def fleet(url: str, window_s: int, at: float) -> pd.DataFrame:
+    return fleet_data.fetch(client(url), window_s, at)
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def served_models(url: str) -> list[str]:
+    """The models a Triton has loaded (its statistics API, open on every Triton); none when
+    it does not answer."""
+    try:
+        return TritonClient(url, timeout_s=2.0).served_models()
+    except TritonError:
+        return []
+
+
+@st.cache_data(ttl=STATE_TTL_S, show_spinner=False)
+def triton_problem(url: str) -> str:
+    """Why a Triton does not answer usably, as the dashboard sees it from here ("" if it does):
+    names the server that is down and why."""
+    try:
+        ready = TritonClient(url, timeout_s=2.0).ready()
+    except TritonError as exc:
+        return str(exc)
+    return "" if ready else f"Triton at {url} answers but is not ready (models still loading?)"
 
 
 @st.cache_data(ttl=STATE_TTL_S, show_spinner=False)

@@ -74,6 +74,12 @@ FAILURE_RATIO = (
     " + sum(increase(triton_batching_requests_failure_total{${sel}}[${w}]))) > 0)"
 )
 
+# Failed requests by Triton's reason (REJECTED, CANCELED, BACKEND, OTHER; Triton 2.49+),
+# only the reasons that failed in the window. No series on older Tritons.
+FAILURES_BY_REASON = (
+    "sum by (reason) (increase(triton_batching_request_failures_by_reason_total{${sel}}[${w}])) > 0"
+)
+
 # ---- charts (range queries; ${w} = the rate window of one point) -----------------------
 
 # Same expressions as the KPIs, evaluated at every step.

@@ -18,6 +18,7 @@ _STACK = stacksettings.from_env_or_default()
 ENV = {
     "prometheus_url": "DASHBOARD_PROMETHEUS_URL",
     "triton_url": "DASHBOARD_TRITON_URL",
+    "triton_urls": "DASHBOARD_TRITON_URLS",
     "exporter_url": "DASHBOARD_EXPORTER_URL",
     "store": "DASHBOARD_STORE",
     "model_repository": "DASHBOARD_MODEL_REPOSITORY",
@@ -33,12 +34,17 @@ ENV = {
 @dataclass(frozen=True)
 class DashboardSettings:
     prometheus_url: str = _STACK.url("prometheus")
-    triton_url: str = _STACK.url("triton_http")
+    # The server the pages read (health, configs, load runs): the chosen one of triton_urls.
+    triton_url: str = _STACK.triton_targets[0]
+    # Every Triton the stack watches (the server selector); the first is the default.
+    triton_urls: tuple[str, ...] = _STACK.triton_targets
     # The exporter's trace API (/api/traces), for the batch timeline.
     exporter_url: str = _STACK.url("exporter")
     # The load generator's SQLite results store.
     store: Path = _STACK.store
-    model_repository: Path = _STACK.model_repository
+    # None when the stack watches Tritons whose repositories are elsewhere (attach mode):
+    # the config view then reads each server's served configs.
+    model_repository: Path | None = _STACK.model_repository
     # The stack's service logs (named in messages that send the user to them).
     logs_dir: Path = _STACK.logs_dir
     # The key of Triton's restricted APIs: the timeline's trace switch needs it.
@@ -72,12 +78,26 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
 def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
     env = dict(os.environ if env is None else env)
     base = DashboardSettings()
+    listed = stacksettings.env_list(env, ENV["triton_urls"])
+    named = env.get(ENV["triton_url"])
+    first = named or (listed[0] if listed else base.triton_url)
+    # The default server first, then every other listed one, once each.
+    urls = tuple(dict.fromkeys((first, *listed))) if named or listed else base.triton_urls
+    repository = env.get(ENV["model_repository"])
     return DashboardSettings(
         prometheus_url=env.get(ENV["prometheus_url"]) or base.prometheus_url,
-        triton_url=env.get(ENV["triton_url"]) or base.triton_url,
+        triton_url=first,
+        triton_urls=urls,
         exporter_url=env.get(ENV["exporter_url"]) or base.exporter_url,
         store=Path(env.get(ENV["store"]) or base.store),
-        model_repository=Path(env.get(ENV["model_repository"]) or base.model_repository),
+        # Set but empty: no local repository (attach mode).
+        model_repository=(
+            base.model_repository
+            if repository is None
+            else Path(repository)
+            if repository
+            else None
+        ),
         logs_dir=Path(env.get(ENV["logs_dir"]) or base.logs_dir),
         admin_key_file=Path(env.get(ENV["admin_key_file"]) or base.admin_key_file),
         scrape_interval_s=_seconds(env, "scrape_interval_s", base.scrape_interval_s),

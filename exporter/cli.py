@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from exporter.collector import BatchingCollector
-from exporter.scrape import Fetcher
+from exporter.scrape import CONFIG_TTL_S, Fetcher
 from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
 from exporter.tracing import TraceBook, TraceCollector
 from exporter.web import make_app, make_web_server
@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"as the {ADMIN_KEY_HEADER} header (TRITON_ADMIN_KEY_FILE; none by default)",
     )
     parser.add_argument(
+        "--config-cache-ttl",
+        metavar="SECONDS",
+        help="longest an unchanged model config is served from the cache; a reload or a new "
+        f"version refetches it at once; 0 reads every config on every scrape "
+        f"(EXPORTER_CONFIG_CACHE_TTL, {CONFIG_TTL_S:g})",
+    )
+    parser.add_argument(
         "--web.listen-address",
         dest="listen_address",
         metavar="HOST:PORT",
@@ -106,6 +113,18 @@ def parse_timeout(value: str) -> float:
     return timeout
 
 
+def parse_ttl(value: str) -> float:
+    if not value:
+        return CONFIG_TTL_S
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = -1.0
+    if not 0 <= ttl <= 3600:
+        raise ValueError(f"--config-cache-ttl: {value!r} is not a number of seconds in [0, 3600]")
+    return ttl
+
+
 @dataclass(frozen=True)
 class Options:
     targets: list[Target]
@@ -115,6 +134,7 @@ class Options:
     port: int
     log_level: str
     headers: dict[str, str] = field(default_factory=dict)
+    config_ttl_s: float = CONFIG_TTL_S
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -134,6 +154,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
             "give one per --triton-url, in the same order, or none"
         )
     timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
+    ttl = parse_ttl(args.config_cache_ttl or env.get("EXPORTER_CONFIG_CACHE_TTL") or "")
     host, port = parse_listen_address(
         args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
     )
@@ -150,7 +171,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
                 "`python -m stack up` wrote (.stack/triton-admin.key), or leave the flag out"
             )
         headers[ADMIN_KEY_HEADER] = key
-    return Options(targets, trace_files, timeout, host, port, level, headers)
+    return Options(targets, trace_files, timeout, host, port, level, headers, ttl)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
-        BatchingCollector(opts.targets, timeout_s=opts.timeout_s, fetch=Fetcher(opts.headers))
+        BatchingCollector(
+            opts.targets,
+            timeout_s=opts.timeout_s,
+            fetch=Fetcher(opts.headers, config_ttl_s=opts.config_ttl_s),
+        )
     )
     books = [
         TraceBook(target, path, timeout_s=opts.timeout_s, headers=opts.headers)

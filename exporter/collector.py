@@ -219,6 +219,13 @@ class _Families:
             f"({STATS}: batch_stats[].compute_infer.ns).",
             labels=[*MODEL, "batch_size"],
         )
+        self.failure_reasons = CounterMetricFamily(
+            "triton_batching_request_failures_by_reason",
+            "Failed requests by Triton's reason: REJECTED, CANCELED, BACKEND, OTHER "
+            "(Triton /metrics: nv_inference_request_failure{reason}, Triton 2.49 and later; "
+            "absent before).",
+            labels=[*MODEL, "reason"],
+        )
         self.pending = self._gauge(
             "triton_batching_pending_requests",
             "Requests received and not yet executed "
@@ -317,6 +324,7 @@ class _Families:
         families += [
             self.batch_executions,
             self.batch_infer_seconds,
+            self.failure_reasons,
             self.pending,
             self.ready,
             self.max_batch_size,
@@ -347,6 +355,8 @@ class _Families:
             self.batch_infer_seconds.add_metric([*labels, str(size)], batch.compute_infer_ns / 1e9)
         if view.pending is not None:
             self.pending.add_metric(labels, view.pending)
+        for reason, count in sorted(view.failures.items()):
+            self.failure_reasons.add_metric([*labels, reason], count)
 
         self.max_batch_size.add_metric(labels, c.max_batch_size)
         self.dynamic.add_metric(labels, 1.0 if c.dynamic_batching else 0.0)

@@ -87,7 +87,7 @@ def prepare(params: RunParams) -> Prepared:
     target = http
     if p.protocol == "grpc":
         target = parse_address(p.grpc_url, "--grpc-url", 8001)
-        check_target(target, "--grpc-url", p.allow_remote)
+        check_target(target, "--grpc-url", p.allow_remote, grpc=True)
     model = fetch_model(http.base_url, p.model)
     tensors, outputs = request_tensors(model, p.batch_size, dict(p.shapes), dict(p.dtypes))
     window = Window(p, p.exporter_url) if p.trace else None

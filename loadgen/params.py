@@ -17,7 +17,8 @@ PROTOCOLS = ("http", "grpc")
 def default_urls() -> tuple[str, str]:
     """Triton's HTTP and gRPC addresses of the local stack (its STACK_* port settings)."""
     settings = from_env_or_default()
-    return settings.url("triton_http"), settings.grpc_address
+    # The first Triton the stack watches: its own, or the first attached one.
+    return settings.triton_targets[0], settings.grpc_address
 
 
 def default_db() -> str:

@@ -54,11 +54,32 @@ def is_loopback(host: str) -> bool:
     return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
-def check_target(address: Address, flag: str, allow_remote: bool) -> None:
-    if allow_remote or is_loopback(address.host):
+def configured_hosts() -> dict[str, set[int]]:
+    """Host -> HTTP ports of the Tritons the stack is configured to watch (STACK_TRITON_URLS,
+    or the stack's own Triton): the load targets allowed without --allow-remote."""
+    hosts: dict[str, set[int]] = {}
+    for url in from_env_or_default().triton_targets:
+        try:
+            address = parse_address(url, "STACK_TRITON_URLS", 80)
+        except LoadgenError:
+            continue
+        hosts.setdefault(address.host.lower(), set()).add(address.port)
+    return hosts
+
+
+def is_configured(address: Address, grpc: bool) -> bool:
+    """True if ``address`` is one of the stack's configured Tritons: its HTTP endpoint, or
+    for gRPC the same host (the configuration names HTTP URLs only)."""
+    ports = configured_hosts().get(address.host.lower())
+    return ports is not None and (grpc or address.port in ports)
+
+
+def check_target(address: Address, flag: str, allow_remote: bool, grpc: bool = False) -> None:
+    if allow_remote or is_loopback(address.host) or is_configured(address, grpc):
         return
     raise LoadgenError(
-        f"{flag}: {address.host} is not a loopback address; load runs can flood a server, "
+        f"{flag}: {address.base_url} is neither loopback nor one of the stack's Tritons "
+        f"({', '.join(from_env_or_default().triton_targets)}); load runs can flood a server, "
         "so other hosts need --allow-remote"
     )
 

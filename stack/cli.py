@@ -14,7 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from doctor import cli as doctor_cli
-from stack import alertmanager, deployfiles, rulegen, rulesettings, tracewindow, warmup
+from stack import (
+    alertmanager,
+    attach,
+    deployfiles,
+    rulegen,
+    rulesettings,
+    tracewindow,
+    warmup,
+)
 from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
@@ -30,6 +38,7 @@ from stacksettings import (
     parse_port,
 )
 from tritonapi import repocheck
+from tritonapi.client import TritonClient, TritonError
 from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
 
 
@@ -83,6 +92,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="thresholds of the alert rules (STACK_RULES_SETTINGS, stack/rules/settings.yaml)",
     )
+    attach = up.add_argument_group(
+        "attach mode",
+        "watch Tritons that already run; the stack then starts no Triton of its own",
+    )
+    attach.add_argument(
+        "--triton-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an existing Triton's HTTP endpoint, http(s)://HOST:PORT; repeatable "
+        "(STACK_TRITON_URLS, comma-separated)",
+    )
+    attach.add_argument(
+        "--triton-metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="its metrics URL, once per --triton-url in the same order (STACK_TRITON_METRICS_URLS;"
+        " default: the same host, port 8002, /metrics)",
+    )
+    attach.add_argument(
+        "--triton-admin-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the key of the attached Tritons' restricted APIs, sent as the "
+        "x-batchscope-admin-key header (STACK_TRITON_ADMIN_KEY_FILE; none by default)",
+    )
     up.add_argument(
         "--skip",
         action="append",
@@ -104,10 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    sub.add_parser(
+    check = sub.add_parser(
         "check-config",
         parents=[common],
-        help="validate every model's config.pbtxt (exit 2 on errors)",
+        help="validate every model's config.pbtxt, or with --triton-url the configs a "
+        "running Triton serves (exit 2 on errors)",
+    )
+    check.add_argument(
+        "--triton-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="check the configs this running Triton serves; repeatable (STACK_TRITON_URLS)",
     )
     trace = sub.add_parser(
         "trace",
@@ -222,6 +266,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if not 0 < args.scrape_interval < math.inf:
             raise SettingsError("--scrape-interval must be a positive number of seconds")
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
+    settings = attached_from(args, settings)
     if getattr(args, "skip", None):
         known = {s.name for s in service_table(settings)}
         unknown = set(args.skip) - known
@@ -232,6 +277,29 @@ def settings_from(args: argparse.Namespace) -> Settings:
             )
         settings = replace(settings, skip=frozenset(args.skip))
     return settings
+
+
+def attached_from(args: argparse.Namespace, settings: Settings) -> Settings:
+    """Attach mode's targets from the flags (or STACK_TRITON_URLS), checked and paired."""
+    urls = getattr(args, "triton_url", None) or list(settings.triton_urls)
+    metrics = getattr(args, "triton_metrics_url", None) or list(settings.triton_metrics_urls)
+    key_file = getattr(args, "triton_admin_key_file", None)
+    if not urls:
+        if metrics or key_file:
+            raise SettingsError(
+                "--triton-metrics-url and --triton-admin-key-file need --triton-url (attach mode)"
+            )
+        return settings
+    found = attach.targets(urls, metrics)
+    if key_file is not None:
+        if not key_file.is_file():
+            raise SettingsError(f"--triton-admin-key-file: {key_file} is not a readable file")
+        settings = replace(settings, attached_admin_key_file=key_file.resolve())
+    return replace(
+        settings,
+        triton_urls=tuple(t.url for t in found),
+        triton_metrics_urls=tuple(t.metrics_url for t in found),
+    )
 
 
 def reachable(settings: Settings) -> str:
@@ -248,6 +316,8 @@ def reachable(settings: Settings) -> str:
 
 
 def check_config(settings: Settings) -> int:
+    if settings.attached:
+        return check_served(settings)
     try:
         checks = repocheck.check_repository(settings.model_repository)
     except FileNotFoundError as exc:
@@ -266,6 +336,31 @@ def check_config(settings: Settings) -> int:
         )
         return 2
     print(f"check-config: {len(checks)} model(s) OK in {settings.model_repository}")
+    return 0
+
+
+def check_served(settings: Settings) -> int:
+    """check-config in attach mode: the configs each server serves (no local repository)."""
+    checks: list[repocheck.ModelCheck] = []
+    for url in settings.triton_urls:
+        try:
+            served = repocheck.check_server(TritonClient(url, 5.0))
+        except TritonError as exc:
+            print(f"check-config: {url}: cannot read its models ({exc})", file=sys.stderr)
+            return 1
+        checks += served
+        for check in served:
+            for finding in check.findings:
+                print(finding, file=sys.stderr)
+    problems = repocheck.errors(checks)
+    where = ", ".join(settings.triton_urls)
+    if problems:
+        print(
+            f"check-config: {len(problems)} error(s) in the configs served by {where}",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"check-config: {len(checks)} model(s) OK on {where}")
     return 0
 
 
@@ -304,7 +399,14 @@ def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
 
 
 def up(settings: Settings, detach: bool, warm: bool = True, argv: list[str] | None = None) -> int:
-    if check_config(settings) != 0:
+    if settings.attached:
+        # Bad answers are refused before anything starts; a server that is down is watched.
+        targets = attach.targets(settings.triton_urls, settings.triton_metrics_urls)
+        for warning in attach.probe(targets):
+            print(f"up: {warning}", file=sys.stderr)
+        # Someone else's servers get no load unasked.
+        warm = False
+    elif check_config(settings) != 0:
         print("up: refusing to start with configuration errors", file=sys.stderr)
         return 2
     # Before anything starts: a bad threshold must not leave half a stack running.

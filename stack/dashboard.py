@@ -16,7 +16,11 @@ def environment(settings: Settings) -> dict[str, str]:
     """Where the dashboard finds its data (read by dashboard/settings.py)."""
     env = {
         "DASHBOARD_PROMETHEUS_URL": settings.url("prometheus"),
-        "DASHBOARD_TRITON_URL": settings.url("triton_http"),
+        "DASHBOARD_TRITON_URL": settings.triton_targets[0],
+        # Every watched server (the server selector), and the load generator's allowlist:
+        # load runs may go to these and nowhere else off loopback.
+        "DASHBOARD_TRITON_URLS": ",".join(settings.triton_targets),
+        "STACK_TRITON_URLS": ",".join(settings.triton_urls),
         "DASHBOARD_EXPORTER_URL": settings.url("exporter"),
         # Where `python -m loadgen` stores runs by default (loadgen.params.default_db).
         "DASHBOARD_STORE": str(settings.store),
@@ -24,9 +28,12 @@ def environment(settings: Settings) -> dict[str, str]:
         # Named in the dashboard's messages when a service stops: the --state-dir in use.
         "DASHBOARD_LOGS_DIR": str(settings.logs_dir),
         # The timeline's trace switch changes trace settings, one of Triton's restricted APIs.
-        "DASHBOARD_ADMIN_KEY_FILE": str(settings.admin_key_file),
+        "DASHBOARD_ADMIN_KEY_FILE": str(settings.triton_key_file or ""),
         "DASHBOARD_SCRAPE_INTERVAL": f"{settings.scrape_interval_s:g}",
     }
+    if settings.attached:
+        # No local repository: the config view reads each server's served configs.
+        env["DASHBOARD_MODEL_REPOSITORY"] = ""
     if not settings.on_loopback:
         # Reachable from the network: load runs and the advisor ask for this token.
         env["DASHBOARD_TOKEN_FILE"] = str(settings.dashboard_token_file)

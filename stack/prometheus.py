@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -49,7 +50,7 @@ def config(
             "scrape_timeout": _duration(min(scrape_interval_s, 10.0)),
         },
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": addrs}]}
+            {"job_name": job, "static_configs": _static_configs(addrs)}
             for job, addrs in targets.items()
         ],
     }
@@ -61,6 +62,27 @@ def config(
     return body
 
 
+def _static_configs(addrs: Sequence[str]) -> list[dict[str, Any]]:
+    """host:port targets in one group; a full URL (an attached Triton's metrics) gets a group
+    of its own with its scheme and path as the target's ``__scheme__``/``__metrics_path__``."""
+    plain = [a for a in addrs if "://" not in a]
+    groups: list[dict[str, Any]] = [{"targets": plain}] if plain else []
+    for addr in addrs:
+        if "://" not in addr:
+            continue
+        parts = urlsplit(addr)
+        group: dict[str, Any] = {"targets": [parts.netloc]}
+        labels = {}
+        if parts.scheme != "http":
+            labels["__scheme__"] = parts.scheme
+        if (parts.path or "/metrics") != "/metrics":
+            labels["__metrics_path__"] = parts.path
+        if labels:
+            group["labels"] = labels
+        groups.append(group)
+    return groups
+
+
 def _duration(seconds: float) -> str:
     ms = int(round(seconds * 1000))
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
@@ -68,7 +90,8 @@ def _duration(seconds: float) -> str:
 
 def local_targets(settings: Settings) -> dict[str, list[str]]:
     host = settings.host
-    targets = {"triton": [f"{host}:{settings.port('triton_metrics')}"]}
+    triton = list(settings.triton_metrics_urls) or [f"{host}:{settings.port('triton_metrics')}"]
+    targets = {"triton": triton}
     targets["exporter"] = [f"{host}:{settings.port('exporter')}"]
     if "alertmanager" not in settings.skip:
         targets["alertmanager"] = [f"{host}:{settings.port('alertmanager')}"]

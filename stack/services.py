@@ -33,8 +33,10 @@ def service_table(settings: Settings) -> list[Service]:
     # Imported here so that each row's module can import Service from this one.
     from stack import alertmanager, dashboard, exporter, prometheus, triton
 
+    # Attach mode watches Tritons that already run: none of our own.
+    own_triton: list[Callable[[Settings], Service]] = [] if settings.attached else [triton.service]
     builders: list[Callable[[Settings], Service]] = [
-        triton.service,
+        *own_triton,
         exporter.service,
         # Before Prometheus, so that no alert is sent to an Alertmanager not yet listening.
         alertmanager.service,

@@ -115,6 +115,39 @@ def environment(runtime: Runtime, libdir: str) -> dict[str, str]:
     }
 
 
+def server_argv(runtime: Runtime, settings: Settings, backends: Path, key: str | None) -> list[str]:
+    """tritonserver's command line for ``settings`` (address, ports, repository, trace
+    file); its restricted APIs need ``key``, or are open with None (the fleet tests'
+    foreign servers)."""
+    host = settings.host
+    argv = [
+        str(runtime.binary),
+        f"--model-repository={settings.model_repository}",
+        f"--backend-directory={backends}",
+        f"--http-address={host}",
+        f"--http-port={settings.port('triton_http')}",
+        f"--grpc-address={host}",
+        f"--grpc-port={settings.port('triton_grpc')}",
+        f"--metrics-address={host}",
+        f"--metrics-port={settings.port('triton_metrics')}",
+        # Latency summaries give the dashboard real p99s (off by default in Triton).
+        "--metrics-config=summary_latencies=true",
+        # Per-request traces: written to a file of ours, off until a model's setting
+        # turns them on (`python -m stack trace`, the dashboard's timeline). The file can
+        # only be chosen at start; level, rate and count change at run time.
+        f"--trace-config=triton,file={settings.trace_file}",
+        "--trace-config=level=OFF",
+        f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
+        "--exit-timeout-secs=5",
+    ]
+    if key is not None:
+        # Model loading, shared memory, tracing and logging need the stack's key
+        # (CVE-2025-23319/23320/23334 are in these APIs of this Triton version).
+        restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
+        argv += [f"--http-restricted-api={restricted}", f"--grpc-restricted-protocol={restricted}"]
+    return argv
+
+
 def service(settings: Settings) -> Service:
     host = settings.host
     backends = settings.state_dir / "triton" / "backends"
@@ -134,34 +167,10 @@ def service(settings: Settings) -> Service:
     def prepare() -> None:
         runtime = find_runtime(settings.triton_venv)
         key = ensure_secret(settings.admin_key_file)
-        restricted = f"{','.join(RESTRICTED_APIS)}:{ADMIN_KEY_HEADER}={key}"
         assemble_backends(runtime, backends)
         settings.trace_file.parent.mkdir(parents=True, exist_ok=True)
         svc.env = environment(runtime, python_libdir(runtime.venv))
-        svc.argv = [
-            str(runtime.binary),
-            f"--model-repository={settings.model_repository}",
-            f"--backend-directory={backends}",
-            f"--http-address={host}",
-            f"--http-port={settings.port('triton_http')}",
-            f"--grpc-address={host}",
-            f"--grpc-port={settings.port('triton_grpc')}",
-            f"--metrics-address={host}",
-            f"--metrics-port={settings.port('triton_metrics')}",
-            # Latency summaries give the dashboard real p99s (off by default in Triton).
-            "--metrics-config=summary_latencies=true",
-            # Per-request traces: written to a file of ours, off until a model's setting
-            # turns them on (`python -m stack trace`, the dashboard's timeline). The file can
-            # only be chosen at start; level, rate and count change at run time.
-            f"--trace-config=triton,file={settings.trace_file}",
-            "--trace-config=level=OFF",
-            f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
-            "--exit-timeout-secs=5",
-            # Model loading, shared memory, tracing and logging need the stack's key
-            # (CVE-2025-23319/23320/23334 are in these APIs of this Triton version).
-            f"--http-restricted-api={restricted}",
-            f"--grpc-restricted-protocol={restricted}",
-        ]
+        svc.argv = server_argv(runtime, settings, backends, key)
 
     svc.prepare = prepare
     return svc

@@ -57,12 +57,28 @@ class Settings:
     rules_settings: Path = RULES_SETTINGS
     # Services left out of `up` (e.g. {"dashboard"} for a headless run).
     skip: frozenset[str] = frozenset()
+    # Attach mode: Tritons that already run (HTTP URLs, STACK_TRITON_URLS); the stack then
+    # starts none of its own. Metrics URLs pair by order (STACK_TRITON_METRICS_URLS).
+    triton_urls: tuple[str, ...] = ()
+    triton_metrics_urls: tuple[str, ...] = ()
+    # The key of an attached Triton's restricted APIs, if it has one (none by default).
+    attached_admin_key_file: Path | None = None
 
     def port(self, name: str) -> int:
         return self.ports[name]
 
     def url(self, port_name: str) -> str:
         return f"http://{self.host}:{self.port(port_name)}"
+
+    @property
+    def attached(self) -> bool:
+        """True when the stack watches Tritons it did not start (``--triton-url``)."""
+        return bool(self.triton_urls)
+
+    @property
+    def triton_targets(self) -> tuple[str, ...]:
+        """Every Triton HTTP URL this stack watches: the attached ones, else its own."""
+        return self.triton_urls or (self.url("triton_http"),)
 
     @property
     def grpc_address(self) -> str:
@@ -90,9 +106,15 @@ class Settings:
         """The key of Triton's restricted APIs (mode 0600, made by `up`)."""
         return self.state_dir / ADMIN_KEY_NAME
 
+    @property
+    def triton_key_file(self) -> Path | None:
+        """The key file that opens the watched Tritons' restricted APIs: the stack's own,
+        or in attach mode the one given (often none: a foreign Triton may not restrict)."""
+        return self.attached_admin_key_file if self.attached else self.admin_key_file
+
     def admin_headers(self) -> dict[str, str]:
-        """Headers that open this stack's Triton's restricted APIs (none without a key)."""
-        return admin_headers(self.admin_key_file)
+        """Headers that open the watched Triton's restricted APIs (none without a key)."""
+        return admin_headers(self.triton_key_file)
 
     @property
     def dashboard_token_file(self) -> Path:
@@ -184,6 +206,13 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
             ) from None
     return replace(
         base,
+        triton_urls=env_list(env, "STACK_TRITON_URLS"),
+        triton_metrics_urls=env_list(env, "STACK_TRITON_METRICS_URLS"),
+        attached_admin_key_file=(
+            Path(env["STACK_TRITON_ADMIN_KEY_FILE"]).resolve()
+            if env.get("STACK_TRITON_ADMIN_KEY_FILE")
+            else None
+        ),
         host=env.get("STACK_HOST", base.host),
         state_dir=Path(env.get("STACK_STATE_DIR", base.state_dir)).resolve(),
         model_repository=Path(env.get("STACK_MODEL_REPOSITORY", base.model_repository)).resolve(),
@@ -192,6 +221,11 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def env_list(env: dict[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated variable as its non-empty items."""
+    return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
 
 
 def from_env_or_default(env: dict[str, str] | None = None) -> Settings:

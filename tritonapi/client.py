@@ -199,6 +199,15 @@ class TritonClient:
         path = (_model_path(model) if model else "/v2/models") + "/stats"
         return self.get_json(path, timeout_s)
 
+    def served_models(self, timeout_s: float | None = None) -> list[str]:
+        """Names of the models Triton has loaded, from its statistics API (open on every
+        Triton, where the repository index may be restricted), sorted."""
+        body = self.statistics_json(timeout_s=timeout_s)
+        entries = body.get("model_stats") if isinstance(body, dict) else None
+        if not isinstance(entries, list):
+            raise TritonBadResponse(self.url, "GET /v2/models/stats", "no model_stats")
+        return sorted({str(e["name"]) for e in entries if isinstance(e, dict) and "name" in e})
+
     def model_stats(
         self, model: str, version: str = "", timeout_s: float | None = None
     ) -> ModelStats:

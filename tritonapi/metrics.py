@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 PENDING = "nv_inference_pending_request_count"
+# Failed requests; Triton 2.49+ labels them with a reason: REJECTED, CANCELED, BACKEND, OTHER.
+FAILURE = "nv_inference_request_failure"
 
 # Triton's per-GPU gauges (docs/user_guide/metrics.md, "GPU Metrics"; label gpu_uuid),
 # reported only when Triton sees a GPU through DCGM. Field of GpuStats -> Triton's name.
@@ -17,6 +19,9 @@ GPU_FAMILIES = {
     "memory_total_bytes": "nv_gpu_memory_total_bytes",
     "power_watts": "nv_gpu_power_usage",
 }
+
+
+WANTED = frozenset({PENDING, FAILURE, *GPU_FAMILIES.values()})
 
 
 @dataclass(frozen=True)
@@ -36,20 +41,47 @@ class TritonMetrics:
     pending: dict[tuple[str, str], float]
     # Empty on a server without a GPU: no nv_gpu_* series at all.
     gpus: list[GpuStats]
+    # (model, version, reason) -> failed requests; empty before Triton 2.49 (no reason label).
+    failures: dict[tuple[str, str, str], float] = field(default_factory=dict)
+
+
+# How a line about one of the families read begins: its HELP, its TYPE, or a sample.
+_WANTED_PREFIXES = tuple(
+    f"{head}{name}{tail}"
+    for name in sorted(WANTED)
+    for head, tails in (("# HELP ", (" ",)), ("# TYPE ", (" ",)), ("", ("{", " ")))
+    for tail in tails
+)
+_TRITON_PREFIXES = ("nv_", "# HELP nv_", "# TYPE nv_")
+
+
+def wanted_lines(text: str) -> tuple[str, bool]:
+    """The lines of the families this module reads, and whether any ``nv_*`` name is there.
+
+    Triton's text holds tens of thousands of samples on a busy server (latency summaries
+    and histograms per model); parsing only the few families needed keeps a scrape fast.
+    """
+    lines = text.splitlines()
+    keep = [line for line in lines if line.startswith(_WANTED_PREFIXES)]
+    triton = bool(keep) or any(line.startswith(_TRITON_PREFIXES) for line in lines)
+    return "\n".join(keep) + "\n", triton
 
 
 def parse_metrics(text: str) -> TritonMetrics:
-    """Pending requests and GPUs; ValueError if the text is not Triton's metrics.
+    """Pending requests, failures by reason and GPUs; ValueError if the text is not
+    Triton's metrics.
 
     Every Triton exposes some ``nv_*`` family; a text without any is another
-    program's metrics (a wrong port), not an empty Triton.
+    program's metrics (a wrong port), not an empty Triton. Families a Triton release does
+    not have (GPU gauges without a GPU, failure reasons before 2.49) give no values.
     """
+    wanted, triton = wanted_lines(text)
+    if not triton:
+        raise ValueError("no nv_* metrics in the text: is this Triton's metrics endpoint?")
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(wanted))
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ValueError(f"not Prometheus text: {exc}") from None
-    if not any(f.name.startswith("nv_") for f in families):
-        raise ValueError("no nv_* metrics in the text: is this Triton's metrics endpoint?")
     pending: dict[tuple[str, str], float] = {}
     for family in families:
         if family.name != PENDING:
@@ -57,7 +89,21 @@ def parse_metrics(text: str) -> TritonMetrics:
         for sample in family.samples:
             key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
             pending[key] = sample.value
-    return TritonMetrics(pending, _gpus(families))
+    return TritonMetrics(pending, _gpus(families), _failures(families))
+
+
+def _failures(families: list[Metric]) -> dict[tuple[str, str, str], float]:
+    """(model, version, reason) -> failed requests, where Triton labels them (2.49+)."""
+    failures: dict[tuple[str, str, str], float] = {}
+    for family in families:
+        if family.name != FAILURE:
+            continue
+        for sample in family.samples:
+            reason = sample.labels.get("reason")
+            if reason and sample.name.endswith("_total"):
+                key = (sample.labels.get("model", ""), sample.labels.get("version", ""), reason)
+                failures[key] = sample.value
+    return failures
 
 
 def _gpus(families: list[Metric]) -> list[GpuStats]:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritonapi.modelconfig import ModelConfig, ParseError, from_proto, parse_pbtxt, to_dict
+from tritonapi.client import TritonClient
+from tritonapi.modelconfig import (
+    ModelConfig,
+    ParseError,
+    from_proto,
+    parse_json,
+    parse_pbtxt,
+    to_dict,
+)
 
 ERROR = "error"
 WARNING = "warning"
@@ -26,7 +34,7 @@ Add = Callable[..., None]  # add(message, severity=ERROR): records one finding
 @dataclass(frozen=True)
 class Finding:
     model: str
-    path: Path
+    path: Path | str  # a config.pbtxt, or the URL a running Triton serves the config at
     severity: str
     message: str
     line: int | None = None
@@ -42,7 +50,7 @@ class Finding:
 @dataclass
 class ModelCheck:
     name: str
-    folder: Path
+    folder: Path | str  # the model's folder, or its URL on a running Triton
     config: ModelConfig | None
     findings: list[Finding]
     # The file as protobuf JSON (field names as written), for display; empty if it does not parse.
@@ -143,3 +151,32 @@ def check_repository(repository: Path) -> list[ModelCheck]:
 
 def errors(checks: list[ModelCheck]) -> list[Finding]:
     return [f for c in checks for f in c.findings if f.severity == ERROR]
+
+
+def check_served(url: str, name: str, payload: Any) -> ModelCheck:
+    """The batching checks on the configuration a running Triton serves
+    (``GET /v2/models/<name>/config``): for a server whose repository is not on this machine."""
+    path = f"{url}/v2/models/{name}/config"
+    found: list[Finding] = []
+
+    def add(message: str, severity: str = ERROR, **where: int | None) -> None:
+        found.append(Finding(name, path, severity, message, **where))
+
+    try:
+        config = parse_json(payload)
+    except ValueError as exc:
+        add(f"the served config does not parse: {exc}")
+        return ModelCheck(name, f"{url}/v2/models/{name}", None, found)
+    _check_batching(config, add)
+    parsed = payload if isinstance(payload, dict) else {}
+    return ModelCheck(name, f"{url}/v2/models/{name}", config, found, parsed)
+
+
+def check_server(client: TritonClient, timeout_s: float = 5.0) -> list[ModelCheck]:
+    """:func:`check_served` for every model a running Triton has loaded (its statistics API
+    lists them, and is open where the repository index may be restricted). TritonError when
+    the server does not answer."""
+    return [
+        check_served(client.url, name, client.model_config_json(name, timeout_s=timeout_s))
+        for name in client.served_models(timeout_s)
+    ]

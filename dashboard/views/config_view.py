@@ -12,6 +12,9 @@ from tritonapi.client import TritonClient, TritonError
 
 def render(cfg: DashboardSettings) -> None:
     st.header("Model configuration")
+    if cfg.model_repository is None:
+        render_served(cfg)
+        return
     try:
         checks = repocheck.check_repository(cfg.model_repository)
     except FileNotFoundError as exc:
@@ -41,6 +44,33 @@ def render(cfg: DashboardSettings) -> None:
         render_model(cfg, triton, check, triton_up)
 
 
+def render_served(cfg: DashboardSettings) -> None:
+    """Attach mode: no repository here; the configs the chosen server serves, checked."""
+    try:
+        checks = repocheck.check_server(TritonClient(cfg.triton_url, 3.0))
+    except TritonError as exc:
+        st.warning(
+            f"{exc}: the configs come from the server itself, and it does not answer.",
+            icon=":material/warning:",
+        )
+        return
+    problems = repocheck.errors(checks)
+    summary = f"check-config: {len(checks)} model(s) served by {cfg.triton_url}"
+    if problems:
+        st.error(f"{summary}, {len(problems)} error(s)", icon=":material/error:")
+    else:
+        st.success(f"{summary}, no error", icon=":material/check_circle:")
+    for check in checks:
+        st.subheader(check.name)
+        for finding in check.findings:
+            show = st.error if finding.severity == repocheck.ERROR else st.warning
+            show(str(finding))
+        if check.config is not None:
+            st.markdown(check.config.batching_summary())
+        st.caption(f"as Triton loaded it: {check.folder}/config")
+        st.json(check.parsed, expanded=False)
+
+
 def render_model(
     cfg: DashboardSettings, triton: TritonClient, check: repocheck.ModelCheck, triton_up: bool
 ) -> None:
@@ -52,7 +82,7 @@ def render_model(
         st.markdown(check.config.batching_summary())
     left, right = st.columns(2)
     with left:
-        st.caption(f"{check.folder / 'config.pbtxt'}, parsed with Triton's ModelConfig")
+        st.caption(f"{check.folder}/config.pbtxt, parsed with Triton's ModelConfig")
         if check.config is None:
             st.write("(does not parse; see the finding above)")
         else:

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, fmt, gpu
 from dashboard import data as cached
+from dashboard import queries as q
 from dashboard.live import LiveData, kpi_time
 from dashboard.settings import DashboardSettings
 from dashboard.views import doctor_view
@@ -22,12 +23,19 @@ TIME_RANGES = {
 }
 
 
-def render(cfg: DashboardSettings, model: str, window_s: int, auto_refresh: bool) -> None:
+def render(
+    cfg: DashboardSettings,
+    model: str,
+    window_s: int,
+    auto_refresh: bool,
+    target: str | None = None,
+) -> None:
+    """``target``: one server's series (the sidebar's choice with several), else every one."""
     run_every = cfg.refresh_s if auto_refresh else None
-    st.fragment(_panel, run_every=run_every)(cfg, model, window_s)
+    st.fragment(_panel, run_every=run_every)(cfg, model, window_s, target)
 
 
-def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
+def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None) -> None:
     now = time.time()
     window = aligned_range(window_s, end=now, min_step_s=cfg.scrape_interval_s)
     try:
@@ -39,6 +47,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
             window.step_s,
             cfg.scrape_interval_s,
             kpi_time(now, cfg.scrape_interval_s),
+            target,
         )
     except PrometheusError as exc:
         st.error(str(exc), icon=":material/error:")
@@ -51,6 +60,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int) -> None:
             icon=":material/hourglass_empty:",
         )
     render_kpis(data)
+    render_failure_reasons(cfg, model, window_s, target, data.at)
     render_charts(data)
     render_gpus(cfg)
     if data.has_traffic:  # the checks are cached for 30 s: refreshes do not re-run them
@@ -102,6 +112,27 @@ def render_kpis(data: LiveData) -> None:
         fmt.ratio(k["failure_ratio"]),
         help="Failed / all requests in the window, as Triton counts them (an error response "
         "from the python backend counts as a success there).",
+    )
+
+
+def render_failure_reasons(
+    cfg: DashboardSettings, model: str, window_s: int, target: str | None, at: float
+) -> None:
+    """Why requests failed in the window, where Triton says (2.49+); nothing otherwise."""
+    expr = q.build(q.FAILURES_BY_REASON, q.selector(model, target), f"{window_s}s")
+    try:
+        frame = cached.instant_at(cfg.prometheus_url, expr, at)
+    except PrometheusError:
+        return
+    if frame.empty or "reason" not in frame:
+        return
+    parts = [
+        f"{reason} {value:,.0f}"
+        for reason, value in sorted(zip(frame["reason"], frame["value"], strict=True))
+    ]
+    st.warning(
+        f"Failed requests in the window, by Triton's reason (estimates): {', '.join(parts)}",
+        icon=":material/error:",
     )
 
 

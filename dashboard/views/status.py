@@ -55,9 +55,11 @@ def show_problems(cfg: DashboardSettings, state: StackState) -> None:
             icon=":material/warning:",
         )
     for target in state.targets_down:
+        why = cached.triton_problem(target)
         st.warning(
-            f"The exporter cannot read Triton at {target}: is that Triton running? The charts "
-            "show data up to when it stopped.",
+            f"The exporter cannot read Triton at {target}"
+            + (f" ({why})" if why else "")
+            + ": is that Triton running? The charts show data up to when it stopped.",
             icon=":material/warning:",
         )
     for job in state.jobs_down:

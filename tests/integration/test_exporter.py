@@ -21,7 +21,7 @@ from exporter.collector import BatchingCollector
 from exporter.scrape import Fetcher
 from exporter.targets import Target
 from loadgen.burst import burst, infer_body
-from stacksettings import Settings, admin_headers, free_ports
+from stacksettings import Settings, free_ports
 from tests.helpers import infer_add
 
 pytestmark = pytest.mark.integration
@@ -172,8 +172,8 @@ def test_one_exporter_reads_the_real_triton_beside_a_dead_one(running_stack: Set
         running_stack.url("triton_http"), f"{running_stack.url('triton_metrics')}/metrics"
     )
     registry = CollectorRegistry()
-    # The stack's Triton restricts its repository index to holders of the key.
-    fetch = Fetcher(admin_headers(running_stack.admin_key_file))
+    # The stack's Triton keeps its repository index (model_ready) behind the stack's key.
+    fetch = Fetcher(running_stack.admin_headers())
     registry.register(BatchingCollector([dead, real], timeout_s=2.0, fetch=fetch))
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value

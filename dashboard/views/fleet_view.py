@@ -1,0 +1,71 @@
+"""The fleet view: every watched server and model in one table, the worst batcher first."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import data as cached
+from dashboard.settings import DashboardSettings
+from promapi import PrometheusError
+
+WINDOWS = {"5 minutes": 300, "15 minutes": 900, "1 hour": 3600}
+
+
+def render(cfg: DashboardSettings) -> None:
+    st.header("Fleet")
+    window = st.selectbox("Time range", list(WINDOWS), key="fleet_window")
+    try:
+        frame = cached.fleet(cfg.prometheus_url, WINDOWS[window], _step(cfg))
+    except PrometheusError as exc:
+        st.error(str(exc), icon=":material/error:")
+        return
+    if frame.empty:
+        st.info(
+            "No server reports yet: Prometheus has no series from the exporter. Wait for the "
+            f"first scrapes, or check {cfg.prometheus_url}/targets.",
+            icon=":material/hourglass_empty:",
+        )
+        return
+    for target in sorted(set(frame.loc[~frame["up"], "target"])):
+        st.error(
+            f"The exporter cannot read Triton at {target}: it is down or unreachable "
+            "(triton_batching_target_up is 0); its models keep their rows.",
+            icon=":material/error:",
+        )
+    st.dataframe(
+        display(frame),
+        hide_index=True,
+        use_container_width=True,
+        key="fleet_table",
+    )
+    st.caption(
+        f"Over the last {window}, per server and model: worst first (down, alerting, then "
+        "the lowest batch efficiency among models with traffic). A dash: no traffic in the "
+        "window, or no preferred sizes."
+    )
+
+
+def display(frame: pd.DataFrame) -> pd.DataFrame:
+    """The overview as shown: readable column names and units."""
+    return pd.DataFrame(
+        {
+            "server": frame["target"],
+            "model": frame["model"],
+            "up": frame["up"].map({True: "up", False: "DOWN"}),
+            "requests/s": frame["requests_per_s"].round(2),
+            "avg batch": frame["average_batch_size"].round(2),
+            "max batch": frame["max_batch_size"],
+            "batch efficiency %": (frame["batch_efficiency"] * 100).round(1),
+            "preferred hits %": (frame["preferred_hit_ratio"] * 100).round(1),
+            "queue ms/request": (frame["queue_s_per_request"] * 1000).round(2),
+            "firing alerts": frame["alerts"],
+        }
+    )
+
+
+def _step(cfg: DashboardSettings) -> float:
+    """Now, on a scrape boundary: refreshes within one scrape share the cache."""
+    return time.time() // cfg.scrape_interval_s * cfg.scrape_interval_s

@@ -1,0 +1,113 @@
+"""Attach mode: watch Tritons that already run (``up --triton-url URL``, repeatable).
+
+The stack then starts no Triton of its own: the exporter, Prometheus, Alertmanager and
+the dashboard read the given servers. Before anything starts, each URL is checked: one
+that is not a Triton (HTML, a 404 on ``/v2``, a metrics page without Triton's series) is
+refused with one line naming the flag; one that does not answer is only reported, since a
+server that is down at start is what ``triton_batching_target_up`` and TritonDown are for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from exporter.targets import Target, make_targets
+from stacksettings import SettingsError
+from tritonapi.client import (
+    TritonBadResponse,
+    TritonClient,
+    TritonError,
+    TritonHTTPError,
+    TritonUnreachable,
+    metrics_text,
+)
+
+PROBE_TIMEOUT_S = 3.0
+# Every Triton exports these from its first start, with or without models or a GPU.
+TRITON_METRIC_PREFIX = "nv_"
+
+
+def targets(urls: Sequence[str], metrics_urls: Sequence[str]) -> list[Target]:
+    """The attached servers, paired by order; SettingsError (one line, exit 2) on bad input."""
+    for url in urls:
+        _host_port(url, "--triton-url")
+    try:
+        found = make_targets(list(urls), [_with_metrics_path(m) for m in metrics_urls])
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    return found
+
+
+def _with_metrics_path(value: str) -> str:
+    """``http://host:8002`` means Triton's ``/metrics`` there."""
+    text = value.strip().rstrip("/")
+    if "://" in text and urlsplit(text).path == "":
+        return f"{text}/metrics"
+    return text
+
+
+def _host_port(value: str, flag: str) -> None:
+    """``http(s)://host[:port]`` and nothing else: a path would be a different API."""
+    parts = urlsplit(value.strip())
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise SettingsError(f"{flag}: {value!r} has a bad port (use 1-65535)") from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+    ):
+        raise SettingsError(
+            f"{flag}: {value!r} is not an http(s)://host:port URL (e.g. http://gpu-host:8000)"
+        )
+
+
+def probe(found: Sequence[Target], timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+    """Check that each reachable URL is a Triton; return a warning per server that is down.
+
+    Raises SettingsError for an answer that is not Triton's: a wrong port or a wrong host
+    would otherwise be watched forever as a Triton that is "down".
+    """
+    warnings = []
+    for target in found:
+        try:
+            TritonClient(target.url, timeout_s).server_metadata()
+        except TritonUnreachable as exc:
+            warnings.append(f"--triton-url {target.url} does not answer now ({exc}); watching it")
+        except (TritonHTTPError, TritonBadResponse) as exc:
+            raise SettingsError(
+                f"--triton-url: {target.url} is not a Triton HTTP endpoint ({exc}); give "
+                "Triton's HTTP port (8000 by default)"
+            ) from None
+        except TritonError as exc:
+            raise SettingsError(f"--triton-url: {target.url}: {exc}") from None
+        try:
+            text = metrics_text(target.metrics_url, timeout_s)
+        except TritonUnreachable as exc:
+            warnings.append(
+                f"--triton-metrics-url {target.metrics_url} does not answer now ({exc}); "
+                "watching it"
+            )
+            continue
+        except TritonError as exc:
+            raise SettingsError(
+                f"--triton-metrics-url: {target.metrics_url} is not Triton's metrics ({exc}); "
+                "give Triton's metrics URL (http://HOST:8002/metrics by default)"
+            ) from None
+        if not _has_triton_series(text):
+            raise SettingsError(
+                f"--triton-metrics-url: {target.metrics_url} answers, but with no Triton "
+                "metrics (no nv_* series); give Triton's metrics URL "
+                "(http://HOST:8002/metrics by default)"
+            )
+    return warnings
+
+
+def _has_triton_series(text: str) -> bool:
+    return any(
+        line.startswith(TRITON_METRIC_PREFIX) or line.startswith(f"# TYPE {TRITON_METRIC_PREFIX}")
+        for line in text.splitlines()
+    )

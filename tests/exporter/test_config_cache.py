@@ -1,0 +1,142 @@
+"""Model configs are cached between scrapes; a reload, a new version or the TTL refetch them.
+
+A fake Triton (the endpoints the exporter reads, with answers the test changes) counts the
+config requests it receives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from exporter.scrape import Fetcher, parse_snapshot
+from exporter.targets import Target
+
+METRICS = '# TYPE nv_inference_count counter\nnv_inference_count{model="m0",version="1"} 3\n'
+
+
+class FakeTriton:
+    def __init__(self, models: int) -> None:
+        self.stats: dict[str, dict[str, Any]] = {
+            f"m{i}": {"version": "1", "inference_count": 3} for i in range(models)
+        }
+        self.config_requests: list[str] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                fake.answer(self)
+
+            def do_POST(self) -> None:  # noqa: N802
+                fake.answer(self)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        path = handler.path
+        if path == "/metrics":
+            body, kind = METRICS, "text/plain"
+        else:
+            kind = "application/json"
+            body = json.dumps(self.json(path, handler))
+        data = body.encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", kind)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def json(self, path: str, handler: BaseHTTPRequestHandler) -> Any:
+        if path == "/v2/models/stats":
+            return {"model_stats": [self.entry(name, s) for name, s in self.stats.items()]}
+        if path == "/v2/repository/index":
+            return [{"name": n, "version": "1", "state": "READY"} for n in self.stats]
+        if path == "/v2/health/ready":
+            return {}
+        name = path.split("/")[3]
+        self.config_requests.append(name)
+        return {"name": name, "max_batch_size": 4, "dynamic_batching": {}}
+
+    @staticmethod
+    def entry(name: str, s: dict[str, Any]) -> dict[str, Any]:
+        count = s["inference_count"]
+        return {
+            "name": name,
+            "version": s["version"],
+            "last_inference": count,
+            "inference_count": count,
+            "execution_count": count,
+            "inference_stats": {"success": {"count": count, "ns": 1000 * count}},
+            "batch_stats": [],
+        }
+
+
+@pytest.fixture
+def triton() -> Iterator[FakeTriton]:
+    fake = FakeTriton(models=3)
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scrape(fetcher: Fetcher, triton: FakeTriton) -> None:
+    view = parse_snapshot(fetcher(Target(triton.url, f"{triton.url}/metrics"), 2.0))
+    assert {m.stats.name for m in view.models} == set(triton.stats)
+
+
+def test_unchanged_configs_come_from_the_cache(triton: FakeTriton) -> None:
+    fetcher = Fetcher()
+    scrape(fetcher, triton)
+    assert sorted(triton.config_requests) == ["m0", "m1", "m2"]
+    for _ in range(5):
+        triton.stats["m1"]["inference_count"] += 7  # traffic does not invalidate
+        scrape(fetcher, triton)
+    assert len(triton.config_requests) == 3 and fetcher.config_fetches == 3
+
+
+def test_a_reload_a_new_version_or_the_ttl_fetch_again(triton: FakeTriton) -> None:
+    clock = Clock()
+    fetcher = Fetcher(config_ttl_s=60.0, clock=clock)
+    scrape(fetcher, triton)
+    triton.config_requests.clear()
+    # A reload: Triton resets the model's statistics.
+    triton.stats["m0"]["inference_count"] = 0
+    scrape(fetcher, triton)
+    assert triton.config_requests == ["m0"]
+    # A new version loaded.
+    triton.stats["m2"]["version"] = "2"
+    scrape(fetcher, triton)
+    assert triton.config_requests == ["m0", "m2"]
+    # Past the TTL everything is read again (an idle model's reload resets nothing).
+    clock.now += 61
+    scrape(fetcher, triton)
+    assert sorted(triton.config_requests[2:]) == ["m0", "m1", "m2"]
+
+
+def test_a_model_that_goes_away_leaves_the_cache(triton: FakeTriton) -> None:
+    fetcher = Fetcher()
+    scrape(fetcher, triton)
+    del triton.stats["m1"]
+    scrape(fetcher, triton)
+    triton.stats["m1"] = {"version": "1", "inference_count": 3}
+    triton.config_requests.clear()
+    scrape(fetcher, triton)
+    assert triton.config_requests == ["m1"]

@@ -1,0 +1,33 @@
+"""Nothing of a fleet is left behind: namespaces, veth pairs, hosts files, processes.
+
+This module runs after test_fleet.py (file order), so its first test also checks what the
+fleet fixture's teardown left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.netns import Fleet, Server, leftovers, namespaces
+
+
+def test_nothing_of_a_fleet_is_left_on_this_machine() -> None:
+    assert leftovers() == []
+
+
+def test_a_failing_body_still_removes_every_namespace_veth_and_process(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, [Server(0, {}), Server(1, {})])
+    sleeper: subprocess.Popen[bytes] | None = None
+    with pytest.raises(RuntimeError, match="a test failed"), fleet:
+        assert {"bsfleet0", "bsfleet1"} <= set(namespaces())
+        fleet.hosts(fleet.servers[0], {"triton": fleet.servers[0].address})
+        # A process in a namespace, in a session of its own: the stub Triton leaves behind.
+        sleeper = subprocess.Popen(
+            fleet.exec_argv(fleet.servers[1], ["sleep", "600"]), start_new_session=True
+        )
+        raise RuntimeError("a test failed")
+    assert leftovers() == []
+    assert sleeper is not None and sleeper.wait(timeout=10) == -9

@@ -1,0 +1,164 @@
+"""Attach mode's bad input: one line naming the flag, exit 2, nothing started.
+
+Fake servers stand in for what a wrong URL finds: a web page, a 404, a Prometheus endpoint
+that is not Triton's. A server that does not answer at all is no error: it is watched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.targets import Target
+from stack import attach, prometheus
+from stack import exporter as exporter_row
+from stack.services import service_table
+from stacksettings import ROOT, Settings, free_ports
+from tests.deploy.tools import promtool
+
+TRITON_V2 = {"name": "triton", "version": "2.51.0", "extensions": []}
+
+
+def serve(answers: dict[str, tuple[int, str, str]]) -> ThreadingHTTPServer:
+    """A server answering path -> (status, content type, body); 404 for other paths."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            status, kind, body = answers.get(self.path, (404, "text/plain", "not found"))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def fakes() -> Iterator[dict[str, str]]:
+    html = "<html><body>Welcome to nginx!</body></html>"
+    servers = {
+        "html": serve({"/v2": (200, "text/html", html)}),
+        "notfound": serve({}),
+        "triton": serve(
+            {
+                "/v2": (200, "application/json", json.dumps(TRITON_V2)),
+                "/metrics": (200, "text/plain", "# TYPE go_goroutines gauge\ngo_goroutines 7\n"),
+            }
+        ),
+    }
+    yield {name: f"http://127.0.0.1:{s.server_address[1]}" for name, s in servers.items()}
+    for s in servers.values():
+        s.shutdown()
+        s.server_close()
+
+
+def up(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stack", "up", "--no-warmup", "--state-dir", str(state), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+(DEAD,) = free_ports(1)
+DEAD_URL = f"http://127.0.0.1:{DEAD}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--triton-url", "ftp://gpu-host:8000"], "--triton-url: 'ftp://gpu-host:8000' is not"),
+        (["--triton-url", "http://gpu-host:8000/v2"], "is not an http(s)://host:port URL"),
+        (["--triton-url", "http://gpu-host:99999"], "--triton-url: 'http://gpu-host:99999' has"),
+        (["--triton-url", DEAD_URL, "--triton-url", DEAD_URL + "/"], "the same Triton is given"),
+        (["--triton-metrics-url", DEAD_URL], "--triton-metrics-url and --triton-admin-key-file"),
+        (
+            ["--triton-url", DEAD_URL, "--triton-url", "http://127.0.0.2:1"]
+            + ["--triton-metrics-url", DEAD_URL],
+            "--triton-metrics-url given 1 time(s) for 2 --triton-url",
+        ),
+        ("html", "--triton-url: {url} is not a Triton HTTP endpoint"),
+        ("notfound", "--triton-url: {url} is not a Triton HTTP endpoint"),
+        ("triton", "--triton-metrics-url: {url}/metrics answers, but with no Triton metrics"),
+    ],
+)
+def test_bad_attach_input_is_one_line_exit_2_and_nothing_started(
+    tmp_path: Path, fakes: dict[str, str], argv: list[str] | str, message: str
+) -> None:
+    if isinstance(argv, str):  # one of the fake servers
+        url = fakes[argv]
+        argv, message = ["--triton-url", url, "--triton-metrics-url", url], message.format(url=url)
+    done = up(tmp_path / "state", *argv)
+    lines = [ln for ln in done.stderr.splitlines() if ln and not ln.startswith("usage:")]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "state").exists()  # nothing started, nothing written
+
+
+def test_a_server_that_is_down_at_start_is_watched_not_refused() -> None:
+    warnings = attach.probe([Target(DEAD_URL, f"{DEAD_URL}/metrics")], timeout_s=1.0)
+    assert len(warnings) == 2
+    assert warnings[0].startswith(f"--triton-url {DEAD_URL} does not answer now")
+    assert warnings[0].endswith("; watching it")
+
+
+def test_the_metrics_url_defaults_to_port_8002_and_gets_its_path() -> None:
+    found = attach.targets(["http://gpu-a:8000", "https://gpu-b:9000"], [])
+    assert [t.metrics_url for t in found] == [
+        "http://gpu-a:8002/metrics",
+        "https://gpu-b:8002/metrics",
+    ]
+    (target,) = attach.targets(["http://gpu-a:8000"], ["http://gpu-a:9102"])
+    assert target.metrics_url == "http://gpu-a:9102/metrics"
+
+
+def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) -> None:
+    found = attach.targets(
+        ["http://gpu-a:8000", "http://gpu-b:8000"],
+        ["http://gpu-a:8002", "https://gpu-b:9443/x/metrics"],
+    )
+    settings = Settings(
+        state_dir=tmp_path,
+        triton_urls=tuple(t.url for t in found),
+        triton_metrics_urls=tuple(t.metrics_url for t in found),
+    )
+    assert [s.name for s in service_table(settings)] == [
+        "exporter",
+        "alertmanager",
+        "prometheus",
+        "dashboard",
+    ]
+    argv = exporter_row.service(settings).argv
+    assert "--triton-url=http://gpu-a:8000" in argv and "--triton-url=http://gpu-b:8000" in argv
+    assert not [a for a in argv if a.startswith(("--trace-file", "--triton-admin-key-file"))]
+    jobs = prometheus.config(prometheus.local_targets(settings), 5.0)["scrape_configs"]
+    triton_job = next(j for j in jobs if j["job_name"] == "triton")
+    assert triton_job["static_configs"] == [
+        {"targets": ["gpu-a:8002"]},
+        {
+            "targets": ["gpu-b:9443"],
+            "labels": {"__scheme__": "https", "__metrics_path__": "/x/metrics"},
+        },
+    ]
+    # Prometheus itself accepts the per-target scheme and path.
+    path = prometheus.write_config(settings)
+    out = promtool("check", "config", "--syntax-only", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
