@@ -108,8 +108,10 @@ def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
 
 
 def stored_runs(settings: Settings) -> int:
+    """Runs in the store that have ended (a run's row is there from its start, 'running')."""
     db = settings.state_dir / "loadgen.sqlite3"
-    return len(store.list_runs(db)) if db.exists() else 0
+    runs = store.list_runs(db) if db.exists() else []
+    return sum(r["status"] != "running" for r in runs)
 
 
 def start_run(page: Page, settings: Settings, concurrency: int, label: str) -> None:

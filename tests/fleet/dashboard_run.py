@@ -58,10 +58,17 @@ def wait_done(at: AppTest, db: Path, timeout_s: float = 60.0) -> list[str]:
     raise AssertionError("the dashboard's run did not finish")
 
 
-def newest_run(db: Path) -> dict[str, Any]:
-    """The store's newest run: where it went and what came back."""
+def newest_run(db: Path, timeout_s: float = 60.0) -> dict[str, Any]:
+    """The store's newest run once it has ended: where it went and what came back.
+
+    A run's row is in the store from its start (status ``running``): wait for its end.
+    """
     run_id = int(store.runs_frame(db)["id"].iloc[0])
+    deadline = time.monotonic() + timeout_s
     run = store.load_run(db, run_id)
+    while run.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = store.load_run(db, run_id)
     c = run.summary.client
     return {"url": run.params.url, "status": run.status, "sent": c.sent, "ok": c.ok}
 
