@@ -156,7 +156,10 @@ def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> N
     page.get_by_role("button", name="Ask the advisor about this run").click()
     page.get_by_text("Current config:").wait_for(timeout=120_000)
     shows(page, "predicted")
-    assert page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first.is_visible()
+    # The verdict renders after the prediction: wait for it rather than look once.
+    verdict = page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first
+    verdict.wait_for(timeout=60_000)
+    assert verdict.is_visible()
     save_whole_page(page, "dashboard-advisor.png")
 
 
