@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import tritonclient.http as httpclient
 
@@ -27,3 +31,18 @@ def infer_add(client: httpclient.InferenceServerClient, model: str, a: float, b:
 def model_stats(url: str, model: str) -> ModelStats:
     """The model's cumulative statistics (the newest version) from Triton's statistics API."""
     return TritonClient(url).model_stats(model)
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
+    """``check()``'s first truthy value, polled every 0.5 s; AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
+        time.sleep(0.5)

@@ -61,25 +61,25 @@ def render_served(cfg: DashboardSettings) -> None:
     else:
         st.success(f"{summary}, no error", icon=":material/check_circle:")
     for check in checks:
-        st.subheader(check.name)
-        for finding in check.findings:
-            show = st.error if finding.severity == repocheck.ERROR else st.warning
-            show(str(finding))
-        if check.config is not None:
-            st.markdown(check.config.batching_summary())
+        model_header(check)
         st.caption(f"as Triton loaded it: {check.folder}/config")
         st.json(check.parsed, expanded=False)
 
 
-def render_model(
-    cfg: DashboardSettings, triton: TritonClient, check: repocheck.ModelCheck, triton_up: bool
-) -> None:
+def model_header(check: repocheck.ModelCheck) -> None:
+    """The model's name, its check-config findings and what its batcher may do."""
     st.subheader(check.name)
     for finding in check.findings:
         show = st.error if finding.severity == repocheck.ERROR else st.warning
         show(str(finding))
     if check.config is not None:
         st.markdown(check.config.batching_summary())
+
+
+def render_model(
+    cfg: DashboardSettings, triton: TritonClient, check: repocheck.ModelCheck, triton_up: bool
+) -> None:
+    model_header(check)
     left, right = st.columns(2)
     with left:
         st.caption(f"{check.folder}/config.pbtxt, parsed with Triton's ModelConfig")

@@ -14,10 +14,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
@@ -37,11 +37,10 @@ from tests.dashboard.test_browser import shows, start_run
 from tests.deploy.test_compose import COMPOSE, resolved
 from tests.fleet import dashboard_run
 from tests.fleet.netns import Fleet, Server
-from tests.helpers import model_stats
+from tests.helpers import model_stats, wait_for
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 BASE = (ROOT / "model_repository" / "batch_add_model" / "config.pbtxt").read_text()
 KEY = "fleet-key-0"
 
@@ -106,17 +105,6 @@ def fast_rules(folder: Path) -> Path:
     return path
 
 
-def wait_for(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def attached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attached]:
     started = time.monotonic()
@@ -145,7 +133,7 @@ def test_the_stack_holds_per_target_series_for_every_model(attached: Attached) -
         rows = attached.prom("triton_batching_max_batch_size")
         return {(r["metric"]["target"], r["metric"]["model"]): float(r["value"][1]) for r in rows}
 
-    assert wait_for("every server's models in Prometheus", lambda: seen() == expected or None)
+    assert wait_for("every server's models in Prometheus", lambda: seen() == expected or None, 60)
     up = {r["metric"]["target"]: r["value"][1] for r in attached.prom("triton_batching_target_up")}
     assert up == {s.url: "1" for s in servers}
     # Prometheus scrapes each server's own metrics too (default port 8002, paired by order).

@@ -11,11 +11,11 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
@@ -24,10 +24,9 @@ import yaml
 from loadgen.burst import infer_body
 from stack.supervisor import Supervisor, running
 from stacksettings import RULES_SETTINGS, Settings, isolated
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
 
 
 class Webhook:
@@ -115,17 +114,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         webhook.server.shutdown()
         webhook.server.server_close()
-
-
-def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
-        time.sleep(0.5)
 
 
 def test_triton_down_fires_once_reaches_alertmanager_and_resolves(stack: Stack) -> None:
