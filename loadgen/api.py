@@ -35,7 +35,7 @@ from loadgen.grpcclient import GrpcClient
 from loadgen.httpclient import HttpClient
 from loadgen.params import RunParams, validate
 from loadgen.payloads import Payloads, Tensor, request_tensors
-from loadgen.recorder import Recorder
+from loadgen.recorder import LATE_THRESHOLD_S, Recorder
 from loadgen.shapes import ConstantRate, LoadShape, Steps
 from loadgen.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
@@ -138,7 +138,10 @@ def execute(
     before = serverside.snapshot(prepared.http.base_url, p.model)
     if prepared.window is not None:
         prepared.window.open()
-    recorder = Recorder(track_index=p.trace)
+    open_loop = p.scenario in ("rate", "steps")
+    recorder = Recorder(
+        track_index=p.trace, late_threshold_s=LATE_THRESHOLD_S if open_loop else None
+    )
     if writer is None:
         return _execute(prepared, before, recorder, stop, progress, handle_sigint, None)
     writer.start(time.time(), recorder.summary())

@@ -63,6 +63,8 @@ def run_table(run: LoadRun) -> str:
         lines.append(f"  ended by      {ENDED.get(c.ended, c.ended)}{_limit(run, c.ended)}")
     if c.not_sent:
         lines.append(f"  not sent      {c.not_sent:,} due requests dropped at the stop")
+    if c.late_sends is not None:
+        lines.append(f"  late sends    {late_sends(c.late_sends, c.sent, c.late_threshold_s)}")
     for kind, count in c.errors.items():
         lines.append(f"  error x{count:<6,} {kind}")
     if s is None:
@@ -85,6 +87,16 @@ def run_table(run: LoadRun) -> str:
     if run.trace is not None:
         lines += ["", *trace_lines(run.trace)]
     return "\n".join(lines)
+
+
+def late_sends(late: int, sent: int, threshold_s: float | None) -> str:
+    """Open-loop runs: how many requests went out late (perf_analyzer's "delayed")."""
+    share = f" ({late / sent:.1%})" if sent else ""
+    after = "" if threshold_s is None else f" more than {threshold_s * 1e3:g} ms"
+    return (
+        f"{late:,} of {sent:,}{share} went out{after} after they were due; "
+        "their latency counts from the due time"
+    )
 
 
 def _limit(run: LoadRun, ended: str) -> str:

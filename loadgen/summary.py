@@ -6,9 +6,9 @@ from the statistics-API delta of the run's window (``serverside.summarize``), an
 summary, as the API returns it and as the store reads it back.
 
 ``to_json`` / ``from_json`` keep the JSON shape the store and ``--json`` have always used
-(batch sizes as text keys, ``not_sent`` only for open-loop runs, ``error`` only when sending
-failed, ``ended`` only in runs stored since it is recorded), so a store written before these
-types existed reads as the same values.
+(batch sizes as text keys, ``not_sent`` and ``late_sends`` only for open-loop runs, ``error``
+only when sending failed, ``ended`` only in runs stored since it is recorded), so a store
+written before these types existed reads as the same values.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ class ClientSummary:
     latency_s: Latency
     errors: dict[str, int]  # error kind -> requests, most frequent first
     not_sent: int | None = None  # open loop only: due requests dropped at the stop
+    # Open loop only: requests sent more than ``late_threshold_s`` after they were due
+    # (perf_analyzer's "delayed" requests; their latency still counts from the due time).
+    # A plain count: the late sends of runs merged together add up.
+    late_sends: int | None = None
+    late_threshold_s: float | None = None
     error: str = ""  # why sending ended early (the run's status is then failed)
     # What ended it: one of ENDED (runs stored before this was recorded: "").
     ended: str = ""
@@ -65,8 +70,9 @@ class ClientSummary:
         for key in ("error", "ended"):
             if not data[key]:
                 del data[key]
-        if self.not_sent is None:
-            del data["not_sent"]
+        for key in ("not_sent", "late_sends", "late_threshold_s"):
+            if data[key] is None:
+                del data[key]
         return data
 
     @classmethod
