@@ -1,4 +1,4 @@
-"""python -m loadgen SCENARIO ... | compare | runs | show | export  (triton-loadgen)
+"""python -m loadgen SCENARIO ... | compare | capacity | runs | show | export  (triton-loadgen)
 
 Exit codes: 0 every request answered right; 1 some failed or timed out; 2 bad input
 (nothing sent, nothing stored); 130 interrupted by Ctrl-C or SIGTERM (the partial run is
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from loadgen import api, report, store
+from loadgen import api, capacity, report, store
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams, default_db
 from loadgen.payloads import parse_dims
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--keep", type=int, default=None, metavar="N", help="newest runs to keep")
     prune.add_argument("--older-than", default=None, metavar="AGE", help="e.g. 30d, 12h, 45m, 90s")
     prune.add_argument("--db", default=None)
+    _capacity_parser(sub)
     imp = sub.add_parser(
         "import",
         help="put a run saved beside the store (it was locked, full or corrupt) into it",
@@ -181,6 +182,71 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("saved", metavar="FILE", help="the <store>.run-<time>.json file")
     imp.add_argument("--db", default=None)
     return parser
+
+
+def _capacity_parser(sub: Any) -> None:
+    cap = sub.add_parser(
+        "capacity",
+        help="the highest open-loop rate whose p99 stays under a bound (binary search)",
+        description="Binary search for the highest open-loop rate whose p99 latency (from "
+        "each request's due time) stays at or under --p99-ms with every answer right. The "
+        "first step runs --max-rate; each step is a stored rate run of --step-duration "
+        "seconds; at most --steps of them. The result says whether the step count or the "
+        "max rate ended the search.",
+    )
+    cap.add_argument("--p99-ms", type=float, required=True, metavar="B", help="the p99 bound")
+    cap.add_argument(
+        "--max-rate", type=float, default=2000.0, metavar="R", help="highest rate tried (2000)"
+    )
+    cap.add_argument("--steps", type=int, default=8, help="runs at most (8)")
+    cap.add_argument(
+        "--step-duration", type=float, default=5.0, metavar="S", help="seconds per run (5)"
+    )
+    cap.add_argument("--poisson", action="store_true", help="Poisson arrivals (else constant)")
+    cap.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=256,
+        help="open connections at most; later arrivals wait (256)",
+    )
+    _common(cap)
+    _output(cap)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    """``loadgen capacity``: every step checked before the first is sent (the max rate's
+    run bounds them all), then the search; each step stored with one group id."""
+    bounds = capacity.CapacityParams(
+        args.p99_ms / 1e3, args.max_rate, args.steps, args.step_duration
+    )
+    bounds.check()
+    args.rate, args.duration = args.max_rate, args.step_duration
+    (base,) = params_from("rate", args)
+    api.prepare(capacity.step_params(base, bounds, bounds.max_rate))
+    group = f"capacity-{time.time():.3f}"
+    stop = threading.Event()
+
+    def probe(rate: float) -> capacity.Step:
+        params = capacity.step_params(base, bounds, rate)
+        bar = None if args.json else report.ProgressBar(params.describe())
+        result = api.run(params, _db(args), stop, bar, handle_sigint=True, group_id=group)
+        if result.store_note:
+            print(f"loadgen: {result.store_note}", file=sys.stderr, flush=True)
+        step = capacity.verdict(result, bounds.p99_s)
+        if not args.json:
+            p99 = "-" if step.p99_s is None else f"{step.p99_s * 1e3:.2f} ms"
+            verdict = "pass" if step.passed else "FAIL"
+            print(f"  {rate:,.1f}/s: p99 {p99}, {step.bad} bad -> {verdict}", flush=True)
+        return step
+
+    found = capacity.search(bounds, probe)
+    if args.json:
+        print(json.dumps({"group_id": group, **found.to_json()}, indent=2))
+    else:
+        print(capacity.table(found))
+    if found.ended == "stop":
+        return 130
+    return 0 if found.best_rate is not None and found.ended != "error" else 1
 
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -419,6 +485,8 @@ def _main(args: argparse.Namespace) -> int:
             return prune_runs(args)
         if args.command == "import":
             return import_run(args)
+        if args.command == "capacity":
+            return run_capacity(args)
         return export_run(args)
     except LoadgenError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
