@@ -12,8 +12,9 @@ From those:
   run is one client with its gap as think time. ``concurrent`` (one burst) and
   ``steps`` (changing rates) have no steady state to model, and are refused.
 
-The batching config is not in the store: the caller reads it from the server or
-takes it from the user.
+Runs stored since the store kept them carry the model's config and the Triton version as
+the server reported them when the run began (``loadgen.store.load_server``); an older run
+has neither, and the caller reads the config from the server or takes it from the user.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import fit_service_times
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen import store
@@ -39,6 +41,21 @@ class StoredRun:
     traffic: Traffic
     measured_batch_size: float | None
     measured_throughput_per_s: float | None
+    # As the server reported them (None / "": a run stored before the store kept them).
+    config: BatcherConfig | None = None
+    triton_version: str = ""
+    server: str = ""  # the run's Triton HTTP URL
+    concurrency: int | None = None  # a closed-loop run's clients
+    requests: int = 0  # sent in the run
+
+
+def stored_config(model_config: dict | None) -> BatcherConfig | None:
+    if model_config is None:
+        return None
+    try:
+        return from_model_config(model_config)
+    except ValueError:
+        return None
 
 
 def service_from_summary(server: ServerSummary) -> ServiceModel:
@@ -90,4 +107,9 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         traffic=traffic_from_run(run.params, due),
         measured_batch_size=server.average_batch_size,
         measured_throughput_per_s=client.throughput_per_s,
+        config=stored_config(run.model_config),
+        triton_version=run.triton_version,
+        server=run.params.url,
+        concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
+        requests=client.sent,
     )
