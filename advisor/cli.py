@@ -356,7 +356,7 @@ def live_inputs(
     if meter is not None:
         meter.start()
     delta, samples, cumulative = read_server(client, args.model, args.window)
-    cpu_s = meter.stop() if meter is not None else 0.0
+    cpu = meter.stop() if meter is not None else None
     notes = []
     if calibrated is not None:
         # Measured at low CPU contention: a busy window's compute times include the
@@ -382,10 +382,10 @@ def live_inputs(
             ) from None
         notes.append(f"traffic fitted from the window: {traffic.describe()}")
     inputs = Inputs(config, service, traffic, notes, args.url, args.model, triton_version(client))
-    if meter is not None:
+    if meter is not None and cpu is not None:
         source = f"the local Triton's CPU over the {args.window:g} s window"
         try:
-            inputs.measured = costs.from_process_cpu(cpu_s, meter.cores, delta, service, source)
+            inputs.measured = costs.from_process_cpu(cpu, meter.cores, delta, service, source)
         except ValueError as exc:
             notes.append(f"costs not measured from the window: {exc}")
     return inputs
@@ -517,7 +517,7 @@ def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
         if meter is not None:
             meter.start()
         result = loadgen_api.run(params, db=None)
-        cpu_s = meter.stop() if meter is not None else 0.0
+        cpu = meter.stop() if meter is not None else None
         delta = client.model_stats(inputs.model).minus(before)
     except LoadgenError as exc:
         raise UsageError(f"--probe: {exc}") from None
@@ -526,8 +526,8 @@ def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
     measured = result.summary.client.throughput_per_s or 0.0
     source = f"a {args.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
     try:
-        if meter is not None:
-            return costs.from_process_cpu(cpu_s, meter.cores, delta, inputs.service, source)
+        if meter is not None and cpu is not None:
+            return costs.from_process_cpu(cpu, meter.cores, delta, inputs.service, source)
         request_s = costs.fit_request_cost(
             config, inputs.service, concurrency, measured, float(args.cores)
         )

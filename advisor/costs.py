@@ -7,10 +7,13 @@ front end. A cost model is measured in one of three ways, each kept as a
 :class:`Calibration` with where it came from and when:
 
 * **the local Triton's CPU** (:func:`from_process_cpu`): when ``--url`` is on this machine,
-  the server's process is found by its listening port, and its CPU seconds (with its
-  python-backend stubs) over the advisor's window, minus the executions' time, divided by
-  the requests served, is the per-request cost; the cores are the process's CPU set. This
-  is the server's own cost: clients on the same cores lower the capacity further.
+  the server's process is found by its listening port and its CPU seconds are read over
+  the advisor's window. A python-backend model executes in stub processes (children of
+  ``tritonserver``), so the server process's own CPU is the work outside the model (HTTP,
+  the batcher, the hand-off to the stub): that, per request served, is the cost. A model
+  executed inside the server process (no stubs busy) has its executions' time taken off
+  instead. The cores are the process's CPU set. This is the server's own cost: clients on
+  the same cores lower the capacity further.
 * **a probe** (``--probe``, :func:`probe`): a short closed-loop load through the load
   generator. On a local server its CPU is read as above; on a remote one the per-request
   cost is the one that makes the simulator reproduce the throughput measured at the
@@ -175,34 +178,50 @@ def process_cores(pid: int) -> int:
     return len(os.sched_getaffinity(pid))
 
 
+@dataclass(frozen=True)
+class ServerCpu:
+    """CPU seconds of the server process itself and of its children (backend stubs)."""
+
+    own_s: float
+    children_s: float
+
+
 class CpuMeter:
     """The local server's CPU over a window: ``start()``, then ``stop()``."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.cores = process_cores(pid)
-        self._start = 0.0
+        self._own = self._tree = 0.0
+
+    def _read(self) -> tuple[float, float]:
+        own = _stat(str(self.pid))
+        return (own[1] if own else 0.0), process_tree_cpu_s(self.pid)
 
     def start(self) -> None:
-        self._start = process_tree_cpu_s(self.pid)
+        self._own, self._tree = self._read()
 
-    def stop(self) -> float:
-        return process_tree_cpu_s(self.pid) - self._start
+    def stop(self) -> ServerCpu:
+        own, tree = self._read()
+        own_s = own - self._own
+        return ServerCpu(own_s, max(tree - self._tree - own_s, 0.0))
 
 
 def from_process_cpu(
-    cpu_s: float, cores: float, delta: ModelStats, service: ServiceModel, source: str
+    cpu: ServerCpu, cores: float, delta: ModelStats, service: ServiceModel, source: str
 ) -> Calibration:
-    """A calibration from the server's CPU seconds over a window and its statistics delta;
+    """A calibration from the server's CPU over a window and its statistics delta;
     ValueError if the window served too few requests to say."""
     if delta.inference_count < MIN_REQUESTS:
         raise ValueError(
             f"{delta.inference_count} requests in the window, fewer than {MIN_REQUESTS}: "
             "too few to measure the CPU per request"
         )
-    return Calibration(
-        cores, front_end_s(cpu_s, delta, service), source, time.time(), delta.inference_count
-    )
+    if cpu.children_s > 0:  # the model ran in stubs: the server's own CPU is the rest
+        request_s = cpu.own_s / delta.inference_count
+    else:
+        request_s = front_end_s(cpu.own_s, delta, service)
+    return Calibration(cores, request_s, source, time.time(), delta.inference_count)
 
 
 # ---- fitted to a measured closed-loop throughput ------------------------------------------
