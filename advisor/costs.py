@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, ServiceModel
 from advisor.simulator import Simulation
-from stacksettings import is_loopback
+from stacksettings import is_loopback, procstat
 from tritonapi.stats import ModelStats
 
 # Fewer requests than this in a window say too little about the per-request cost.
@@ -139,39 +139,15 @@ def local_server_pid(url: str) -> int | None:
             continue
     # A child that inherited the socket (a backend stub) is not the server: the topmost is.
     for pid in sorted(holders):
-        entry = _stat(str(pid))
-        if entry is not None and entry[0] not in holders:
+        stat = procstat.read(pid)
+        if stat is not None and stat.ppid not in holders:
             return pid
     return None
 
 
-def _stat(pid: str) -> tuple[int, float] | None:
-    """(parent pid, user + system CPU seconds) of one process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the name may hold spaces
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks
-
-
 def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds of ``pid`` and its descendants (Triton and its python-backend stubs)."""
-    stats = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and (entry := _stat(proc.name)) is not None:
-            stats[proc.name] = entry
-    children: dict[int, list[int]] = {}
-    for child, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(int(child))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        if (entry := stats.get(str(current))) is not None:
-            total += entry[1]
-        todo.extend(children.get(current, []))
-    return total
+    return procstat.cpu_seconds({pid} | procstat.descendants(pid))
 
 
 def process_cores(pid: int) -> int:
@@ -195,8 +171,7 @@ class CpuMeter:
         self._own = self._tree = 0.0
 
     def _read(self) -> tuple[float, float]:
-        own = _stat(str(self.pid))
-        return (own[1] if own else 0.0), process_tree_cpu_s(self.pid)
+        return procstat.cpu_seconds([self.pid]), process_tree_cpu_s(self.pid)
 
     def start(self) -> None:
         self._own, self._tree = self._read()

@@ -24,7 +24,7 @@ from advisor.cli import main
 from loadgen import store
 from loadgen.api import RunParams, run
 from stack.supervisor import running
-from stacksettings import isolated
+from stacksettings import isolated, procstat
 from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
@@ -94,8 +94,7 @@ def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(
         sender.join()
     assert code == 0, err
     # The python backend's stubs are its children, and they did the model's work: counted.
-    own = costs._stat(str(pid))
-    assert own is not None and costs.process_tree_cpu_s(pid) > own[1]
+    assert costs.process_tree_cpu_s(pid) > procstat.cpu_seconds([pid])
     result = json.loads(out)
     calibration = result["calibration"]
     assert calibration["source"] == "the local Triton's CPU over the 2 s window"
@@ -156,3 +155,36 @@ def test_probe_measures_the_costs_with_a_short_load(
     # The server's own CPU only: the capacity is at least what the probe's clients got
     # on the same cores.
     assert result["current"]["throughput_limit_per_s"] >= 0.8 * probed
+
+
+def test_the_mlp_model_answers_its_seeded_network_and_batches(url: str) -> None:
+    """mlp_model (model_repository/): the answer is the seeded numpy network's, and
+    concurrent requests are executed in batches."""
+    import importlib.util
+    import sys
+    import types
+
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    from stacksettings import ROOT
+
+    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("pb_utils"))
+    spec = importlib.util.spec_from_file_location(
+        "mlp_model_py", ROOT / "model_repository" / "mlp_model" / "1" / "model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.random.default_rng(3).standard_normal((1, 64), dtype=np.float32)
+    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+    tensor = httpclient.InferInput("INPUT", [1, 64], "FP32")
+    tensor.set_data_from_numpy(x)
+    got = client.infer("mlp_model", [tensor]).as_numpy("OUTPUT")
+    client.close()
+    assert got.shape == (1, 16)
+    np.testing.assert_allclose(got, module.forward(module.weights(), x), rtol=1e-4, atol=1e-5)
+    params = RunParams("concurrency", model="mlp_model", url=url, concurrency=8, duration_s=1.5)
+    server = run(params).summary.server
+    assert server is not None and server.average_batch_size is not None
+    assert server.average_batch_size > 2
