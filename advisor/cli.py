@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from advisor import costs, storedrun
+from advisor import costs, storedrun, verify
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import (
@@ -45,7 +45,7 @@ from advisor.predict import (
 from loadgen import api as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
-from stacksettings import Settings, is_loopback
+from stacksettings import Settings, admin_headers, is_loopback
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats
 
@@ -200,6 +200,31 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(float, "--probe-s"),
         default=3.0,
         help="seconds of probe load (default 3)",
+    )
+    advise.add_argument(
+        "--verify",
+        action="store_true",
+        help="check by experiment: load each config as a scratch copy of the model "
+        "(repository API), replay the traffic, compare with the prediction, unload",
+    )
+    advise.add_argument(
+        "--verify-s",
+        type=_positive(float, "--verify-s"),
+        default=5.0,
+        help="seconds of replayed traffic per config (default 5)",
+    )
+    advise.add_argument(
+        "--model-repository",
+        type=Path,
+        default=Settings().model_repository,
+        help="where the model's files are, for --verify's scratch copy "
+        "(default: the project's model_repository)",
+    )
+    advise.add_argument(
+        "--admin-key-file",
+        type=Path,
+        default=Settings().admin_key_file,
+        help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
     )
     advise.add_argument(
         "--calibrations",
@@ -659,11 +684,68 @@ def advise(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    checked = run_verify(args, inputs, rec) if args.verify else None
     if args.json:
-        print(json.dumps(recommendation_json(rec, notes, cost), indent=1))
+        out = recommendation_json(rec, notes, cost)
+        out["verification"] = checked.to_json(rec.objective) if checked else None
+        print(json.dumps(out, indent=1))
     else:
         print_recommendation(rec, notes, cost)
+        if checked is not None:
+            print_verification(rec, checked)
     return 0
+
+
+def run_verify(
+    args: argparse.Namespace, inputs: Inputs, rec: Recommendation
+) -> verify.Verification:
+    url = args.url or inputs.server
+    if not url:
+        raise UsageError("--verify needs --url (the Triton to load the scratch copies on)")
+    try:
+        return verify.verify(
+            url,
+            admin_headers(args.admin_key_file),
+            inputs.model,
+            args.model_repository,
+            rec,
+            args.verify_s,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+    except LoadgenError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+    except TritonHTTPError as exc:
+        hint = (
+            "give --admin-key-file (the key of its restricted APIs)"
+            if exc.status == 403
+            else "the server must run with --model-control-mode=explicit"
+        )
+        raise UsageError(f"--verify: {exc}; {hint}") from None
+    except TritonError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def print_verification(rec: Recommendation, checked: verify.Verification) -> None:
+    print(
+        f"verification: each config loaded as a scratch copy, {checked.seconds:g} s of "
+        "the same traffic each, then unloaded"
+    )
+    print(f"  {'':<13}{'':<22}{'predicted':>11}{'measured':>11}")
+    for check in checked.checks:
+        for i, (name, predicted, measured) in enumerate(check.rows()):
+            label = check.which if i == 0 else ""
+            digits = 2 if "batch" in name or "ms" in name else 0
+            print(
+                f"  {label:<13}{name:<22}{_num(predicted, digits):>11}{_num(measured, digits):>11}"
+            )
+    gain = checked.measured_gain(rec.objective)
+    if gain is not None:
+        print(f"  measured gain x{gain:.2f} {rec.objective}, predicted x{rec.gain_ratio:.2f}")
 
 
 def _interval_json(rec: Recommendation, which: str) -> dict[str, Any] | None:

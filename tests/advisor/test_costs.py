@@ -24,18 +24,23 @@ from advisor.cli import main
 from loadgen import store
 from loadgen.api import RunParams, run
 from stack.supervisor import running
-from stacksettings import isolated, procstat
-from tritonapi.client import TritonClient
+from stacksettings import Settings, isolated, procstat
+from tritonapi.client import TritonClient, TritonHTTPError
 
 pytestmark = pytest.mark.integration
 MODEL = "batch_add_model"
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     settings = isolated(tmp_path_factory.mktemp("advisor-triton"))
     with running(settings, only=("triton",)):
-        yield settings.url("triton_http")
+        yield settings
+
+
+@pytest.fixture(scope="module")
+def url(triton: Settings) -> str:
+    return triton.url("triton_http")
 
 
 def advise(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -188,3 +193,65 @@ def test_the_mlp_model_answers_its_seeded_network_and_batches(url: str) -> None:
     server = run(params).summary.server
     assert server is not None and server.average_batch_size is not None
     assert server.average_batch_size > 2
+
+
+def test_verify_loads_scratch_copies_replays_the_traffic_and_removes_them(
+    triton: Settings, url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "150", "--cv", "1"]
+    sender = load(url, 1.5, concurrency=2)  # executions to fit the service times from
+    sender.join()
+    code, out, err = advise(
+        capsys,
+        *argv,
+        "--window",
+        "0.5",
+        "--requests",
+        "800",
+        "--cores",
+        "2",
+        "--request-us",
+        "100",
+        "--verify",
+        "--verify-s",
+        "2",
+        "--admin-key-file",
+        str(triton.admin_key_file),
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    checks = result["verification"]["checks"]
+    assert [c["which"] for c in checks] == ["current"] + ([] if result["keep"] else ["recommended"])
+    current = {r["measure"]: r for r in checks[0]["rows"]}
+    # 150/s Poisson on the spec's config: mostly batches of 1 and 2, every request answered.
+    assert 1.0 <= current["average batch size"]["measured"] < 2.5
+    assert current["throughput (req/s)"]["measured"] == pytest.approx(150, rel=0.25)
+    assert checks[0]["config"] == result["current"]["config"]
+    client = TritonClient(url, headers=triton.admin_headers())
+    for which in ("current", "recommended"):  # the copies are gone
+        with pytest.raises(TritonHTTPError):
+            client.model_config_json(f"{MODEL}__advisor_{which}")
+    assert client.model_config_json(MODEL)["max_batch_size"] == 4  # the live model untouched
+
+
+def test_verify_without_the_key_is_one_line(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "150"]
+    code, _, err = advise(
+        capsys,
+        *argv,
+        "--window",
+        "0.5",
+        "--requests",
+        "500",
+        "--seeds",
+        "2",
+        "--verify",
+        "--admin-key-file",
+        str(tmp_path / "no-key"),
+    )
+    assert code == 2
+    assert "403" in err and "--admin-key-file" in err
+    assert len(err.strip().splitlines()) == 1
