@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sqlite3
 import sys
 import time
@@ -20,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from advisor import costs, storedrun, verify
 from advisor.calibrate import load_capture
@@ -45,7 +43,7 @@ from advisor.predict import (
 from loadgen import api as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
-from stacksettings import Settings, admin_headers, is_loopback
+from stacksettings import Settings, admin_headers
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats
 
@@ -457,34 +455,16 @@ def stored_inputs(
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
     if run.concurrency and run.measured_throughput_per_s:
-        cores = args.cores or _local_cores(run.server)
+        cores = args.cores or costs.local_cores(run.server)
         if cores is None:
             notes.append("costs not fitted from the run: give --cores N (the server's cores)")
         else:
             try:
-                request_s = costs.fit_request_cost(
-                    config, service, run.concurrency, run.measured_throughput_per_s, cores
-                )
+                fitted = replace(run, service=service)
+                inputs.measured = storedrun.calibration(fitted, config, cores)
             except ValueError as exc:
                 notes.append(f"costs not fitted from the run: {exc}")
-            else:
-                inputs.measured = costs.Calibration(
-                    cores,
-                    request_s,
-                    f"the throughput of stored run {run.run_id} at concurrency "
-                    f"{run.concurrency} ({run.measured_throughput_per_s:,.0f}/s), fitted",
-                    time.time(),
-                    run.requests,
-                )
     return inputs
-
-
-def _local_cores(url: str) -> float | None:
-    """This machine's cores when ``url`` is on loopback (the server ran here)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.hostname and is_loopback(parts.hostname):
-        return float(len(os.sched_getaffinity(0)))
-    return None
 
 
 def prometheus_inputs(

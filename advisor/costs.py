@@ -150,6 +150,14 @@ def process_tree_cpu_s(pid: int) -> float:
     return procstat.cpu_seconds({pid} | procstat.descendants(pid))
 
 
+def local_cores(url: str) -> float | None:
+    """This machine's cores when ``url`` is on loopback (the server ran here); else None."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.hostname and is_loopback(parts.hostname):
+        return float(len(os.sched_getaffinity(0)))
+    return None
+
+
 def process_cores(pid: int) -> int:
     return len(os.sched_getaffinity(pid))
 

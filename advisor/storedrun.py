@@ -20,10 +20,12 @@ has neither, and the caller reads the config from the server or takes it from th
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
+from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen import store
@@ -112,4 +114,26 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         server=run.params.url,
         concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
         requests=client.sent,
+    )
+
+
+def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:
+    """Costs fitted to a closed-loop run's measured throughput on ``cores`` (see
+    :func:`advisor.costs.fit_request_cost`); ValueError (one line) when the run cannot
+    give them (not closed loop, no throughput, service times too slow)."""
+    if not run.concurrency or not run.measured_throughput_per_s:
+        raise ValueError("only a concurrency run's throughput calibrates the costs")
+    request_s = fit_request_cost(
+        config, run.service, run.concurrency, run.measured_throughput_per_s, cores
+    )
+    return Calibration(
+        cores,
+        request_s,
+        f"the throughput of stored run {run.run_id} at concurrency {run.concurrency} "
+        f"({run.measured_throughput_per_s:,.0f}/s), fitted",
+        time.time(),
+        run.requests,
+        server=run.server,
+        model=run.model,
+        triton_version=run.triton_version,
     )
