@@ -1,8 +1,8 @@
 """triton-advisor: predict a dynamic-batching config's outcome and recommend a better one.
 
     triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10
-    triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --url http://127.0.0.1:8000 \
-        --p99-ms 10
+    triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10 --probe
+    triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --p99-ms 10
     triton-advisor predict --max-batch-size 64 --delay-us 1000 --service-us 600,41 \\
         --concurrency 8 --cores 2 --request-us 100
 """
@@ -16,11 +16,11 @@ import sqlite3
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor import storedrun
+from advisor import costs, storedrun, verify
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import (
@@ -30,7 +30,20 @@ from advisor.fit import (
     traffic_from_prometheus,
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
-from advisor.predict import OBJECTIVES, Prediction, Recommendation, SearchSpace, predict, recommend
+from advisor.predict import (
+    OBJECTIVES,
+    REACHED,
+    UNITS,
+    Prediction,
+    Recommendation,
+    SearchSpace,
+    predict,
+    recommend,
+)
+from loadgen import api as loadgen_api
+from loadgen.errors import LoadgenError
+from loadgen.params import RunParams
+from stacksettings import Settings, admin_headers
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats
 
@@ -104,13 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument(
         "--concurrency", type=_positive(int, "--concurrency"), help="closed-loop clients"
     )
-    costs = common.add_argument_group("costs outside the model")
+    costs = common.add_argument_group(
+        "costs outside the model (default: measured from a local Triton's CPU, or cached)"
+    )
     costs.add_argument(
         "--calibration",
         type=Path,
         help="capture written by bench/advisor_calibrate.py (sets the CPU model)",
     )
-    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores shared")
+    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores the server has")
     costs.add_argument(
         "--request-us", type=float, help="CPU microseconds per request outside the model"
     )
@@ -120,7 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--p99-ms", type=_positive(float, "--p99-ms"), required=True, help="p99 latency bound"
     )
-    search.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    search.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="auto",
+        help="auto (default): p99 latency under open-loop traffic, throughput under "
+        "closed-loop clients; headroom: capacity over the offered rate (needs costs)",
+    )
+    search.add_argument(
+        "--seeds",
+        type=_positive(int, "--seeds"),
+        default=5,
+        help="random seeds per finalist: the noise interval (default 5)",
+    )
     search.add_argument(
         "--requests",
         type=_positive(int, "--requests"),
@@ -160,6 +187,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
     advise.add_argument("--run", type=int, help="run id in --store (python -m loadgen runs)")
+    advise.add_argument(
+        "--probe",
+        action="store_true",
+        help="measure the costs with a short closed-loop load on --url now (a few seconds "
+        "of load on the server)",
+    )
+    advise.add_argument(
+        "--probe-s",
+        type=_positive(float, "--probe-s"),
+        default=3.0,
+        help="seconds of probe load (default 3)",
+    )
+    advise.add_argument(
+        "--verify",
+        action="store_true",
+        help="check by experiment: load each config as a scratch copy of the model "
+        "(repository API), replay the traffic, compare with the prediction, unload",
+    )
+    advise.add_argument(
+        "--verify-s",
+        type=_positive(float, "--verify-s"),
+        default=5.0,
+        help="seconds of replayed traffic per config (default 5)",
+    )
+    advise.add_argument(
+        "--model-repository",
+        type=Path,
+        default=Settings().model_repository,
+        help="where the model's files are, for --verify's scratch copy "
+        "(default: the project's model_repository)",
+    )
+    advise.add_argument(
+        "--admin-key-file",
+        type=Path,
+        default=Settings().admin_key_file,
+        help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
+    )
+    advise.add_argument(
+        "--calibrations",
+        type=Path,
+        default=Settings().state_dir / "advisor-calibrations.json",
+        help="cache of measured costs per server, model and Triton version "
+        "(default .stack/advisor-calibrations.json)",
+    )
 
     pred = sub.add_parser(
         "predict", parents=[common, config_flags], help="predict one config, no server"
@@ -173,24 +244,52 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- inputs --------------------------------------------------------------------------------
 
 
-def cpu_model(args: argparse.Namespace) -> tuple[CpuModel, ServiceModel | None]:
-    """The CPU model from flags or a calibration capture (and the capture's service fit)."""
-    service = None
-    cpu = CpuModel()
+@dataclass
+class Inputs:
+    """What a recommendation needs, and where each part came from (``notes``)."""
+
+    config: BatcherConfig
+    service: ServiceModel
+    traffic: Traffic
+    notes: list[str]
+    server: str = ""  # the Triton the costs belong to (the cache's key)
+    model: str = ""
+    triton_version: str = ""
+    measured: costs.Calibration | None = None  # costs measured while reading the inputs
+
+
+@dataclass
+class Costs:
+    """The CPU model used, and the line that says where it came from."""
+
+    cpu: CpuModel
+    line: str
+    calibration: costs.Calibration | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.cpu.cores is not None
+
+
+UNKNOWN = "capacity: unknown (run with --probe)"
+
+
+def given_costs(args: argparse.Namespace) -> tuple[Costs | None, ServiceModel | None]:
+    """Costs the user gave: a calibration capture, or --cores and --request-us."""
     if args.calibration:
         try:
             service, cpu = load_capture(args.calibration).calibrate()
         except ValueError as exc:
             raise UsageError(f"--calibration: {exc}") from None
-    if args.cores or args.request_us is not None:
-        if args.request_us is not None and args.request_us < 0:
-            raise UsageError("--request-us must be >= 0")
-        cpu = replace(
-            cpu,
-            cores=args.cores or cpu.cores,
-            request_s=args.request_us / 1e6 if args.request_us is not None else cpu.request_s,
-        )
-    return cpu, service
+        return Costs(cpu, f"costs: from the calibration capture {args.calibration}"), service
+    if args.request_us is not None and args.request_us < 0:
+        raise UsageError("--request-us must be >= 0")
+    if args.request_us is not None and not args.cores:
+        raise UsageError("--request-us needs --cores N (the cores the server has)")
+    if args.cores and args.request_us is not None:
+        cpu = CpuModel(cores=args.cores, request_s=args.request_us / 1e6, request_cv=1.0)
+        return Costs(cpu, "costs: given on the command line (--cores, --request-us)"), None
+    return None, None
 
 
 def given_traffic(args: argparse.Namespace) -> Traffic | None:
@@ -206,13 +305,11 @@ def given_traffic(args: argparse.Namespace) -> Traffic | None:
 
 
 def read_server(
-    url: str, model: str, window_s: float
-) -> tuple[BatcherConfig, ModelStats, list[tuple[float, float]], ModelStats]:
-    """Config, stats delta over the window, request-count samples, cumulative stats."""
+    client: TritonClient, model: str, window_s: float
+) -> tuple[ModelStats, list[tuple[float, float]], ModelStats]:
+    """Stats delta over the window, request-count samples, cumulative stats."""
     # 20 bins per window, enough to estimate burstiness; at most 1 s each.
     step_s = min(window_s / 20, 1.0)
-    client = TritonClient(url)
-    config = server_config(client, model)
     try:
         first = last = client.model_stats(model)
         samples = [(time.monotonic(), float(first.inference_count))]
@@ -223,7 +320,7 @@ def read_server(
             samples.append((time.monotonic(), float(last.inference_count)))
     except TritonError as exc:
         raise UsageError(_triton_problem(exc, model)) from None
-    return config, last.minus(first), samples, last
+    return last.minus(first), samples, last
 
 
 def server_config(client: TritonClient, model: str) -> BatcherConfig:
@@ -232,6 +329,13 @@ def server_config(client: TritonClient, model: str) -> BatcherConfig:
         return from_model_config(client.model_config(model))
     except TritonError as exc:
         raise UsageError(_triton_problem(exc, model)) from None
+
+
+def triton_version(client: TritonClient) -> str:
+    try:
+        return str(client.server_metadata().get("version", ""))
+    except TritonError:
+        return ""
 
 
 def _triton_problem(exc: TritonError, model: str) -> str:
@@ -245,40 +349,6 @@ def _triton_problem(exc: TritonError, model: str) -> str:
     return f"{exc}: is --url the HTTP port of a Triton server?"
 
 
-# ---- output --------------------------------------------------------------------------------
-
-
-def _line(p: Prediction) -> str:
-    dist = ", ".join(f"{s}: {f:.0%}" for s, f in p.batch_size_distribution.items() if f >= 0.01)
-    return (
-        f"  throughput {p.throughput_per_s:,.0f}/s (limit {p.throughput_limit_per_s:,.0f}/s), "
-        f"average batch {p.mean_batch_size:.2f} [{dist}]\n"
-        f"  queue delay p50 {p.queue_delay_p50_s * 1e6:,.0f} us, "
-        f"p99 {p.queue_delay_p99_s * 1e6:,.0f} us; latency p99 {p.latency_p99_s * 1e3:.2f} ms"
-        + ("; SATURATED: the queue grows" if p.saturated else "")
-    )
-
-
-def print_recommendation(rec: Recommendation, notes: list[str]) -> None:
-    for note in notes:
-        print(note)
-    print(f"current: {rec.current.config.describe()}, under {rec.current.traffic.describe()}")
-    print(_line(rec.current))
-    bound = f"p99 latency <= {rec.p99_bound_s * 1e3:g} ms"
-    if rec.best is None:
-        print(f"no config of the {rec.considered} tried meets {bound}")
-        return
-    if rec.best is rec.current:
-        print(f"keep it: none of the {rec.considered} configs tried does better under {bound}")
-        return
-    print(f"recommended ({rec.objective}, {bound}, {rec.considered} configs tried):")
-    print("  " + rec.best.config.describe())
-    print(_line(rec.best))
-    print(f"  predicted gain: x{rec.gain_ratio:.2f} {rec.objective}")
-    print("config.pbtxt:")
-    print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
-
-
 def flag_config(args: argparse.Namespace) -> BatcherConfig:
     if args.max_batch_size is None:
         raise UsageError("give the config: --max-batch-size N [--preferred A,B] [--delay-us D]")
@@ -288,13 +358,28 @@ def flag_config(args: argparse.Namespace) -> BatcherConfig:
         raise UsageError(str(exc)) from None
 
 
+def _meter(url: str) -> costs.CpuMeter | None:
+    pid = costs.local_server_pid(url)
+    try:
+        return costs.CpuMeter(pid) if pid is not None else None
+    except OSError:  # gone meanwhile
+        return None
+
+
 def live_inputs(
     args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
-    """Config, service times and traffic from a running Triton."""
+) -> Inputs:
+    """Config, service times and traffic from a running Triton; on this machine, its CPU
+    over the same window gives the costs."""
     if not args.model:
         raise UsageError("--url needs --model")
-    config, delta, samples, cumulative = read_server(args.url, args.model, args.window)
+    client = TritonClient(args.url)
+    config = server_config(client, args.model)
+    meter = _meter(args.url)
+    if meter is not None:
+        meter.start()
+    delta, samples, cumulative = read_server(client, args.model, args.window)
+    cpu = meter.stop() if meter is not None else None
     notes = []
     if calibrated is not None:
         # Measured at low CPU contention: a busy window's compute times include the
@@ -319,13 +404,21 @@ def live_inputs(
                 f"{exc}; give the traffic with --rate or --concurrency instead"
             ) from None
         notes.append(f"traffic fitted from the window: {traffic.describe()}")
-    return config, service, traffic, notes
+    inputs = Inputs(config, service, traffic, notes, args.url, args.model, triton_version(client))
+    if meter is not None and cpu is not None:
+        source = f"the local Triton's CPU over the {args.window:g} s window"
+        try:
+            inputs.measured = costs.from_process_cpu(cpu, meter.cores, delta, service, source)
+        except ValueError as exc:
+            notes.append(f"costs not measured from the window: {exc}")
+    return inputs
 
 
 def stored_inputs(
     args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
-    """Service times and traffic from a stored load run; the config from --url or flags."""
+) -> Inputs:
+    """Service times, traffic and (for runs stored since it is kept) the config and Triton
+    version from a stored load run; a closed-loop run's throughput gives the costs."""
     if args.run is None:
         raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
     try:
@@ -338,9 +431,15 @@ def stored_inputs(
             "that loadgen writes (.stack/loadgen.sqlite3)"
         ) from None
     notes = [f"from stored {run.describe}"]
-    if args.url:
+    if run.config is not None and args.max_batch_size is None:
+        config = run.config
+        notes.append(
+            f"config as Triton {run.triton_version or '(version unknown)'} reported it "
+            "when the run began"
+        )
+    elif args.url and args.max_batch_size is None:
         config = server_config(TritonClient(args.url), run.model)
-        notes.append(f"config read from {args.url} now (the store does not keep it)")
+        notes.append(f"config read from {args.url} now (the run was stored without it)")
     else:
         config = flag_config(args)
     service = calibrated or run.service
@@ -354,12 +453,23 @@ def stored_inputs(
         notes.append(f"traffic of the run: {traffic.describe()}")
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
-    return config, service, traffic, notes
+    inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
+    if run.concurrency and run.measured_throughput_per_s:
+        cores = args.cores or costs.local_cores(run.server)
+        if cores is None:
+            notes.append("costs not fitted from the run: give --cores N (the server's cores)")
+        else:
+            try:
+                fitted = replace(run, service=service)
+                inputs.measured = storedrun.calibration(fitted, config, cores)
+            except ValueError as exc:
+                notes.append(f"costs not fitted from the run: {exc}")
+    return inputs
 
 
 def prometheus_inputs(
     args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> tuple[BatcherConfig, ServiceModel, Traffic, list[str]]:
+) -> Inputs:
     """Service times and traffic from the exporter's counters in Prometheus."""
     if not args.model:
         raise UsageError("--prometheus needs --model")
@@ -375,72 +485,283 @@ def prometheus_inputs(
             notes.append(f"traffic: {traffic.describe()}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    version = ""
     if args.url:
-        config = server_config(TritonClient(args.url), args.model)
+        client = TritonClient(args.url)
+        config = server_config(client, args.model)
+        version = triton_version(client)
     else:
         config = flag_config(args)
-    return config, service, traffic, notes
+    return Inputs(config, service, traffic, notes, args.url or "", args.model, version)
+
+
+def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
+    """Measure the costs with a short closed-loop load (``--probe``)."""
+    url = args.url or inputs.server
+    if not url:
+        raise UsageError("--probe needs --url (the Triton to probe)")
+    config = inputs.config
+    concurrency = min(64, max(8, 2 * config.instances * config.batch_limit))
+    meter = _meter(url)
+    if meter is None and not args.cores:
+        raise UsageError(
+            f"--probe on {url}, whose CPU cannot be read from here, needs --cores N "
+            "(the server's CPU cores)"
+        )
+    client = TritonClient(url)
+    params = RunParams(
+        "concurrency",
+        model=inputs.model,
+        url=url,
+        concurrency=concurrency,
+        duration_s=args.probe_s,
+        label="advisor probe",
+    )
+    try:
+        before = client.model_stats(inputs.model)
+        if meter is not None:
+            meter.start()
+        result = loadgen_api.run(params, db=None)
+        cpu = meter.stop() if meter is not None else None
+        delta = client.model_stats(inputs.model).minus(before)
+    except LoadgenError as exc:
+        raise UsageError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise UsageError(_triton_problem(exc, inputs.model)) from None
+    measured = result.summary.client.throughput_per_s or 0.0
+    source = f"a {args.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
+    try:
+        if meter is not None and cpu is not None:
+            return costs.from_process_cpu(cpu, meter.cores, delta, inputs.service, source)
+        request_s = costs.fit_request_cost(
+            config, inputs.service, concurrency, measured, float(args.cores)
+        )
+    except ValueError as exc:
+        raise UsageError(f"--probe: {exc}") from None
+    return costs.Calibration(
+        float(args.cores), request_s, source + ", fitted", time.time(), delta.inference_count
+    )
+
+
+def resolve_costs(args: argparse.Namespace, given: Costs | None, inputs: Inputs) -> Costs:
+    """Given costs, else measured now (probe or window), else cached, else unknown."""
+    if given is not None:
+        return given
+    cache = costs.CalibrationCache(args.calibrations)
+    measured = probe(args, inputs) if args.probe else inputs.measured
+    if measured is not None:
+        measured = replace(
+            measured,
+            server=inputs.server,
+            model=inputs.model,
+            triton_version=inputs.triton_version,
+        )
+        if inputs.server:
+            try:
+                cache.put(measured)
+            except OSError as exc:
+                inputs.notes.append(f"costs not cached in {args.calibrations}: {exc.strerror}")
+        return Costs(measured.cpu, f"costs: measured: {measured.describe()}", measured)
+    cached = (
+        cache.get(inputs.server, inputs.model, inputs.triton_version) if inputs.server else None
+    )
+    if cached is not None:
+        age_h = (time.time() - cached.measured_at) / 3600
+        return Costs(
+            cached.cpu,
+            f"costs: cached ({age_h:.1f} h old): {cached.describe()}",
+            cached,
+        )
+    return Costs(CpuModel(), f"costs: not measured; {UNKNOWN}")
+
+
+# ---- output --------------------------------------------------------------------------------
+
+
+def capacity_text(p: Prediction) -> str:
+    if p.throughput_limit_per_s is None:
+        return UNKNOWN
+    return f"capacity {p.throughput_limit_per_s:,.0f}/s"
+
+
+def _line(p: Prediction) -> str:
+    dist = ", ".join(f"{s}: {f:.0%}" for s, f in p.batch_size_distribution.items() if f >= 0.01)
+    unreached = p.unreached_preferred()
+    return (
+        f"  throughput {p.throughput_per_s:,.0f}/s ({capacity_text(p)}), "
+        f"average batch {p.mean_batch_size:.2f} [{dist}]\n"
+        f"  queue delay p50 {p.queue_delay_p50_s * 1e6:,.0f} us, "
+        f"p99 {p.queue_delay_p99_s * 1e6:,.0f} us; latency p99 {p.latency_p99_s * 1e3:.2f} ms"
+        + ("; SATURATED: the queue grows" if p.saturated else "")
+        + (
+            f"\n  preferred size(s) {list(unreached)} not reached (under "
+            f"{REACHED:.0%} of batches): they change nothing"
+            if unreached
+            else ""
+        )
+    )
+
+
+def print_recommendation(rec: Recommendation, notes: list[str], cost: Costs) -> None:
+    for note in notes:
+        print(note)
+    print(cost.line)
+    print(f"current: {rec.current.config.describe()}, under {rec.current.traffic.describe()}")
+    print(_line(rec.current))
+    print(f"  {rec.noise_line('current')}")
+    bound = f"p99 latency <= {rec.p99_bound_s * 1e3:g} ms"
+    if rec.best is None:
+        print(f"no config of the {rec.considered} tried meets {bound}")
+        return
+    if rec.keep:
+        print(
+            f"keep it: none of the {rec.considered} configs tried beats it on "
+            f"{rec.objective} beyond the simulation's noise ({rec.seeds} seeds) under {bound}"
+        )
+        return
+    print(f"recommended ({rec.objective}, {bound}, {rec.considered} configs tried):")
+    print("  " + rec.best.config.describe())
+    print(_line(rec.best))
+    print(f"  {rec.noise_line('best')}")
+    print(f"  predicted gain: {rec.gain_line()} (x{rec.gain_ratio:.2f})")
+    print("config.pbtxt:")
+    print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
 
 
 def advise(args: argparse.Namespace) -> int:
-    cpu, calibrated_service = cpu_model(args)
+    given, calibrated_service = given_costs(args)
     traffic = given_traffic(args)
     if args.store:
-        config, service, traffic, notes = stored_inputs(args, calibrated_service, traffic)
+        inputs = stored_inputs(args, calibrated_service, traffic)
     elif args.prometheus:
-        config, service, traffic, notes = prometheus_inputs(args, calibrated_service, traffic)
+        inputs = prometheus_inputs(args, calibrated_service, traffic)
     elif args.url:
-        config, service, traffic, notes = live_inputs(args, calibrated_service, traffic)
+        inputs = live_inputs(args, calibrated_service, traffic)
     else:
         raise UsageError(
             "give --url URL --model M (a running Triton), --prometheus URL --model M, "
             "or --store DB --run ID"
         )
+    cost = resolve_costs(args, given, inputs)
+    config, service, notes = inputs.config, inputs.service, inputs.notes
     if not config.dynamic_batching:
         notes.append("dynamic batching is off in the current config")
     space = SearchSpace(
         max_batch_sizes=tuple(m for m in SearchSpace().max_batch_sizes if m <= args.max_batch_limit)
     )
-    notes.append(
-        f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item; "
-        + (
-            f"{cpu.cores:g} cores, {cpu.request_s * 1e6:.0f} us CPU per request"
-            if cpu.cores
-            else "no CPU contention modelled (give --calibration or --cores)"
+    notes.append(f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item")
+    try:
+        rec = recommend(
+            config,
+            inputs.traffic,
+            service,
+            args.p99_ms / 1e3,
+            cost.cpu,
+            args.objective,
+            space,
+            requests=args.requests,
+            seeds=args.seeds,
         )
-    )
-    rec = recommend(
-        config,
-        traffic,
-        service,
-        args.p99_ms / 1e3,
-        cpu,
-        args.objective,
-        space,
-        requests=args.requests,
-    )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    checked = run_verify(args, inputs, rec) if args.verify else None
     if args.json:
-        print(json.dumps(recommendation_json(rec, notes), indent=1))
+        out = recommendation_json(rec, notes, cost)
+        out["verification"] = checked.to_json(rec.objective) if checked else None
+        print(json.dumps(out, indent=1))
     else:
-        print_recommendation(rec, notes)
+        print_recommendation(rec, notes, cost)
+        if checked is not None:
+            print_verification(rec, checked)
     return 0
 
 
-def recommendation_json(rec: Recommendation, notes: list[str]) -> dict[str, Any]:
+def run_verify(
+    args: argparse.Namespace, inputs: Inputs, rec: Recommendation
+) -> verify.Verification:
+    url = args.url or inputs.server
+    if not url:
+        raise UsageError("--verify needs --url (the Triton to load the scratch copies on)")
+    try:
+        return verify.verify(
+            url,
+            admin_headers(args.admin_key_file),
+            inputs.model,
+            args.model_repository,
+            rec,
+            args.verify_s,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+    except LoadgenError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+    except TritonHTTPError as exc:
+        hint = (
+            "give --admin-key-file (the key of its restricted APIs)"
+            if exc.status == 403
+            else "the server must run with --model-control-mode=explicit"
+        )
+        raise UsageError(f"--verify: {exc}; {hint}") from None
+    except TritonError as exc:
+        raise UsageError(f"--verify: {exc}") from None
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def print_verification(rec: Recommendation, checked: verify.Verification) -> None:
+    print(
+        f"verification: each config loaded as a scratch copy, {checked.seconds:g} s of "
+        "the same traffic each, then unloaded"
+    )
+    print(f"  {'':<13}{'':<22}{'predicted':>11}{'measured':>11}")
+    for check in checked.checks:
+        for i, (name, predicted, measured) in enumerate(check.rows()):
+            label = check.which if i == 0 else ""
+            digits = 2 if "batch" in name or "ms" in name else 0
+            print(
+                f"  {label:<13}{name:<22}{_num(predicted, digits):>11}{_num(measured, digits):>11}"
+            )
+    gain = checked.measured_gain(rec.objective)
+    if gain is not None:
+        print(f"  measured gain x{gain:.2f} {rec.objective}, predicted x{rec.gain_ratio:.2f}")
+
+
+def _interval_json(rec: Recommendation, which: str) -> dict[str, Any] | None:
+    interval = rec.current_interval if which == "current" else rec.best_interval
+    if interval is None:
+        return None
+    mean, low, high = interval.user_terms()
+    name, unit = UNITS[rec.objective]
+    return {"measure": name, "unit": unit, "mean": mean, "low": low, "high": high}
+
+
+def recommendation_json(rec: Recommendation, notes: list[str], cost: Costs) -> dict[str, Any]:
     return {
         "notes": notes,
+        "costs": cost.line,
+        "calibration": cost.calibration.to_json() if cost.calibration else None,
+        "capacity_known": cost.known,
         "current": rec.current.summary(),
-        "recommended": rec.best.summary() if rec.best else None,
-        "recommended_pbtxt": rec.best.config.pbtxt() if rec.best else None,
+        "current_interval": _interval_json(rec, "current"),
+        "current_unreached_preferred": list(rec.current.unreached_preferred()),
+        "keep": rec.keep,
+        "recommended": rec.best.summary() if rec.best and not rec.keep else None,
+        "recommended_interval": _interval_json(rec, "best"),
+        "recommended_pbtxt": rec.best.config.pbtxt() if rec.best and not rec.keep else None,
         "objective": rec.objective,
         "gain_ratio": rec.gain_ratio if rec.best else None,
+        "gain": rec.gain_line() or None,
         "p99_bound_ms": rec.p99_bound_s * 1e3,
         "configs_tried": rec.considered,
+        "seeds": rec.seeds,
     }
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    cpu, _ = cpu_model(args)
+    given, _ = given_costs(args)
+    cpu = given.cpu if given is not None else CpuModel()
     traffic = given_traffic(args)
     if traffic is None:
         raise UsageError("predict needs the traffic: --rate R [--cv X] or --concurrency C")

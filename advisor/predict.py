@@ -15,7 +15,11 @@ from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
 
-OBJECTIVES = ("throughput", "cost")
+# auto: latency under open-loop traffic, throughput under closed-loop clients.
+OBJECTIVES = ("auto", "latency", "headroom", "throughput", "cost")
+# A preferred size reached by fewer executions than this share is "not reached".
+REACHED = 0.01
+SEEDS = 5
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -38,19 +42,27 @@ class Prediction:
     queue_delay_mean_s: float
     latency_p50_s: float
     latency_p99_s: float
-    # The most this config serves (clients never waiting on each other).
-    throughput_limit_per_s: float
+    # The most this config serves (clients never waiting on each other); None without a
+    # measured cost model: the capacity is unknown, never invented.
+    throughput_limit_per_s: float | None
     # Busy core-seconds per inference (front end + execution): the cost objective.
     cpu_s_per_inference: float
     # Open loop: the offered rate exceeds what the config serves; queues grow.
     saturated: bool
+
+    def unreached_preferred(self) -> tuple[int, ...]:
+        """The config's preferred sizes that the predicted distribution does not reach."""
+        shares = self.batch_size_distribution
+        return tuple(s for s in self.config.preferred_batch_sizes if shares.get(s, 0.0) < REACHED)
 
     def summary(self) -> dict[str, object]:
         return {
             "config": self.config.describe(),
             "traffic": self.traffic.describe(),
             "throughput_per_s": round(self.throughput_per_s, 1),
-            "throughput_limit_per_s": round(self.throughput_limit_per_s, 1),
+            "throughput_limit_per_s": None
+            if self.throughput_limit_per_s is None
+            else round(self.throughput_limit_per_s, 1),
             "mean_batch_size": round(self.mean_batch_size, 3),
             "batch_size_distribution": {
                 s: round(f, 4) for s, f in sorted(self.batch_size_distribution.items())
@@ -93,12 +105,16 @@ def predict(
 ) -> Prediction:
     """Simulate ``config`` under ``traffic``: batch sizes, queue delay, throughput.
 
-    ``with_limit=False`` skips the second simulation that finds the throughput limit
-    (reported as 0 then).
+    ``with_limit=False`` skips the second simulation that finds the throughput limit, and
+    so does a CPU model without cores (no measured costs): the limit is None then.
     """
     cpu = cpu or CpuModel()
     result = Simulation(config, service, traffic, cpu, requests, seed=seed).run()
-    limit = throughput_limit(config, service, cpu, requests, seed) if with_limit else 0.0
+    limit = (
+        max(throughput_limit(config, service, cpu, requests, seed), result.throughput_per_s)
+        if with_limit and cpu.cores is not None
+        else None
+    )
     saturated = isinstance(traffic, OpenLoop) and (
         result.throughput_per_s < 0.95 * traffic.rate_per_s
         or result.backlog > 4 * config.batch_limit
@@ -117,7 +133,7 @@ def predict(
         queue_delay_mean_s=sum(result.queue_delays_s) / max(len(result.queue_delays_s), 1),
         latency_p50_s=quantile(result.latencies_s, 0.50),
         latency_p99_s=quantile(result.latencies_s, 0.99),
-        throughput_limit_per_s=max(limit, result.throughput_per_s),
+        throughput_limit_per_s=limit,
         cpu_s_per_inference=_cpu_per_inference(result, service, cpu),
         saturated=saturated,
     )
@@ -149,12 +165,37 @@ class SearchSpace:
                     yield config
 
 
+def resolve_objective(objective: str, traffic: Traffic, cpu: CpuModel | None) -> str:
+    """The objective ``auto`` stands for, checked against what is known; ValueError (one
+    line) for one that cannot be computed."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r} (use one of {', '.join(OBJECTIVES)})")
+    open_loop = isinstance(traffic, OpenLoop)
+    if objective == "auto":
+        return "latency" if open_loop else "throughput"
+    if objective == "throughput" and open_loop:
+        # Under open-loop traffic every unsaturated config serves the offered rate: the
+        # throughput that can differ is the capacity, i.e. the headroom.
+        objective = "headroom"
+    if objective == "headroom":
+        if not open_loop:
+            raise ValueError("the headroom objective is for open-loop traffic (give --rate)")
+        if cpu is None or cpu.cores is None:
+            raise ValueError(
+                "capacity: unknown (run with --probe): the headroom objective needs measured costs"
+            )
+    return objective
+
+
 def objective_value(prediction: Prediction, objective: str) -> float:
     """Bigger is better."""
+    if objective == "latency":
+        return -prediction.latency_p99_s
+    if objective == "headroom":
+        return prediction.throughput_limit_per_s or 0.0
     if objective == "throughput":
         if isinstance(prediction.traffic, OpenLoop):
-            # Every unsaturated config serves the offered rate: compare headroom.
-            return prediction.throughput_limit_per_s
+            return prediction.throughput_limit_per_s or 0.0
         return prediction.throughput_per_s
     if objective == "cost":
         return -prediction.cpu_s_per_inference
@@ -162,27 +203,141 @@ def objective_value(prediction: Prediction, objective: str) -> float:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """An objective over seeds (bigger is better), with the seeds' predictions."""
+
+    runs: tuple[Prediction, ...]
+    objective: str
+
+    @property
+    def values(self) -> list[float]:
+        return [objective_value(p, self.objective) for p in self.runs]
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    def beats(self, other: Interval) -> bool:
+        """Better at every seed than ``other`` at any: a difference beyond the noise."""
+        return self.low > other.high
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def user_terms(self) -> tuple[float, float, float]:
+        """(mean, low, high) in the objective's own unit: ms, requests/s or us."""
+        scale = {"latency": -1e3, "cost": -1e6}.get(self.objective, 1.0)
+        values = sorted(v * scale for v in self.values)
+        return sum(values) / len(values), values[0], values[-1]
+
+
+UNITS = {
+    "latency": ("p99 latency", "ms"),
+    "headroom": ("capacity", "/s"),
+    "throughput": ("throughput", "/s"),
+    "cost": ("CPU per inference", "us"),
+}
+
+
+def knobs_changed(a: BatcherConfig, b: BatcherConfig) -> int:
+    return sum(
+        (
+            a.max_batch_size != b.max_batch_size,
+            a.effective_preferred != b.effective_preferred,
+            a.delay_s != b.delay_s,
+            a.instances != b.instances,
+        )
+    )
+
+
+@dataclass(frozen=True)
 class Recommendation:
     current: Prediction
-    best: Prediction | None  # None: no config meets the bound
+    best: Prediction | None  # None: no config meets the bound; current: keep it
     objective: str
     p99_bound_s: float
     considered: int
     candidates: list[Prediction] = field(default_factory=list, repr=False)
+    current_interval: Interval | None = None
+    best_interval: Interval | None = None
+    # Candidates left out because a preferred size of theirs is not reached.
+    unreachable: int = 0
+
+    @property
+    def keep(self) -> bool:
+        return self.best is self.current
+
+    @property
+    def seeds(self) -> int:
+        return len(self.current_interval.runs) if self.current_interval else 1
 
     @property
     def gain_ratio(self) -> float:
-        """Objective of the best config over the current one (>1 is better)."""
+        """Objective of the best config over the current one (>1 is better), on the means
+        over seeds."""
         if self.best is None:
             return math.nan
-        if self.objective == "cost":
-            return self.current.cpu_s_per_inference / self.best.cpu_s_per_inference
-        now = objective_value(self.current, self.objective)
-        return objective_value(self.best, self.objective) / now if now else math.inf
+        if self.keep:
+            return 1.0
+        if self.current_interval and self.best_interval:
+            now, best = self.current_interval.mean, self.best_interval.mean
+        else:
+            now = objective_value(self.current, self.objective)
+            best = objective_value(self.best, self.objective)
+        if now == 0:
+            return math.inf
+        # For the "smaller is better" objectives (stored negated) the ratio is now / best.
+        return best / now if best > 0 else now / best
+
+    def noise_line(self, which: str = "current") -> str:
+        """'p99 latency 4.10 ms (3.90-4.40 over 5 seeds)' for the current or best config."""
+        interval = self.current_interval if which == "current" else self.best_interval
+        if interval is None:
+            return ""
+        name, unit = UNITS[self.objective]
+        mean, low, high = interval.user_terms()
+        digits = 2 if unit == "ms" else 0
+        return (
+            f"{name} {mean:,.{digits}f} {unit} ({low:,.{digits}f} to {high:,.{digits}f} "
+            f"over {len(interval.runs)} seeds)"
+        ).replace(" /s", "/s")
+
+    def gain_line(self) -> str:
+        """The gain in the user's terms, e.g. 'p99 latency 4.10 ms -> 2.05 ms (x2.00)'."""
+        if self.best is None or self.keep or not self.current_interval or not self.best_interval:
+            return ""
+        name, unit = UNITS[self.objective]
+        now, best = self.current_interval.user_terms()[0], self.best_interval.user_terms()[0]
+        digits = 2 if unit == "ms" else 0
+        extra = ""
+        traffic = self.current.traffic
+        if self.objective == "headroom" and isinstance(traffic, OpenLoop):
+            extra = (
+                f", headroom x{now / traffic.rate_per_s:.2f} -> x{best / traffic.rate_per_s:.2f}"
+                f" over the offered {traffic.rate_per_s:,.0f}/s"
+            )
+        if self.objective == "throughput" and isinstance(traffic, ClosedLoop):
+            extra = f" at concurrency {traffic.concurrency}"
+        return (
+            f"{name} {now:,.{digits}f} {unit} -> {best:,.{digits}f} {unit}".replace(" /s", "/s")
+            + extra
+        )
 
 
 def meets(prediction: Prediction, p99_bound_s: float) -> bool:
     return not prediction.saturated and prediction.latency_p99_s <= p99_bound_s
+
+
+def _same(a: BatcherConfig, b: BatcherConfig) -> bool:
+    return knobs_changed(a, b) == 0
 
 
 def recommend(
@@ -191,41 +346,71 @@ def recommend(
     service: ServiceModel,
     p99_bound_s: float,
     cpu: CpuModel | None = None,
-    objective: str = "throughput",
+    objective: str = "auto",
     space: SearchSpace | None = None,
     requests: int = 5_000,
     seed: int = 1,
+    seeds: int = SEEDS,
+    finalists: int = 6,
 ) -> Recommendation:
-    """The config of ``space`` that is best for ``objective`` with p99 latency <= the bound.
-
-    The current config is always a candidate, so the gain is never below 1 when the
-    current config meets the bound.
-    """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r} (use one of {', '.join(OBJECTIVES)})")
+    """The config of ``space`` best for ``objective`` with p99 latency <= the bound, when
+    it beats the current config beyond the simulation's noise (see the module doc)."""
+    objective = resolve_objective(objective, traffic, cpu)
     if p99_bound_s <= 0:
         raise ValueError(f"the p99 latency bound must be positive, got {p99_bound_s}")
     space = space or SearchSpace()
+    limit = objective == "headroom"
+
+    def over_seeds(config: BatcherConfig, first: Prediction) -> Interval:
+        runs = [first] + [
+            predict(config, traffic, service, cpu, requests, seed + i, with_limit=limit)
+            for i in range(1, seeds)
+        ]
+        return Interval(tuple(runs), objective)
+
     now = predict(current, traffic, service, cpu, requests, seed)
-    candidates = [now]
+    now_interval = over_seeds(current, now)
+    candidates, unreachable = [now], 0
+    fitting = []
     for config in space.configs():
-        if (
-            config.max_batch_size,
-            config.effective_preferred,
-            config.delay_s,
-            config.instances,
-        ) == (
-            current.max_batch_size,
-            current.effective_preferred,
-            current.delay_s,
-            current.instances,
-        ):
+        if _same(config, current):
             continue
         quick = predict(config, traffic, service, cpu, requests, seed, with_limit=False)
-        # The limit only matters for configs that meet the bound: simulate it for those.
-        if meets(quick, p99_bound_s):
+        if meets(quick, p99_bound_s) and limit:
             quick = predict(config, traffic, service, cpu, requests, seed)
         candidates.append(quick)
-    fitting = [p for p in candidates if meets(p, p99_bound_s)]
-    best = max(fitting, key=lambda p: objective_value(p, objective), default=None)
-    return Recommendation(now, best, objective, p99_bound_s, len(candidates), candidates)
+        if not meets(quick, p99_bound_s):
+            continue
+        if quick.unreached_preferred():
+            unreachable += 1
+            continue
+        fitting.append(quick)
+    fitting.sort(key=lambda p: objective_value(p, objective), reverse=True)
+    intervals = [over_seeds(p.config, p) for p in fitting[:finalists]]
+    now_meets = meets(now, p99_bound_s)
+    better = [i for i in intervals if i.beats(now_interval)] if now_meets else intervals
+    best_interval: Interval | None = None
+    if better:
+        top = max(better, key=lambda i: i.mean)
+        # Knobs whose change is within the winner's noise do not matter: change fewest.
+        equivalent = [i for i in better if i.overlaps(top)]
+        best_interval = min(
+            equivalent, key=lambda i: (knobs_changed(i.runs[0].config, current), -i.mean)
+        )
+    if best_interval is not None:
+        best: Prediction | None = best_interval.runs[0]
+        if best is not None and best.throughput_limit_per_s is None and cpu and cpu.cores:
+            best = predict(best.config, traffic, service, cpu, requests, seed)  # its capacity
+    else:
+        best = now if now_meets else None
+    return Recommendation(
+        now,
+        best,
+        objective,
+        p99_bound_s,
+        len(candidates),
+        candidates,
+        now_interval,
+        best_interval,
+        unreachable,
+    )

@@ -12,16 +12,20 @@ From those:
   run is one client with its gap as think time. ``concurrent`` (one burst) and
   ``steps`` (changing rates) have no steady state to model, and are refused.
 
-The batching config is not in the store: the caller reads it from the server or
-takes it from the user.
+Runs stored since the store kept them carry the model's config and the Triton version as
+the server reported them when the run began (``loadgen.store.load_server``); an older run
+has neither, and the caller reads the config from the server or takes it from the user.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.config import BatcherConfig, from_model_config
+from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen import store
@@ -39,6 +43,21 @@ class StoredRun:
     traffic: Traffic
     measured_batch_size: float | None
     measured_throughput_per_s: float | None
+    # As the server reported them (None / "": a run stored before the store kept them).
+    config: BatcherConfig | None = None
+    triton_version: str = ""
+    server: str = ""  # the run's Triton HTTP URL
+    concurrency: int | None = None  # a closed-loop run's clients
+    requests: int = 0  # sent in the run
+
+
+def stored_config(model_config: dict | None) -> BatcherConfig | None:
+    if model_config is None:
+        return None
+    try:
+        return from_model_config(model_config)
+    except ValueError:
+        return None
 
 
 def service_from_summary(server: ServerSummary) -> ServiceModel:
@@ -90,4 +109,31 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         traffic=traffic_from_run(run.params, due),
         measured_batch_size=server.average_batch_size,
         measured_throughput_per_s=client.throughput_per_s,
+        config=stored_config(run.model_config),
+        triton_version=run.triton_version,
+        server=run.params.url,
+        concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
+        requests=client.sent,
+    )
+
+
+def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:
+    """Costs fitted to a closed-loop run's measured throughput on ``cores`` (see
+    :func:`advisor.costs.fit_request_cost`); ValueError (one line) when the run cannot
+    give them (not closed loop, no throughput, service times too slow)."""
+    if not run.concurrency or not run.measured_throughput_per_s:
+        raise ValueError("only a concurrency run's throughput calibrates the costs")
+    request_s = fit_request_cost(
+        config, run.service, run.concurrency, run.measured_throughput_per_s, cores
+    )
+    return Calibration(
+        cores,
+        request_s,
+        f"the throughput of stored run {run.run_id} at concurrency {run.concurrency} "
+        f"({run.measured_throughput_per_s:,.0f}/s), fitted",
+        time.time(),
+        run.requests,
+        server=run.server,
+        model=run.model,
+        triton_version=run.triton_version,
     )

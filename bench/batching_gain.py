@@ -1,9 +1,13 @@
-"""Batching gain: batch_add_model's throughput / add_unbatched's at the same closed-loop load,
-measured alternately in one run, and explained from measured costs.
+"""Batching gain: a batched model's throughput / its unbatched twin's at the same closed-loop
+load, measured alternately in one run, and explained from measured costs. Two pairs: the
+add model (batch_add_model / add_unbatched), whose compute is nothing beside Triton's
+per-request work, and the compute-heavy MLP (mlp_model / mlp_unbatched, the twin made here
+with dynamic batching off), where batching pays most.
 
     STACK_TRITON_VENV=... .venv/bin/python bench/batching_gain.py [--concurrency 8,16]
+        [--pairs add,mlp]
 
-Both models run the same model.py; only dynamic batching differs. For each run we take:
+Both models of a pair run the same model.py; only dynamic batching differs. For each run:
 - client throughput and p99 (loadgen),
 - server-side deltas from the statistics API (executions, average batch, queue per
   request, model-call time per execution),
@@ -18,16 +22,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import median, private_triton  # noqa: E402
+from bench.common import median, stack  # noqa: E402
 from loadgen.api import RunParams, run  # noqa: E402
-from stacksettings import procstat  # noqa: E402
+from stacksettings import ROOT, procstat  # noqa: E402
 
-MODELS = ("batch_add_model", "add_unbatched")
+PAIRS = {"add": ("batch_add_model", "add_unbatched"), "mlp": ("mlp_model", "mlp_unbatched")}
+
+
+def repository(folder: Path) -> Path:
+    """The project's models and mlp_unbatched: mlp_model with dynamic batching off."""
+    repo = folder / "models"
+    shutil.copytree(ROOT / "model_repository", repo, symlinks=True)
+    twin = repo / "mlp_unbatched"
+    shutil.copytree(repo / "mlp_model", twin)
+    text = (twin / "config.pbtxt").read_text()
+    text = text.replace('name: "mlp_model"', 'name: "mlp_unbatched"')
+    start = text.index("dynamic_batching {")
+    text = text[:start] + text[text.index("}", start) + 1 :]
+    (twin / "config.pbtxt").write_text(text)
+    return repo
 
 
 def one(url: str, pgid: int, model: str, c: int, seconds: float) -> dict[str, float]:
@@ -56,27 +76,41 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--concurrency", default="8,16")
+    parser.add_argument("--pairs", default="add,mlp", help="add, mlp or both")
     args = parser.parse_args()
-    with private_triton() as settings:
+    pairs = [PAIRS[name] for name in args.pairs.split(",")]
+    models = [m for pair in pairs for m in pair]
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-gain-") as tmp,
+        stack(services=("triton",), model_repository=repository(Path(tmp))) as settings,
+    ):
         url = settings.url("triton_http")
         pgid = json.loads(settings.state_file.read_text())["services"][0]["pid"]
-        run(RunParams("concurrency", url=url, concurrency=8, duration_s=1.0))  # warm-up
+        for m in models:  # warm-up
+            run(RunParams("concurrency", model=m, url=url, concurrency=8, duration_s=1.0))
         for c in [int(x) for x in args.concurrency.split(",")]:
-            runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODELS}
+            runs: dict[str, list[dict[str, float]]] = {m: [] for m in models}
             for _ in range(args.rounds):
-                for m in MODELS:
+                for m in models:
                     runs[m].append(one(url, pgid, m, c, args.seconds))
                     print(f"  c={c} {m:<16} {runs[m][-1]['throughput']:,.0f}/s", flush=True)
-            med = {m: {k: median([r[k] for r in runs[m]]) for k in runs[m][0]} for m in MODELS}
-            report(c, med, args)
+            med = {m: {k: median([r[k] for r in runs[m]]) for k in runs[m][0]} for m in models}
+            for batched, unbatched in pairs:
+                report(c, med, args, batched, unbatched)
     return 0
 
 
-def report(c: int, med: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
-    bat, unb = med["batch_add_model"], med["add_unbatched"]
+def report(
+    c: int,
+    med: dict[str, dict[str, float]],
+    args: argparse.Namespace,
+    batched: str,
+    unbatched: str,
+) -> None:
+    bat, unb = med[batched], med[unbatched]
     print(
-        f"\nbatching gain at concurrency {c}, HTTP, {args.rounds} alternating rounds of "
-        f"{args.seconds:g}s (medians)"
+        f"\nbatching gain of {batched} at concurrency {c}, HTTP, {args.rounds} alternating "
+        f"rounds of {args.seconds:g}s (medians)"
     )
     keys = [
         ("throughput", "throughput /s", 0),
@@ -86,7 +120,7 @@ def report(c: int, med: dict[str, dict[str, float]], args: argparse.Namespace) -
         ("call_ms", "model call ms / execution", 3),
         ("cpu_us_per_request", "Triton CPU us / request", 0),
     ]
-    print(f"{'':<28}{'batch_add_model':>16}{'add_unbatched':>15}{'ratio':>8}")
+    print(f"{'':<28}{batched:>16}{unbatched:>15}{'ratio':>8}")
     for key, name, digits in keys:
         ratio = bat[key] / unb[key] if unb[key] else float("nan")
         print(f"{name:<28}{bat[key]:>16,.{digits}f}{unb[key]:>15,.{digits}f}{ratio:>7.2f}x")

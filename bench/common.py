@@ -42,15 +42,18 @@ def stack(
     copies: int | None = 1,
     services: tuple[str, ...] = ("triton", "exporter"),
     scrape_interval_s: float = 1.0,
+    model_repository: Path | None = None,
 ) -> Iterator[Settings]:
-    """``services`` of the stack; ``copies=None`` serves the project's model repository."""
+    """``services`` of the stack; ``copies=None`` serves the project's model repository, or
+    ``model_repository`` when given."""
     os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         settings = isolated(Path(tmp) / "state")
         settings = replace(
             settings,
             model_repository=(
-                settings.model_repository if copies is None else repository(Path(tmp), copies)
+                model_repository
+                or (settings.model_repository if copies is None else repository(Path(tmp), copies))
             ),
             scrape_interval_s=scrape_interval_s,
         )

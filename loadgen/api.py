@@ -136,6 +136,7 @@ def execute(
     as it proceeds (see the module doc)."""
     p = prepared.params
     before = serverside.snapshot(prepared.http.base_url, p.model)
+    facts = _server_facts(prepared.http.base_url, p.model)
     if prepared.window is not None:
         prepared.window.open()
     open_loop = p.scenario in ("rate", "steps")
@@ -143,10 +144,13 @@ def execute(
         track_index=p.trace, late_threshold_s=LATE_THRESHOLD_S if open_loop else None
     )
     if writer is None:
-        return _execute(prepared, before, recorder, stop, progress, handle_sigint, None)
+        result = _execute(prepared, before, recorder, stop, progress, handle_sigint, None)
+        result.triton_version, result.model_config = facts
+        return result
     writer.start(time.time(), recorder.summary())
     try:
         result = _execute(prepared, before, recorder, stop, progress, handle_sigint, writer)
+        result.triton_version, result.model_config = facts
     except BaseException as exc:
         if isinstance(exc, LoadgenError) and recorder.sent == 0:
             writer.discard()  # bad input found by the server: nothing half-written
@@ -233,6 +237,21 @@ def _execute(
         traced=traced,
         trace=trace,
     )
+
+
+def _server_facts(base_url: str, model: str) -> tuple[str, dict[str, Any] | None]:
+    """Triton's version and the model's config JSON as the server reports them, kept with
+    the run so that it can be modelled later without the server ("", None if unreadable)."""
+    client = TritonClient(base_url)
+    try:
+        version = str(client.server_metadata().get("version", ""))
+    except TritonError:
+        version = ""
+    try:
+        config: dict[str, Any] | None = client.model_config_json(model)
+    except TritonError:
+        config = None
+    return version, config
 
 
 def _config(base_url: str, model: str) -> Any:

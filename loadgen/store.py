@@ -16,6 +16,10 @@ Three tables:
   queue wait and compute time, the batch it ran in (numbered within the run), that batch's
   size and why it left; and ``trace_windows``: one row per traced run, the requests sent
   and a note when the traces are incomplete.
+- ``run_server``: one row per run, the Triton version and the model's config (JSON) as the
+  server reported them when the run began, so that a stored run can be modelled (``python
+  -m advisor advise --store``) without the server. A table of its own rather than columns
+  of ``runs``: a store without it (older) is still read, and gets it from its next writer.
 
 The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and
 ``RunSummary.server_json()`` (``loadgen.summary``), the shape the store has always had; a
@@ -120,6 +124,11 @@ CREATE TABLE IF NOT EXISTS trace_windows (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
     sent INTEGER NOT NULL,
     note TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run_server (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    triton_version TEXT NOT NULL,
+    model_config TEXT NOT NULL
 );
 """
 RUN_COLUMNS = (
@@ -284,6 +293,7 @@ def save(db: str | Path, result: RunResult) -> int:
         upsert_timeline(conn, run_id, result.timeline)
         if result.trace is not None:
             save_trace(conn, run_id, result)
+        save_server(conn, run_id, result)
     return run_id
 
 
@@ -328,6 +338,31 @@ def save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None
             for t in result.traced or []
         ),
     )
+
+
+def save_server(conn: sqlite3.Connection, run_id: int, run: LoadRun) -> None:
+    """The Triton version and model config the run was made against (if they were read)."""
+    if run.triton_version or run.model_config is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO run_server VALUES (?,?,?)",
+            (run_id, run.triton_version, json.dumps(run.model_config)),
+        )
+
+
+def load_server(db: str | Path, run_id: int) -> tuple[str, dict[str, Any] | None]:
+    """(Triton version, model config JSON) a run was made against; ("", None) for a run
+    stored before they were kept."""
+    with closing(connect(db)) as conn:
+        try:
+            row = conn.execute(
+                "SELECT triton_version, model_config FROM run_server WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # a store from before run_server: no such table
+            return "", None
+    if row is None:
+        return "", None
+    config = json.loads(row["model_config"])
+    return str(row["triton_version"]), config if isinstance(config, dict) else None
 
 
 def load_traced(db: str | Path, run_id: int) -> tuple[list[TracedRecord], int, str] | None:
@@ -393,6 +428,7 @@ def load_run(db: str | Path, run_id: int) -> LoadRun:
     row = load_row(db, run_id)
     server = dict(row["server"])
     restarted = bool(server.pop("server_restarted", False))
+    version, config = load_server(db, run_id)
     return LoadRun(
         params=RunParams.from_json(row["params"]),
         status=str(row["status"]),
@@ -402,6 +438,8 @@ def load_run(db: str | Path, run_id: int) -> LoadRun:
         run_id=int(row["id"]),
         group_id=str(row["group_id"]),
         trace=None if (traced := load_traced(db, run_id)) is None else summarize(*traced),
+        triton_version=version,
+        model_config=config,
     )
 
 

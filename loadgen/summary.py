@@ -161,6 +161,9 @@ class LoadRun:
     run_id: int | None = None  # None: not stored
     group_id: str = ""  # shared by the runs of one sweep or comparison
     trace: TraceSummary | None = None  # --trace runs: what Triton's traces say
+    # As the server reported them when the run began ("" / None: not read, or an old store).
+    triton_version: str = ""
+    model_config: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """One line naming the run: id, label (or what it did), model, start time."""

@@ -178,6 +178,7 @@ class RunWriter:
                     )
                     if item.trace is not None:
                         store.save_trace(conn, run_id, item)
+                    store.save_server(conn, run_id, item)
                 elif kind == "abort" and run_id is not None:
                     store.mark_ended(conn, run_id, *item)
                 elif kind == "discard" and run_id is not None:

@@ -139,6 +139,11 @@ def server_argv(runtime: Runtime, settings: Settings, backends: Path, key: str |
         "--trace-config=level=OFF",
         f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
         "--exit-timeout-secs=5",
+        # Every model loads at start as before; explicit control lets the advisor load a
+        # scratch copy of a model with another batching config (`advise --verify`) through
+        # the repository API, which the key guards.
+        "--model-control-mode=explicit",
+        "--load-model=*",
     ]
     if key is not None:
         # Model loading, shared memory, tracing and logging need the stack's key

@@ -16,6 +16,8 @@ work, and why" catches that one.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -191,6 +193,40 @@ class TritonClient:
                 if isinstance(m, dict) and m.get("state") == "READY"
             }
         )
+
+    def load_model(
+        self,
+        model: str,
+        config: dict[str, Any] | None = None,
+        files: dict[str, bytes] | None = None,
+        timeout_s: float | None = 120.0,
+    ) -> None:
+        """``POST /v2/repository/models/<m>/load`` (explicit model control, restricted: the
+        key's headers). With ``config`` (the config JSON) and ``files`` (path in the model's
+        folder -> content, e.g. ``1/model.py``), Triton loads a model of that name from
+        them: a scratch copy that no repository folder holds."""
+        parameters: dict[str, str] = {}
+        if config is not None:
+            parameters["config"] = json.dumps(config)
+        for path, content in (files or {}).items():
+            parameters[f"file:{path}"] = base64.b64encode(content).decode()
+        self._ok(
+            "POST",
+            f"/v2/repository/models/{quote(model, safe='')}/load",
+            timeout_s,
+            {"parameters": parameters},
+        )
+
+    def unload_model(self, model: str, timeout_s: float | None = 60.0) -> None:
+        """``POST /v2/repository/models/<m>/unload`` (explicit model control, restricted)."""
+        self._ok("POST", f"/v2/repository/models/{quote(model, safe='')}/unload", timeout_s, {})
+
+    def _ok(self, method: str, path: str, timeout_s: float | None, body: Any) -> None:
+        """A request whose answer is empty on success; TritonHTTPError otherwise."""
+        response = self._send(method, path, timeout_s, body)
+        if response.status_code >= 400:
+            what = f"{method} {path}"
+            raise TritonHTTPError(self.url, what, response.status_code, _error_text(response))
 
     # -- statistics ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
 from loadgen.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
+from stacksettings import Settings, admin_headers
 from tritonapi.client import TritonError
 
 PROGRESS_EVERY_S = 0.5
@@ -277,7 +278,15 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
     except (ValueError, TritonError) as exc:
         st.error(f"The advisor cannot model this run: {exc}", icon=":material/error:")
         return
-    st.markdown(f"Current config: **{a.current}**, under {a.traffic}.")
+    st.markdown(f"Current config: **{a.current}** ({a.config_source}), under {a.traffic}.")
+    if a.capacity_known:
+        st.caption(f"Costs outside the model: {a.costs}.")
+    else:
+        st.caption(
+            "Capacity: unknown (run with --probe): no measured costs for this server, model "
+            "and Triton version. A concurrency run on this machine calibrates them, and so "
+            "does `python -m advisor advise --url ... --probe`."
+        )
     st.dataframe(
         fmt.table(
             advice.predicted_vs_measured(a),
@@ -286,25 +295,72 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
         hide_index=True,
     )
     rec = a.recommendation
+    st.caption(f"Current, over {rec.seeds} simulation seeds: {rec.noise_line('current')}.")
+    unreached = rec.current.unreached_preferred()
+    if unreached:
+        st.caption(
+            f"Preferred size(s) {list(unreached)} are not reached by the predicted batches "
+            "(under 1 %): they change nothing."
+        )
     if rec.best is None:
         st.warning(
             f"No config of the {rec.considered} tried meets p99 ≤ {rec.p99_bound_s * 1e3:g} ms.",
             icon=":material/warning:",
         )
-    elif rec.best is rec.current or rec.gain_ratio <= 1.0:
+    elif rec.keep:
         st.success(
-            f"Keep it: none of the {rec.considered} configs tried does better for "
-            f"{rec.objective} with p99 ≤ {rec.p99_bound_s * 1e3:g} ms.",
+            f"Keep it: none of the {rec.considered} configs tried beats it on "
+            f"{rec.objective} beyond the simulation's noise ({rec.seeds} seeds) with "
+            f"p99 ≤ {rec.p99_bound_s * 1e3:g} ms.",
             icon=":material/check_circle:",
         )
     else:
         st.info(
             f"Recommended ({rec.objective}, p99 ≤ {rec.p99_bound_s * 1e3:g} ms, "
             f"{rec.considered} configs tried): **{rec.best.config.describe()}**, predicted "
-            f"gain x{rec.gain_ratio:.2f}.",
+            f"gain: {rec.gain_line()} (x{rec.gain_ratio:.2f}); "
+            f"{rec.noise_line('best')}.",
             icon=":material/lightbulb:",
         )
         st.code(rec.best.config.pbtxt(), language="protobuf")
+    render_verification(cfg, run, a)
+
+
+def render_verification(cfg: DashboardSettings, run: LoadRun, a: advice.Advice) -> None:
+    key = f"verified_{run.run_id}"
+    if key not in st.session_state:
+        st.caption(
+            "Check it by experiment: each config is loaded as a scratch copy of the model on "
+            f"the server, gets {advice.VERIFY_S:g} s of this run's traffic, and is unloaded."
+        )
+        if not st.button("Verify by experiment", key=f"verify_{run.run_id}"):
+            return
+        try:
+            with st.spinner("Loading scratch copies and replaying the traffic..."):
+                st.session_state[key] = advice.check(
+                    a,
+                    cfg.triton_url,
+                    admin_headers(cfg.admin_key_file),
+                    cfg.model_repository or Settings().model_repository,
+                )
+        except (ValueError, TritonError, LoadgenError) as exc:
+            st.error(f"The verification could not run: {exc}", icon=":material/error:")
+            return
+    checked = st.session_state[key]
+    st.markdown("**Verification** (scratch copies, the run's traffic replayed):")
+    st.dataframe(
+        fmt.table(
+            advice.verification_frame(checked),
+            {"predicted": "{:,.2f}", "measured": "{:,.2f}"},
+        ),
+        hide_index=True,
+    )
+    gain = checked.measured_gain(a.recommendation.objective)
+    if gain is not None:
+        st.caption(
+            f"Measured gain x{gain:.2f} {a.recommendation.objective}, predicted "
+            f"x{a.recommendation.gain_ratio:.2f}."
+        )
 
 
 def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]) -> None:

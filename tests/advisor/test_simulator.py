@@ -27,10 +27,17 @@ def test_arrivals_faster_than_service_fill_the_max_batch() -> None:
 
 
 def test_overload_is_reported_as_saturated() -> None:
-    p = predict(BatcherConfig(8, (), 0), OpenLoop(20_000, cv=0), FLAT_1MS, requests=4000)
+    cores = CpuModel(cores=8)  # a measured cost model (free front end on 8 cores)
+    p = predict(BatcherConfig(8, (), 0), OpenLoop(20_000, cv=0), FLAT_1MS, cores, requests=4000)
     assert p.saturated
     assert p.throughput_limit_per_s == pytest.approx(8000, rel=0.01)
     assert p.mean_batch_size == pytest.approx(8.0)
+
+
+def test_without_a_cost_model_the_capacity_is_unknown() -> None:
+    p = predict(BatcherConfig(8, (), 0), OpenLoop(2_000), FLAT_1MS, requests=2000)
+    assert p.throughput_limit_per_s is None
+    assert p.summary()["throughput_limit_per_s"] is None
 
 
 def test_a_single_request_waits_exactly_the_max_queue_delay() -> None:

@@ -58,7 +58,7 @@ def test_bursts_have_no_steady_traffic() -> None:
         storedrun.traffic_from_run(RunParams("concurrent"), [])
 
 
-def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str]) -> None:
+def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = main(
         [
             "advise",
@@ -78,6 +78,10 @@ def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str]) -> None:
             "8",
             "--requests",
             "800",
+            "--cores",
+            "2",
+            "--calibrations",
+            str(tmp_path / "calibrations.json"),
             "--json",
         ]
     )
@@ -86,7 +90,17 @@ def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str]) -> None:
     result = json.loads(out)
     assert "from stored run 2 (concurrency, ok, 1500 requests)" in result["notes"]
     assert result["current"]["traffic"] == "closed loop, concurrency 8"
-    assert result["recommended"] is not None
+    # The closed-loop run's throughput calibrates the costs: the capacity is known, and the
+    # simulated throughput at the run's concurrency is the measured one.
+    calibration = result["calibration"]
+    assert calibration["source"].startswith("the throughput of stored run 2 at concurrency 8")
+    assert (calibration["cores"], calibration["requests"]) == (2, 1500)
+    assert 0 < calibration["request_s"] < 0.001
+    assert result["capacity_known"] and result["current"]["throughput_limit_per_s"] > 0
+    measured = 5773  # the run's client throughput
+    assert result["current_interval"]["low"] <= measured * 1.1
+    assert result["current_interval"]["high"] >= measured * 0.9
+    assert result["keep"] or result["recommended"] is not None
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,7 @@ def test_model_config_view_with_triton_down_shows_files_and_findings(
     assert any("check-config found 1 error(s)" in e for e in errors)
     assert any("preferred_batch_size 8 is larger than max_batch_size 4" in e for e in errors)
     assert any("only the files are shown" in w for w in texts(at, "warning"))
-    assert [h.value for h in at.subheader] == ["add_unbatched", "batch_add_model"]
+    assert [h.value for h in at.subheader] == ["add_unbatched", "batch_add_model", "mlp_model"]
     summaries = [m.value for m in at.markdown]
     assert any("preferred sizes 2, 4 and a queue delay of 500 µs" in m for m in summaries)
 

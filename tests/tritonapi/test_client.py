@@ -55,7 +55,7 @@ def test_server_and_model_metadata(triton: TritonClient) -> None:
     assert triton.server_metadata()["version"] == "2.51.0"
     meta = triton.model_metadata("batch_add_model")
     assert {t["name"] for t in meta["inputs"]} == {"INPUT_A", "INPUT_B"}
-    assert triton.ready_models() == ["add_unbatched", "batch_add_model"]
+    assert triton.ready_models() == ["add_unbatched", "batch_add_model", "mlp_model"]
 
 
 def test_model_config_is_typed(triton: TritonClient) -> None:

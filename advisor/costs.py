@@ -1,0 +1,283 @@
+"""Costs outside the model, measured: never assumed.
+
+The simulator's capacity comes from the CPU model (:class:`advisor.model.CpuModel`): the
+cores shared and the CPU each request costs outside the model's execution. Without one
+the advisor says "capacity: unknown" rather than print the limit of an infinitely fast
+front end. A cost model is measured in one of three ways, each kept as a
+:class:`Calibration` with where it came from and when:
+
+* **the local Triton's CPU** (:func:`from_process_cpu`): when ``--url`` is on this machine,
+  the server's process is found by its listening port and its CPU seconds are read over
+  the advisor's window. A python-backend model executes in stub processes (children of
+  ``tritonserver``), so the server process's own CPU is the work outside the model (HTTP,
+  the batcher, the hand-off to the stub): that, per request served, is the cost. A model
+  executed inside the server process (no stubs busy) has its executions' time taken off
+  instead. The cores are the process's CPU set. This is the server's own cost: clients on
+  the same cores lower the capacity further.
+* **a probe** (``--probe``, :func:`probe`): a short closed-loop load through the load
+  generator. On a local server its CPU is read as above; on a remote one the per-request
+  cost is the one that makes the simulator reproduce the throughput measured at the
+  probe's concurrency (:func:`fit_request_cost`), on the cores the user gives.
+* **a stored closed-loop run** (:func:`from_closed_loop`), the same fit as a remote probe.
+
+Calibrations are cached per server, model and Triton version (:class:`CalibrationCache`),
+with their date; a later ``advise`` on the same server uses the cached one and says how old
+it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from advisor.config import BatcherConfig
+from advisor.model import ClosedLoop, CpuModel, ServiceModel
+from advisor.simulator import Simulation
+from stacksettings import is_loopback, procstat
+from tritonapi.stats import ModelStats
+
+# Fewer requests than this in a window say too little about the per-request cost.
+MIN_REQUESTS = 200
+# The front end's spread is not measured: exponential work (cv 1), as the capture's.
+REQUEST_CV = 1.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A measured CPU model, and where and when it was measured."""
+
+    cores: float
+    request_s: float
+    source: str  # how it was measured, in words
+    measured_at: float  # unix seconds
+    requests: int  # requests it was measured over
+    server: str = ""
+    model: str = ""
+    triton_version: str = ""
+
+    @property
+    def cpu(self) -> CpuModel:
+        return CpuModel(cores=self.cores, request_s=self.request_s, request_cv=REQUEST_CV)
+
+    @property
+    def date(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.measured_at))
+
+    def describe(self) -> str:
+        return (
+            f"{self.cores:g} cores, {self.request_s * 1e6:.0f} us CPU per request outside the "
+            f"model, from {self.source} ({self.requests:,} requests) on {self.date}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        return cls(
+            cores=float(data["cores"]),
+            request_s=float(data["request_s"]),
+            source=str(data["source"]),
+            measured_at=float(data["measured_at"]),
+            requests=int(data["requests"]),
+            server=str(data.get("server", "")),
+            model=str(data.get("model", "")),
+            triton_version=str(data.get("triton_version", "")),
+        )
+
+
+def front_end_s(cpu_s: float, delta: ModelStats, service: ServiceModel) -> float:
+    """CPU seconds per request outside the model's executions (a python-backend execution
+    keeps one core busy for its wall time)."""
+    if delta.inference_count <= 0:
+        raise ValueError("no requests were served: nothing to calibrate from")
+    execution = sum(n * service.time_s(size) for size, n in delta.executions_by_size().items())
+    return max(cpu_s - execution, 0.0) / delta.inference_count
+
+
+# ---- the local Triton's process -----------------------------------------------------------
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(inode)
+    return inodes
+
+
+def local_server_pid(url: str) -> int | None:
+    """The pid of the process listening on ``url``'s port, if ``url`` is on this machine and
+    the process can be seen (same user or root); None otherwise."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if not parts.hostname or not is_loopback(parts.hostname):
+        return None
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(parts.port or 80)}
+    if not inodes:
+        return None
+    holders = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                holders.add(int(proc.name))
+        except OSError:  # gone, or not ours to see
+            continue
+    # A child that inherited the socket (a backend stub) is not the server: the topmost is.
+    for pid in sorted(holders):
+        stat = procstat.read(pid)
+        if stat is not None and stat.ppid not in holders:
+            return pid
+    return None
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its descendants (Triton and its python-backend stubs)."""
+    return procstat.cpu_seconds({pid} | procstat.descendants(pid))
+
+
+def local_cores(url: str) -> float | None:
+    """This machine's cores when ``url`` is on loopback (the server ran here); else None."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.hostname and is_loopback(parts.hostname):
+        return float(len(os.sched_getaffinity(0)))
+    return None
+
+
+def process_cores(pid: int) -> int:
+    return len(os.sched_getaffinity(pid))
+
+
+@dataclass(frozen=True)
+class ServerCpu:
+    """CPU seconds of the server process itself and of its children (backend stubs)."""
+
+    own_s: float
+    children_s: float
+
+
+class CpuMeter:
+    """The local server's CPU over a window: ``start()``, then ``stop()``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cores = process_cores(pid)
+        self._own = self._tree = 0.0
+
+    def _read(self) -> tuple[float, float]:
+        return procstat.cpu_seconds([self.pid]), process_tree_cpu_s(self.pid)
+
+    def start(self) -> None:
+        self._own, self._tree = self._read()
+
+    def stop(self) -> ServerCpu:
+        own, tree = self._read()
+        own_s = own - self._own
+        return ServerCpu(own_s, max(tree - self._tree - own_s, 0.0))
+
+
+def from_process_cpu(
+    cpu: ServerCpu, cores: float, delta: ModelStats, service: ServiceModel, source: str
+) -> Calibration:
+    """A calibration from the server's CPU over a window and its statistics delta;
+    ValueError if the window served too few requests to say."""
+    if delta.inference_count < MIN_REQUESTS:
+        raise ValueError(
+            f"{delta.inference_count} requests in the window, fewer than {MIN_REQUESTS}: "
+            "too few to measure the CPU per request"
+        )
+    if cpu.children_s > 0:  # the model ran in stubs: the server's own CPU is the rest
+        request_s = cpu.own_s / delta.inference_count
+    else:
+        request_s = front_end_s(cpu.own_s, delta, service)
+    return Calibration(cores, request_s, source, time.time(), delta.inference_count)
+
+
+# ---- fitted to a measured closed-loop throughput ------------------------------------------
+
+
+def fit_request_cost(
+    config: BatcherConfig,
+    service: ServiceModel,
+    concurrency: int,
+    measured_per_s: float,
+    cores: float,
+    requests: int = 4_000,
+    simulate: Callable[[CpuModel], float] | None = None,
+) -> float:
+    """The per-request CPU that makes the simulator serve ``measured_per_s`` at
+    ``concurrency`` clients on ``cores`` (bisection; throughput falls as the cost grows).
+    ValueError when even a free front end is slower than measured (the service times
+    are too slow for what was served)."""
+
+    def throughput(request_s: float) -> float:
+        cpu = CpuModel(cores=cores, request_s=request_s, request_cv=REQUEST_CV)
+        if simulate is not None:
+            return simulate(cpu)
+        sim = Simulation(config, service, ClosedLoop(concurrency), cpu, requests, seed=1)
+        return sim.run().throughput_per_s
+
+    if throughput(0.0) < measured_per_s * 0.97:
+        raise ValueError(
+            f"the model's executions alone cannot serve the measured {measured_per_s:,.0f}/s "
+            "at that concurrency: the service times are too slow to calibrate against"
+        )
+    low, high = 0.0, cores / measured_per_s  # all the CPU per request: slower than measured
+    for _ in range(14):
+        mid = (low + high) / 2
+        if throughput(mid) > measured_per_s:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+# ---- the cache ----------------------------------------------------------------------------
+
+
+def cache_key(server: str, model: str, triton_version: str) -> str:
+    return f"{server.rstrip('/')} {model} {triton_version or '?'}"
+
+
+class CalibrationCache:
+    """Calibrations in one JSON file, keyed by server, model and Triton version."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):  # none yet, or unreadable: start again
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, server: str, model: str, triton_version: str) -> Calibration | None:
+        entry = self._read().get(cache_key(server, model, triton_version))
+        try:
+            return Calibration.from_json(entry) if isinstance(entry, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, calibration: Calibration) -> None:
+        data = self._read()
+        key = cache_key(calibration.server, calibration.model, calibration.triton_version)
+        data[key] = calibration.to_json()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(self.path)  # never half a file

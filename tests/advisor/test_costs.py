@@ -1,0 +1,257 @@
+"""Costs measured, never assumed: on a private real Triton (the project's repository).
+
+- a stored run keeps the config and Triton version, so ``advise --store --run`` needs
+  nothing else;
+- a local Triton's CPU over the advisor's window gives the costs, cached per server,
+  model and Triton version with their date, and used from the cache next time;
+- without costs the capacity is "unknown (run with --probe)", never a number;
+- ``--probe`` measures them with a short closed-loop load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from advisor import costs
+from advisor.cli import main
+from loadgen import store
+from loadgen.api import RunParams, run
+from stack.supervisor import running
+from stacksettings import Settings, isolated, procstat
+from tritonapi.client import TritonClient, TritonHTTPError
+
+pytestmark = pytest.mark.integration
+MODEL = "batch_add_model"
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = isolated(tmp_path_factory.mktemp("advisor-triton"))
+    with running(settings, only=("triton",)):
+        yield settings
+
+
+@pytest.fixture(scope="module")
+def url(triton: Settings) -> str:
+    return triton.url("triton_http")
+
+
+def advise(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["advise", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def load(url: str, seconds: float, concurrency: int = 4) -> threading.Thread:
+    params = RunParams("concurrency", model=MODEL, url=url, concurrency=concurrency)
+    thread = threading.Thread(target=run, args=(replace(params, duration_s=seconds),))
+    thread.start()
+    return thread
+
+
+def test_a_stored_run_keeps_the_config_and_version_and_needs_nothing_else(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams("concurrency", model=MODEL, url=url, concurrency=4, duration_s=1.5)
+    run_id = run(params, db=str(db)).run_id
+    assert run_id is not None
+    stored = store.load_run(db, run_id)
+    client = TritonClient(url)
+    assert stored.triton_version == client.server_metadata()["version"]
+    assert stored.model_config == client.model_config_json(MODEL)
+    cache = tmp_path / "calibrations.json"
+    argv = ["--store", str(db), "--run", str(run_id), "--p99-ms", "20", "--requests", "800"]
+    code, out, err = advise(capsys, *argv, "--calibrations", str(cache), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    version = stored.triton_version
+    assert f"config as Triton {version} reported it when the run began" in result["notes"]
+    assert result["current"]["config"].startswith("max_batch_size 4, preferred [2, 4]")
+
+
+def test_an_old_store_has_no_config_and_reads_as_before() -> None:
+    db = Path(__file__).parent / "data" / "loadruns.sqlite3"
+    assert store.load_server(db, 1) == ("", None)
+    assert store.load_run(db, 1).model_config is None
+
+
+def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pid = costs.local_server_pid(url)
+    assert pid is not None and "tritonserver" in Path(f"/proc/{pid}/cmdline").read_text()
+    cache = tmp_path / "calibrations.json"
+    base = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--requests", "800"]
+    sender = load(url, 3.0)
+    try:
+        code, out, err = advise(
+            capsys, *base, "--window", "2", "--calibrations", str(cache), "--json"
+        )
+    finally:
+        sender.join()
+    assert code == 0, err
+    # The python backend's stubs are its children, and they did the model's work: counted.
+    assert costs.process_tree_cpu_s(pid) > procstat.cpu_seconds([pid])
+    result = json.loads(out)
+    calibration = result["calibration"]
+    assert calibration["source"] == "the local Triton's CPU over the 2 s window"
+    assert calibration["cores"] == len(os.sched_getaffinity(pid))
+    assert 5e-6 < calibration["request_s"] < 5e-3
+    assert calibration["requests"] >= costs.MIN_REQUESTS
+    assert result["capacity_known"] and result["current"]["throughput_limit_per_s"] > 0
+    version = TritonClient(url).server_metadata()["version"]
+    cached = json.loads(cache.read_text())
+    assert list(cached) == [costs.cache_key(url, MODEL, version)]
+    # No traffic now: nothing to measure in the window, so the cached costs are used, dated.
+    code, out, err = advise(
+        capsys, *base, "--rate", "200", "--window", "0.5", "--calibrations", str(cache)
+    )
+    assert code == 0, err
+    assert "costs: cached (0.0 h old): " in out
+    assert calibration["source"] in out
+
+
+def test_without_costs_the_capacity_is_unknown(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "none-yet.json"
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "200"]
+    code, out, err = advise(
+        capsys, *argv, "--window", "0.5", "--requests", "800", "--calibrations", str(cache)
+    )
+    assert code == 0, err
+    assert "capacity: unknown (run with --probe)" in out
+    assert "limit" not in out and "capacity 1" not in out
+    assert not cache.exists()
+
+
+def test_probe_measures_the_costs_with_a_short_load(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "calibrations.json"
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "200"]
+    code, out, err = advise(
+        capsys,
+        *argv,
+        "--window",
+        "0.5",
+        "--requests",
+        "800",
+        "--probe",
+        "--probe-s",
+        "1.5",
+        "--calibrations",
+        str(cache),
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    source = result["calibration"]["source"]
+    assert source.startswith("a 1.5 s probe at concurrency 8 (")
+    probed = float(source.split("(")[1].split("/s")[0].replace(",", ""))
+    # The server's own CPU only: the capacity is at least what the probe's clients got
+    # on the same cores.
+    assert result["current"]["throughput_limit_per_s"] >= 0.8 * probed
+
+
+def test_the_mlp_model_answers_its_seeded_network_and_batches(url: str) -> None:
+    """mlp_model (model_repository/): the answer is the seeded numpy network's, and
+    concurrent requests are executed in batches."""
+    import importlib.util
+    import sys
+    import types
+
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    from stacksettings import ROOT
+
+    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("pb_utils"))
+    spec = importlib.util.spec_from_file_location(
+        "mlp_model_py", ROOT / "model_repository" / "mlp_model" / "1" / "model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.random.default_rng(3).standard_normal((1, 64), dtype=np.float32)
+    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+    tensor = httpclient.InferInput("INPUT", [1, 64], "FP32")
+    tensor.set_data_from_numpy(x)
+    got = client.infer("mlp_model", [tensor]).as_numpy("OUTPUT")
+    client.close()
+    assert got.shape == (1, 16)
+    np.testing.assert_allclose(got, module.forward(module.weights(), x), rtol=1e-4, atol=1e-5)
+    params = RunParams("concurrency", model="mlp_model", url=url, concurrency=8, duration_s=1.5)
+    server = run(params).summary.server
+    assert server is not None and server.average_batch_size is not None
+    assert server.average_batch_size > 2
+
+
+def test_verify_loads_scratch_copies_replays_the_traffic_and_removes_them(
+    triton: Settings, url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "150", "--cv", "1"]
+    sender = load(url, 1.5, concurrency=2)  # executions to fit the service times from
+    sender.join()
+    code, out, err = advise(
+        capsys,
+        *argv,
+        "--window",
+        "0.5",
+        "--requests",
+        "800",
+        "--cores",
+        "2",
+        "--request-us",
+        "100",
+        "--verify",
+        "--verify-s",
+        "2",
+        "--admin-key-file",
+        str(triton.admin_key_file),
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    checks = result["verification"]["checks"]
+    assert [c["which"] for c in checks] == ["current"] + ([] if result["keep"] else ["recommended"])
+    current = {r["measure"]: r for r in checks[0]["rows"]}
+    # 150/s Poisson on the spec's config: mostly batches of 1 and 2, every request answered.
+    assert 1.0 <= current["average batch size"]["measured"] < 2.5
+    assert current["throughput (req/s)"]["measured"] == pytest.approx(150, rel=0.25)
+    assert checks[0]["config"] == result["current"]["config"]
+    client = TritonClient(url, headers=triton.admin_headers())
+    for which in ("current", "recommended"):  # the copies are gone
+        with pytest.raises(TritonHTTPError):
+            client.model_config_json(f"{MODEL}__advisor_{which}")
+    assert client.model_config_json(MODEL)["max_batch_size"] == 4  # the live model untouched
+
+
+def test_verify_without_the_key_is_one_line(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "150"]
+    code, _, err = advise(
+        capsys,
+        *argv,
+        "--window",
+        "0.5",
+        "--requests",
+        "500",
+        "--seeds",
+        "2",
+        "--verify",
+        "--admin-key-file",
+        str(tmp_path / "no-key"),
+    )
+    assert code == 2
+    assert "403" in err and "--admin-key-file" in err
+    assert len(err.strip().splitlines()) == 1
