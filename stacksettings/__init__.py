@@ -63,6 +63,9 @@ class Settings:
     triton_metrics_urls: tuple[str, ...] = ()
     # The key of an attached Triton's restricted APIs, if it has one (none by default).
     attached_admin_key_file: Path | None = None
+    # Bytes of Triton's local response cache (--cache-config local,size=N); 0: no cache.
+    # Only models with `response_cache { enable: true }` use it.
+    triton_cache_bytes: int = 0
 
     def port(self, name: str) -> int:
         return self.ports[name]
