@@ -319,8 +319,9 @@ class _Families:
             self.server_ready.add_metric([url], 1.0 if result.view.ready else 0.0)
             for model, version, ready in result.view.states:
                 self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
+            self.features.add_target(url, result.view.cache_configured)
             for view in result.view.models:
-                self._model(url, view)
+                self._model(url, view, result.view.cache_configured)
             for gpu in result.view.gpus:
                 for family, field_name in self.gpu:
                     number = getattr(gpu, field_name)
@@ -350,7 +351,7 @@ class _Families:
         ]
         return [f for f in families if f.samples]
 
-    def _model(self, url: str, view: ModelView) -> None:
+    def _model(self, url: str, view: ModelView, cache: bool = False) -> None:
         s, c = view.stats, view.config
         labels = [url, s.name, s.version]
         # An ensemble forms no batches of its own (exporter.features): no batch series.
@@ -396,13 +397,15 @@ class _Families:
                 b.executions for size, b in s.batches.items() if size in c.preferred_batch_sizes
             )
             self.preferred_hit.add_metric(labels, hits / executed)
-        self._features(labels, view)
+        self._features(labels, view, cache)
 
-    def _features(self, labels: list[str], view: ModelView) -> None:
+    def _features(self, labels: list[str], view: ModelView, cache: bool) -> None:
         """Queue limits, priorities, the cache, the scheduler (exporter.features)."""
         s = view.stats
         self.features.add(labels, view.config)
         hit, miss = s.phases.get("cache_hit"), s.phases.get("cache_miss")
+        if not cache:  # the model asks for a cache the server does not have: no counts
+            hit = miss = None
         self.features.add_cache(
             labels, view.config, hit.count if hit else None, miss.count if miss else None
         )

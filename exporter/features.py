@@ -83,16 +83,24 @@ class FeatureFamilies:
             "(--cache-config).",
             labels=MODEL,
         )
+        self.cache_configured = GaugeMetricFamily(
+            "triton_batching_response_cache_configured",
+            "1 if the server has a response cache (--cache-config), else 0 (Triton /metrics: "
+            "nv_cache_util is present only then).",
+            labels=["target"],
+        )
         self.cache_hits = CounterMetricFamily(
             "triton_batching_cache_hits",
             f"Requests answered from the response cache, never reaching the batcher ({STATS}: "
-            "inference_stats.cache_hit.count; only models with the cache enabled).",
+            "inference_stats.cache_hit.count; only models with the cache enabled, on a server "
+            "that has one).",
             labels=MODEL,
         )
         self.cache_misses = CounterMetricFamily(
             "triton_batching_cache_misses",
             f"Requests looked up in the response cache and not found ({STATS}: "
-            "inference_stats.cache_miss.count; only models with the cache enabled).",
+            "inference_stats.cache_miss.count; only models with the cache enabled, on a server "
+            "that has one).",
             labels=MODEL,
         )
         self.scheduler = GaugeMetricFamily(
@@ -107,6 +115,9 @@ class FeatureFamilies:
             "ensemble_scheduling.step[].model_name).",
             labels=[*MODEL, "step", "step_model"],
         )
+
+    def add_target(self, url: str, cache_configured: bool) -> None:
+        self.cache_configured.add_metric([url], 1.0 if cache_configured else 0.0)
 
     def add(self, labels: list[str], config: ModelConfig, raw_stats: Any = None) -> None:
         self.scheduler.add_metric([*labels, config.scheduler], 1.0)
@@ -144,6 +155,7 @@ class FeatureFamilies:
             self.priority_levels,
             self.preserve_ordering,
             self.cache_enabled,
+            self.cache_configured,
             self.cache_hits,
             self.cache_misses,
             self.scheduler,
