@@ -110,13 +110,21 @@ def sequence_config(client: TritonClient, model: str) -> ModelConfig:
             f"model {model!r} has no sequence batching (scheduler: {config.scheduler}): send "
             "it ordinary load runs (python -m loadgen run), not sequences"
         )
+    json_inputs(config, 1.0)  # refuses input types it cannot fill, before any is sent
+    return config
+
+
+def json_inputs(config: ModelConfig, value: float) -> list[dict[str, Any]]:
+    """One request's inputs as JSON tensors: a batch of one (if the model batches), every
+    element ``value``, variable dimensions as 1."""
+    batched = config.max_batch_size > 0
     for tensor in config.inputs:
         if tensor.data_type not in DATATYPES:
             raise LoadgenError(
-                f"input {tensor.name} of {model!r} is {tensor.data_type}: sequences can send "
-                f"only {', '.join(sorted(DATATYPES))}"
+                f"input {tensor.name} of {config.name!r} is {tensor.data_type}: only "
+                f"{', '.join(sorted(DATATYPES))} can be sent here"
             )
-    return config
+    return [_tensor(t, batched, value) for t in config.inputs]
 
 
 def _tensor(tensor: Tensor, batched: bool, value: float) -> dict[str, Any]:
@@ -152,8 +160,7 @@ def send_step(
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Step ``step`` (from 0) of sequence ``sequence_id``: every input holds ``step + 1``."""
-    batched = config.max_batch_size > 0
-    inputs = [_tensor(t, batched, float(step + 1)) for t in config.inputs]
+    inputs = json_inputs(config, float(step + 1))
     parameters = {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
     return client.infer_json(config.name, inputs, parameters, timeout_s)
 

@@ -24,7 +24,9 @@ from stacksettings import ROOT, Settings, isolated
 HERE = Path(__file__).parent / "repository"
 ADD = ROOT / "model_repository" / "batch_add_model"
 # Feature models that run batch_add_model's code under a config of their own.
-ADD_CODE = ("add_cached", "add_ordered", "add_priority")
+ADD_CODE = ("add_cached", "add_ordered")
+# Feature models that run add_slow_queue's code (50 ms per batch): slow enough to queue.
+SLOW_CODE = ("add_priority",)
 CACHE_BYTES = 1 << 20
 
 
@@ -39,6 +41,12 @@ def build_repository(target: Path, models: tuple[str, ...] | None = None) -> Pat
         if (target / name).exists():
             (target / name / "1").mkdir(exist_ok=True)
             shutil.copy(ADD / "1" / "model.py", target / name / "1" / "model.py")
+    for name in SLOW_CODE:
+        if (target / name).exists():
+            (target / name / "1").mkdir(exist_ok=True)
+            shutil.copy(
+                HERE / "add_slow_queue" / "1" / "model.py", target / name / "1" / "model.py"
+            )
     if models is None:
         shutil.copytree(
             ADD, target / "batch_add_model", ignore=shutil.ignore_patterns("__pycache__")

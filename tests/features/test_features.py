@@ -65,12 +65,14 @@ def test_ensemble_is_counted_once_and_its_steps_batch_on_their_own(
     registry = registry_for(features_triton)
     steps = ("preprocess", "batch_add_model")
 
-    def counts() -> dict[str, float | None]:
+    def counts() -> dict[str, float]:
         out = {
             m: of(registry, "triton_batching_inferences_total", m) or 0.0
             for m in ("add_pipeline", *steps)
         }
-        out["requests"] = of(registry, "triton_batching_requests_success_total", "add_pipeline")
+        out["requests"] = (
+            of(registry, "triton_batching_requests_success_total", "add_pipeline") or 0.0
+        )
         return out
 
     before = counts()
@@ -85,7 +87,7 @@ def test_ensemble_is_counted_once_and_its_steps_batch_on_their_own(
     after = counts()
     assert client.ok > 50 and client.failed == 0, client.errors
     # The ensemble's requests are the client's; its inference and batch series are absent.
-    assert (after["requests"] or 0) - (before["requests"] or 0) == client.ok
+    assert after["requests"] - before["requests"] == client.ok
     assert of(registry, "triton_batching_inferences_total", "add_pipeline") is None
     assert of(registry, "triton_batching_executions_total", "add_pipeline") is None
     assert of(registry, "triton_batching_average_batch_size", "add_pipeline") is None
@@ -95,7 +97,7 @@ def test_ensemble_is_counted_once_and_its_steps_batch_on_their_own(
     )
     # Each step executed every request once: summed over models, one inference per step.
     for step in steps:
-        assert (after[step] or 0) - (before[step] or 0) == client.ok
+        assert after[step] - before[step] == client.ok
     # Each step formed its own batches: more than one request per execution under load.
     assert (of(registry, "triton_batching_average_batch_size", "preprocess") or 0) > 1
     assert of(registry, "triton_batching_scheduler_info", "add_pipeline", scheduler="ensemble")
