@@ -140,6 +140,8 @@ def server_argv(runtime: Runtime, settings: Settings, backends: Path, key: str |
         f"--trace-config=triton,log-frequency={LOG_FREQUENCY}",
         "--exit-timeout-secs=5",
     ]
+    if settings.triton_model_control == "explicit":
+        argv += ["--model-control-mode=explicit", "--load-model=*"]
     if settings.triton_cache_bytes > 0:
         # The wheel ships the local cache; Triton looks in /opt/tritonserver/caches by default.
         argv += [

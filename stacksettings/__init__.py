@@ -66,6 +66,8 @@ class Settings:
     # Bytes of Triton's local response cache (--cache-config local,size=N); 0: no cache.
     # Only models with `response_cache { enable: true }` use it.
     triton_cache_bytes: int = 0
+    # "explicit": models can be loaded and unloaded at run time (all are loaded at start).
+    triton_model_control: str = "none"
 
     def port(self, name: str) -> int:
         return self.ports[name]

@@ -2,7 +2,8 @@
 
 The models that are batch_add_model with another config get its model.py copied in
 (one implementation, several configs). The server runs with a 1 MiB local response
-cache, so that add_cached's hits are real.
+cache, so that add_cached's hits are real, and in explicit model control, so that a test
+can unload a model.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def features_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settin
         isolated(base / "state"),
         model_repository=build_repository(base / "models"),
         triton_cache_bytes=CACHE_BYTES,
+        # A test unloads an ensemble's step and loads it again.
+        triton_model_control="explicit",
     )
     with running(settings, only={"triton"}):
         yield settings

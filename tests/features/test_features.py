@@ -29,6 +29,7 @@ from loadgen.sequences import (
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.features.conftest import build_repository, registry_for
+from tests.helpers import wait_for
 from tritonapi import TritonClient, TritonHTTPError
 
 pytestmark = pytest.mark.integration
@@ -130,6 +131,46 @@ def test_config_view_shows_the_pipeline_with_each_steps_batching(
     # A step that is not loaded is named as such.
     missing = config_notes(configs["add_pipeline"], {"batch_add_model": configs["batch_add_model"]})
     assert missing[1] == "1. `preprocess`: not loaded: requests to the ensemble fail"
+
+
+def control(admin: TritonClient, model: str, action: str) -> None:
+    """Load or unload a model (Triton answers with an empty body, not JSON)."""
+    response = admin.session.post(
+        f"{admin.url}/v2/repository/models/{model}/{action}", json={}, headers=admin.headers
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_an_unloaded_step_takes_the_ensemble_with_it(features_triton: Settings) -> None:
+    url = features_triton.url("triton_http")
+    admin = TritonClient(url, headers=features_triton.admin_headers())
+    registry = registry_for(features_triton)
+    try:
+        control(admin, "preprocess", "unload")
+
+        # Triton 2.51 unloads the ensemble with its step (checked): both leave the
+        # statistics, so their series go absent, and the index says why.
+        def unloaded() -> bool:
+            states = {e["name"]: e.get("state") for e in admin.repository_index()}
+            return states["preprocess"] == states["add_pipeline"] == "UNAVAILABLE"
+
+        wait_for("the step and its ensemble unloaded", unloaded)
+        for model in ("add_pipeline", "preprocess"):
+            assert of(registry, "triton_batching_requests_success_total", model) is None
+            assert of(registry, "triton_batching_model_ready", model) == 0
+            assert (
+                of(registry, "triton_batching_scheduler_info", model, scheduler="ensemble") is None
+            )
+        assert of(registry, "triton_batching_model_ready", "batch_add_model") == 1
+        # The load generator: one line naming the model and what is ready instead.
+        with pytest.raises(LoadgenError, match="has no model 'add_pipeline'"):
+            run(RunParams(scenario="serial", model="add_pipeline", url=url, requests=1))
+    finally:
+        for model in ("preprocess", "add_pipeline"):
+            control(admin, model, "load")
+    assert admin.infer_json(
+        "add_pipeline", [{"name": "RAW", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]
+    )["outputs"][0]["data"] == [6.0]
 
 
 # ---- the response cache ------------------------------------------------------------------
