@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from loadgen.errors import LoadgenError
 from loadgen.params import default_urls
-from loadgen.sequences import error_kind, json_inputs
+from loadgen.sequences import error_kind, json_inputs, read_config
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelconfig import ModelConfig
 
@@ -95,10 +95,7 @@ def parse_mix(text: str) -> tuple[tuple[int, int], ...]:
 
 def run_mix(params: PriorityParams) -> dict[int, LevelResult]:
     url = params.url or default_urls()[0]
-    try:
-        config = TritonClient(url, params.timeout_s).model_config(params.model)
-    except TritonError as exc:
-        raise LoadgenError(f"cannot read the config of {params.model!r}: {exc}") from None
+    config = read_config(TritonClient(url, params.timeout_s), params.model)
     params.check(config)
     results = {level: LevelResult(level) for level, _ in params.mix}
     errors = {level: Counter[str]() for level, _ in params.mix}

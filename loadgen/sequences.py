@@ -29,7 +29,7 @@ from typing import Any
 
 from loadgen.errors import LoadgenError
 from loadgen.params import default_urls
-from tritonapi.client import TritonClient, TritonError, TritonHTTPError
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.modelconfig import ModelConfig, Tensor
 
 # KServe v2 JSON datatypes of the model config's TYPE_* we can fill with small numbers.
@@ -99,12 +99,25 @@ def expected_running_sum(length: int, elements: int = 1) -> list[float]:
     return [float(elements * (i + 1) * (i + 2) // 2) for i in range(length)]
 
 
+def read_config(client: TritonClient, model: str) -> ModelConfig:
+    """The model's config, or one LoadgenError line that says what to do."""
+    try:
+        return client.model_config(model)
+    except TritonUnreachable as exc:
+        raise LoadgenError(f"{exc}; start it with `python -m stack up` or pass --url") from None
+    except TritonHTTPError as exc:
+        if exc.status in (400, 404):
+            raise LoadgenError(
+                f"--model: Triton at {client.url} has no ready model {model!r} ({exc.error})"
+            ) from None
+        raise LoadgenError(str(exc)) from None
+    except TritonError as exc:
+        raise LoadgenError(str(exc)) from None
+
+
 def sequence_config(client: TritonClient, model: str) -> ModelConfig:
     """The model's config; LoadgenError unless it is a stateful (sequence batching) model."""
-    try:
-        config = client.model_config(model)
-    except TritonError as exc:
-        raise LoadgenError(f"cannot read the config of {model!r}: {exc}") from None
+    config = read_config(client, model)
     if config.sequence is None:
         raise LoadgenError(
             f"model {model!r} has no sequence batching (scheduler: {config.scheduler}): send "

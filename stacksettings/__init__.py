@@ -211,6 +211,7 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
             ) from None
     return replace(
         base,
+        triton_cache_bytes=_cache_bytes(env.get("STACK_TRITON_CACHE_BYTES", "")),
         triton_urls=env_list(env, "STACK_TRITON_URLS"),
         triton_metrics_urls=env_list(env, "STACK_TRITON_METRICS_URLS"),
         attached_admin_key_file=(
@@ -226,6 +227,18 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def _cache_bytes(text: str) -> int:
+    """STACK_TRITON_CACHE_BYTES: the local response cache's size; empty or 0 for none."""
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise SettingsError(
+            f"STACK_TRITON_CACHE_BYTES: {text!r} is not a number of bytes (e.g. 16777216 for "
+            "16 MiB; 0 for no response cache)"
+        )
+    return int(text)
 
 
 def env_list(env: dict[str, str], name: str) -> tuple[str, ...]:
