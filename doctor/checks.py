@@ -288,15 +288,33 @@ def _queue_full(config: ModelConfig, window: Window) -> bool:
     ``nv_inference_request_failure{reason="REJECTED"}``): the pending count is the
     server's only trace of them.
     """
-    limit = config.dynamic.default_max_queue_size if config.dynamic else 0
+    limit = _queue_bound(config)
     return bool(limit) and window.pending_max is not None and window.pending_max >= limit
+
+
+def _queue_bound(config: ModelConfig) -> int:
+    """The smallest bound of the model's queues (one per priority level); 0: unbounded.
+
+    The pending count covers every queue, so with priority levels reaching the smallest
+    bound means that queue may be full, not that it is.
+    """
+    if config.dynamic is None:
+        return 0
+    bounds = [p.max_queue_size for _, p in config.dynamic.queue_policies() if p.max_queue_size]
+    return min(bounds, default=0)
 
 
 def _queue_full_finding(config: ModelConfig, window: Window) -> Finding:
     assert config.dynamic is not None
-    limit = config.dynamic.default_max_queue_size
+    limit = _queue_bound(config)
+    queues = config.dynamic.queue_policies()
     numbers = (
         ("max_queue_size", str(limit)),
+        *(
+            (f"queue of priority {level}", policy.describe())
+            for level, policy in queues
+            if len(queues) > 1
+        ),
         ("pending requests, most seen", f"{window.pending_max:g}"),
         ("answered requests", per_s(window.requests_ok / window.seconds)),
         *_service(window),

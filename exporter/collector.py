@@ -41,6 +41,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from exporter.features import FeatureFamilies, batches_of
 from exporter.scrape import Fetcher, ModelView, Snapshot, TargetView, parse_snapshot
 from exporter.targets import Target
 from tritonapi.stats import ModelStats
@@ -106,6 +107,10 @@ COUNTERS: list[tuple[str, str, Callable[[ModelStats], float | None]]] = [
     ),
 ]
 
+
+# An ensemble has no batcher: Triton's inference and execution counts for it repeat those
+# of its steps (exporter.features), so they are left out rather than counted twice.
+ENSEMBLE_LEFT_OUT = frozenset({"triton_batching_inferences", "triton_batching_executions"})
 
 GPU = ["target", "gpu_uuid"]
 METRICS = "Triton /metrics"
@@ -293,6 +298,7 @@ class _Families:
             "1 if Triton says it is ready, else 0 (Triton /v2/health/ready).",
             labels=["target"],
         )
+        self.features = FeatureFamilies()
         # Passed through from Triton's /metrics with the target added; none without a GPU.
         self.gpu = [
             (GaugeMetricFamily(name, text, labels=GPU), field_name)
@@ -313,8 +319,9 @@ class _Families:
             self.server_ready.add_metric([url], 1.0 if result.view.ready else 0.0)
             for model, version, ready in result.view.states:
                 self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
+            self.features.add_target(url, result.view.cache_configured)
             for view in result.view.models:
-                self._model(url, view)
+                self._model(url, view, result.view.cache_configured)
             for gpu in result.view.gpus:
                 for family, field_name in self.gpu:
                     number = getattr(gpu, field_name)
@@ -340,17 +347,20 @@ class _Families:
             self.duration,
             self.server_ready,
             *(family for family, _ in self.gpu),
+            *self.features.families(),
         ]
         return [f for f in families if f.samples]
 
-    def _model(self, url: str, view: ModelView) -> None:
+    def _model(self, url: str, view: ModelView, cache: bool = False) -> None:
         s, c = view.stats, view.config
         labels = [url, s.name, s.version]
+        # An ensemble forms no batches of its own (exporter.features): no batch series.
+        own = batches_of(c)
         for family, value in self.counters:
             number = value(s)
-            if number is not None:
+            if number is not None and (own or family.name not in ENSEMBLE_LEFT_OUT):
                 family.add_metric(labels, number)
-        for size, batch in sorted(s.batches.items()):
+        for size, batch in sorted(s.batches.items() if own else ()):
             self.batch_executions.add_metric([*labels, str(size)], batch.executions)
             self.batch_infer_seconds.add_metric([*labels, str(size)], batch.compute_infer_ns / 1e9)
         if view.pending is not None:
@@ -376,14 +386,26 @@ class _Families:
         )
 
         # Ratios of cumulative values: defined only once something was executed.
-        if s.execution_count > 0:
+        if own and s.execution_count > 0:
             average = s.inference_count / s.execution_count
             self.average.add_metric(labels, average)
             if c.max_batch_size > 0:
                 self.efficiency.add_metric(labels, average / c.max_batch_size)
         executed = sum(b.executions for b in s.batches.values())
-        if c.preferred_batch_sizes and executed > 0:
+        if own and c.preferred_batch_sizes and executed > 0:
             hits = sum(
                 b.executions for size, b in s.batches.items() if size in c.preferred_batch_sizes
             )
             self.preferred_hit.add_metric(labels, hits / executed)
+        self._features(labels, view, cache)
+
+    def _features(self, labels: list[str], view: ModelView, cache: bool) -> None:
+        """Queue limits, priorities, the cache, the scheduler (exporter.features)."""
+        s = view.stats
+        self.features.add(labels, view.config)
+        hit, miss = s.phases.get("cache_hit"), s.phases.get("cache_miss")
+        if not cache:  # the model asks for a cache the server does not have: no counts
+            hit = miss = None
+        self.features.add_cache(
+            labels, view.config, hit.count if hit else None, miss.count if miss else None
+        )

@@ -61,6 +61,8 @@ class TargetView:
     states: list[tuple[str, str, bool]] = field(default_factory=list)
     # The GPUs Triton reports; empty without a GPU.
     gpus: list[GpuStats] = field(default_factory=list)
+    # Whether Triton has a response cache configured (--cache-config).
+    cache_configured: bool = False
 
 
 # An unchanged model config is served from the cache this long at most: a reload that
@@ -282,4 +284,6 @@ def parse_snapshot(snapshot: Snapshot) -> TargetView:
                 failures.get(stats.key, {}),
             )
         )
-    return TargetView(snapshot.ready, models, parse_index(snapshot.index), metrics.gpus)
+    return TargetView(
+        snapshot.ready, models, parse_index(snapshot.index), metrics.gpus, metrics.cache_configured
+    )

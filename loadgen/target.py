@@ -139,6 +139,12 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
         ) from None
     except TritonError as exc:
         raise LoadgenError(str(exc)) from None
+    if config.sequence is not None:
+        raise LoadgenError(
+            f"--model: {model!r} is stateful (sequence batching): each request needs a "
+            "sequence ID and the first a START flag; send sequences with "
+            f"`python -m loadgen.sequences --model {model}`"
+        )
     batched = config.max_batch_size > 0
     try:
         return ModelSpec(

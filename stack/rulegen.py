@@ -278,7 +278,40 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "as a SUCCESS, and a request Triton rejects before queueing (e.g. a missing input, "
             "HTTP 400) is counted nowhere; check client-side error rates for those.",
         ),
+        _queue_full(s),
     ]
+
+
+def _queue_full(s: RuleSettings) -> dict[str, Any]:
+    """Triton 2.51 counts a request rejected by a full queue nowhere (checked: neither the
+    statistics' failures nor nv_inference_request_failure{reason="REJECTED"} move), so the
+    alert compares the pending requests with the smallest bound of the model's queues.
+    Where a Triton does count rejections, a REJECTED failure fires it too."""
+    short, long = s.short_window, s.long_window
+    return _alert(
+        s,
+        "QueueFull",
+        f"max by ({BY}) (max_over_time(triton_batching_pending_requests[{short}]))\n"
+        f">= on ({BY}) min by ({BY}) (triton_batching_max_queue_size)\n"
+        f"or on ({BY})\n"
+        f"sum by ({BY}) (\n"
+        f'  rate(triton_batching_request_failures_by_reason_total{{reason="REJECTED"}}[{long}])\n'
+        ") > 0",
+        "The queue of {{ $labels.model }} is full",
+        "Requests to " + MODEL + " fill its bounded queue"
+        '{{ with printf `min(triton_batching_max_queue_size{target="%s",model="%s",'
+        'version="%s"})` $labels.target $labels.model $labels.version | query }}'
+        " (max_queue_size {{ . | first | value }}){{ end }}: Triton answers every new "
+        "request at once with HTTP 503 'Exceeds maximum queue size'. Triton 2.51 counts "
+        "these rejections nowhere (not as failures, not as reason REJECTED): only the "
+        "clients see them.",
+        "Count the rejections at the clients (the load generator reports them as "
+        "'HTTP 503: ... Exceeds maximum queue size'). The instances do not keep up with the "
+        "arrivals: add instances (instance_group count) or hardware, or raise "
+        "max_queue_size if the latency allows. With priority levels, only the queue of one "
+        "level may be full (triton_batching_max_queue_size by priority): keep "
+        "latency-sensitive requests at the level with room.",
+    )
 
 
 def groups(s: RuleSettings) -> dict[str, list[dict[str, Any]]]:

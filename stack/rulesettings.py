@@ -32,6 +32,7 @@ THRESHOLDS: dict[str, tuple[str, ...]] = {
     "QueueLatencyHigh": ("max_queue_seconds_per_request",),
     "PendingRequestsBacklog": ("max_pending_requests",),
     "InferenceFailures": ("max_failure_ratio",),
+    "QueueFull": (),
 }
 
 

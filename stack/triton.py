@@ -145,6 +145,14 @@ def server_argv(runtime: Runtime, settings: Settings, backends: Path, key: str |
         "--model-control-mode=explicit",
         "--load-model=*",
     ]
+    if settings.triton_model_control == "explicit":
+        argv += ["--model-control-mode=explicit", "--load-model=*"]
+    if settings.triton_cache_bytes > 0:
+        # The wheel ships the local cache; Triton looks in /opt/tritonserver/caches by default.
+        argv += [
+            f"--cache-config=local,size={settings.triton_cache_bytes}",
+            f"--cache-directory={runtime.server_root / 'caches'}",
+        ]
     if key is not None:
         # Model loading, shared memory, tracing and logging need the stack's key
         # (CVE-2025-23319/23320/23334 are in these APIs of this Triton version).

@@ -63,6 +63,11 @@ class Settings:
     triton_metrics_urls: tuple[str, ...] = ()
     # The key of an attached Triton's restricted APIs, if it has one (none by default).
     attached_admin_key_file: Path | None = None
+    # Bytes of Triton's local response cache (--cache-config local,size=N); 0: no cache.
+    # Only models with `response_cache { enable: true }` use it.
+    triton_cache_bytes: int = 0
+    # "explicit": models can be loaded and unloaded at run time (all are loaded at start).
+    triton_model_control: str = "none"
 
     def port(self, name: str) -> int:
         return self.ports[name]
@@ -206,6 +211,7 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
             ) from None
     return replace(
         base,
+        triton_cache_bytes=_cache_bytes(env.get("STACK_TRITON_CACHE_BYTES", "")),
         triton_urls=env_list(env, "STACK_TRITON_URLS"),
         triton_metrics_urls=env_list(env, "STACK_TRITON_METRICS_URLS"),
         attached_admin_key_file=(
@@ -221,6 +227,18 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def _cache_bytes(text: str) -> int:
+    """STACK_TRITON_CACHE_BYTES: the local response cache's size; empty or 0 for none."""
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise SettingsError(
+            f"STACK_TRITON_CACHE_BYTES: {text!r} is not a number of bytes (e.g. 16777216 for "
+            "16 MiB; 0 for no response cache)"
+        )
+    return int(text)
 
 
 def env_list(env: dict[str, str], name: str) -> tuple[str, ...]:

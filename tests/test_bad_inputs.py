@@ -50,6 +50,8 @@ UP = ("stack", "up", "--no-warmup")
 EXPORTER = ("exporter",)
 LOADGEN = ("loadgen",)
 CONC = ("loadgen", "concurrency", "--url", DEAD_URL, "--no-store")
+SEQ = ("loadgen.sequences", "--url", DEAD_URL)
+PRIO = ("loadgen.priorities", "--url", DEAD_URL)
 RATE = ("loadgen", "rate", "--url", DEAD_URL, "--no-store")
 ADVISOR = ("advisor",)
 PREDICT = ("advisor", "predict", "--service-us", "450,47", "--concurrency", "8")
@@ -74,8 +76,21 @@ CASES = [
     case(*UP, problem="STACK_SCRAPE_INTERVAL", fix="seconds", STACK_SCRAPE_INTERVAL="abc"),
     case(*UP, problem="STACK_TRITON_HTTP_PORT", fix="1-65535", STACK_TRITON_HTTP_PORT="0"),
     case(*UP, problem="STACK_HOST", fix="--expose", STACK_HOST="10.1.2.3"),
+    case(
+        *UP,
+        problem="STACK_TRITON_CACHE_BYTES",
+        fix="number of bytes",
+        STACK_TRITON_CACHE_BYTES="1M",
+    ),
     case(*STACK, "frobnicate", problem="invalid choice: 'frobnicate'", fix="choose from"),
     case(*STACK, "restart", problem="SERVICE", fix="required"),
+    # ---- loadgen.sequences and loadgen.priorities (issue 18) -------------------------
+    case(*SEQ, "--model", "m", "--first-id", "0", problem="--first-id", fix="no correlation ID"),
+    case(*SEQ, "--model", "m", "--length", "0", problem="--length", fix="between 1 and"),
+    case(*SEQ, "--model", "m", problem="is not answering", fix="python -m stack up"),
+    case(
+        *PRIO, "--model", "m", "--mix", "1-2", problem="'1-2' is not LEVEL:CLIENTS", fix="1:2,2:4"
+    ),
     # ---- the exporter ----------------------------------------------------------------
     case(*EXPORTER, "--triton-url", "ftp://x", problem="not an http(s) URL", fix="e.g. http://"),
     case(*EXPORTER, "--triton-url", "http://h:99999", problem="bad port", fix="1-65535"),
@@ -218,7 +233,7 @@ def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
 
 def test_there_are_at_least_40_cases_across_every_cli() -> None:
     assert len(CASES) >= 40
-    assert {c.argv[0] for c in CASES} == {"stack", "exporter", "loadgen", "advisor"}
+    assert {c.argv[0].split(".")[0] for c in CASES} == {"stack", "exporter", "loadgen", "advisor"}
 
 
 def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Path) -> None:

@@ -134,6 +134,23 @@ class TritonClient:
             raise TritonBadResponse(self.url, what, f"expected a JSON {kind.__name__}")
         return value
 
+    def infer_json(
+        self,
+        model: str,
+        inputs: list[dict[str, Any]],
+        parameters: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """One inference with JSON tensors (KServe v2 ``inputs``, request ``parameters`` such
+        as ``sequence_id`` or ``priority``). For single requests (sequences, checks); load
+        runs use loadgen's binary-tensor client."""
+        body: dict[str, Any] = {"inputs": inputs}
+        if parameters:
+            body["parameters"] = parameters
+        what = f"POST {_model_path(model)}/infer"
+        answer = self.request_json("POST", f"{_model_path(model)}/infer", timeout_s, body)
+        return dict(self._expect(answer, dict, what))
+
     # -- health and metadata ------------------------------------------------------------
 
     def ready(self, timeout_s: float | None = None) -> bool:

@@ -10,6 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 PENDING = "nv_inference_pending_request_count"
 # Failed requests; Triton 2.49+ labels them with a reason: REJECTED, CANCELED, BACKEND, OTHER.
 FAILURE = "nv_inference_request_failure"
+# Present only when the server has a response cache (--cache-config); checked on 2.51: a
+# server without one still has the per-model nv_cache_*_per_model families, at 0.
+CACHE_UTIL = "nv_cache_util"
 
 # Triton's per-GPU gauges (docs/user_guide/metrics.md, "GPU Metrics"; label gpu_uuid),
 # reported only when Triton sees a GPU through DCGM. Field of GpuStats -> Triton's name.
@@ -21,7 +24,7 @@ GPU_FAMILIES = {
 }
 
 
-WANTED = frozenset({PENDING, FAILURE, *GPU_FAMILIES.values()})
+WANTED = frozenset({PENDING, FAILURE, CACHE_UTIL, *GPU_FAMILIES.values()})
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class TritonMetrics:
     gpus: list[GpuStats]
     # (model, version, reason) -> failed requests; empty before Triton 2.49 (no reason label).
     failures: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    # Whether the server has a response cache configured (nv_cache_util is there).
+    cache_configured: bool = False
 
 
 # How a line about one of the families read begins: its HELP, its TYPE, or a sample.
@@ -89,7 +94,8 @@ def parse_metrics(text: str) -> TritonMetrics:
         for sample in family.samples:
             key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
             pending[key] = sample.value
-    return TritonMetrics(pending, _gpus(families), _failures(families))
+    cache = any(family.name == CACHE_UTIL for family in families)
+    return TritonMetrics(pending, _gpus(families), _failures(families), cache)
 
 
 def _failures(families: list[Metric]) -> dict[tuple[str, str, str], float]:

@@ -39,6 +39,37 @@ class InstanceGroup:
 
 
 @dataclass(frozen=True)
+class QueuePolicy:
+    """One queue of the dynamic batcher (the default one, or one priority level's)."""
+
+    max_queue_size: int = 0  # 0: unbounded
+    timeout_action: str = "REJECT"  # or DELAY: what happens to a request past its timeout
+    default_timeout_us: int = 0  # 0: requests never time out in the queue
+    allow_timeout_override: bool = False
+
+    def describe(self) -> str:
+        size = f"at most {self.max_queue_size} waiting" if self.max_queue_size else "unbounded"
+        if not self.default_timeout_us:
+            return size
+        action = "rejected" if self.timeout_action == "REJECT" else "delayed"
+        return f"{size}, {action} after {self.default_timeout_us} µs in the queue"
+
+
+@dataclass(frozen=True)
+class SequenceBatching:
+    strategy: str  # "direct" (one slot per sequence) or "oldest"
+    max_sequence_idle_us: int
+    # Control kind (CONTROL_SEQUENCE_START, ...) -> the model input that carries it.
+    controls: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    model: str
+    version: int  # -1: the newest
+
+
+@dataclass(frozen=True)
 class DynamicBatching:
     # As written, in order (duplicates and bad values kept, for check-config to report).
     preferred_batch_size: tuple[int, ...]
@@ -47,6 +78,19 @@ class DynamicBatching:
     priority_levels: int = 0
     default_priority_level: int = 0
     default_max_queue_size: int = 0  # 0: unbounded
+    default_queue_policy: QueuePolicy = QueuePolicy()
+    # (priority level, its queue policy) for the levels given a policy of their own.
+    priority_queue_policy: tuple[tuple[int, QueuePolicy], ...] = ()
+
+    def queue_policies(self) -> list[tuple[str, QueuePolicy]]:
+        """("default" or the level, policy) of every queue this batcher keeps."""
+        if self.priority_levels <= 1:
+            return [("default", self.default_queue_policy)]
+        own = dict(self.priority_queue_policy)
+        return [
+            (str(level), own.get(level, self.default_queue_policy))
+            for level in range(1, self.priority_levels + 1)
+        ]
 
     @property
     def preferred_sizes(self) -> tuple[int, ...]:
@@ -68,6 +112,18 @@ class ModelConfig:
     sequence_batching: bool = False
     ensemble_steps: tuple[str, ...] = ()
     response_cache: bool = False
+    sequence: SequenceBatching | None = None
+    ensemble: tuple[EnsembleStep, ...] = ()
+
+    @property
+    def scheduler(self) -> str:
+        """Which of Triton's schedulers runs the model: ensemble, sequence, dynamic or
+        default (every request executes alone)."""
+        if self.ensemble_steps:
+            return "ensemble"
+        if self.sequence_batching:
+            return "sequence"
+        return "dynamic" if self.dynamic is not None else "default"
 
     @property
     def dynamic_batching(self) -> bool:
@@ -129,6 +185,10 @@ def from_proto(config: model_config_pb2.ModelConfig) -> ModelConfig:
             priority_levels=int(d.priority_levels),
             default_priority_level=int(d.default_priority_level),
             default_max_queue_size=int(d.default_queue_policy.max_queue_size),
+            default_queue_policy=_queue_policy(d.default_queue_policy),
+            priority_queue_policy=tuple(
+                sorted((int(k), _queue_policy(v)) for k, v in d.priority_queue_policy.items())
+            ),
         )
     groups = tuple(
         InstanceGroup(
@@ -152,6 +212,39 @@ def from_proto(config: model_config_pb2.ModelConfig) -> ModelConfig:
         sequence_batching=config.HasField("sequence_batching"),
         ensemble_steps=tuple(s.model_name for s in config.ensemble_scheduling.step),
         response_cache=bool(config.response_cache.enable),
+        sequence=_sequence(config),
+        ensemble=tuple(
+            EnsembleStep(s.model_name, int(s.model_version))
+            for s in config.ensemble_scheduling.step
+        ),
+    )
+
+
+def _queue_policy(policy: Any) -> QueuePolicy:
+    return QueuePolicy(
+        max_queue_size=int(policy.max_queue_size),
+        timeout_action=_kind(
+            model_config_pb2.ModelQueuePolicy.TimeoutAction, policy.timeout_action
+        ),
+        default_timeout_us=int(policy.default_timeout_microseconds),
+        allow_timeout_override=bool(policy.allow_timeout_override),
+    )
+
+
+def _sequence(config: model_config_pb2.ModelConfig) -> SequenceBatching | None:
+    if not config.HasField("sequence_batching"):
+        return None
+    seq = config.sequence_batching
+    kinds = model_config_pb2.ModelSequenceBatching.Control.Kind
+    controls = tuple(
+        (_kind(kinds, control.kind), item.name)
+        for item in seq.control_input
+        for control in item.control
+    )
+    return SequenceBatching(
+        strategy="oldest" if seq.HasField("oldest") else "direct",
+        max_sequence_idle_us=int(seq.max_sequence_idle_microseconds),
+        controls=controls,
     )
 
 

@@ -10,7 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+PHASES = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    # The response cache (a hit never reaches the batcher: it is not in inference_count).
+    "cache_hit",
+    "cache_miss",
+)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,18 @@ findings of ``python -m stack check-config``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import streamlit as st
 
+from dashboard import data as cached
+from dashboard import features
+from dashboard import queries as q
 from dashboard.settings import DashboardSettings
+from promapi import PrometheusError
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
+from tritonapi.modelconfig import ModelConfig
 
 
 def render(cfg: DashboardSettings) -> None:
@@ -40,8 +47,10 @@ def render(cfg: DashboardSettings) -> None:
             "stack with ./stack/up to see the configuration as Triton loaded it.",
             icon=":material/warning:",
         )
+    configs = _configs(checks)
+    cache = server_cache(cfg, next(iter(configs), ""))
     for check in checks:
-        render_model(cfg, triton, check, triton_up)
+        render_model(cfg, triton, check, triton_up, configs, cache)
 
 
 def render_served(cfg: DashboardSettings) -> None:
@@ -60,13 +69,35 @@ def render_served(cfg: DashboardSettings) -> None:
         st.error(f"{summary}, {len(problems)} error(s)", icon=":material/error:")
     else:
         st.success(f"{summary}, no error", icon=":material/check_circle:")
+    configs = _configs(checks)
+    cache = server_cache(cfg, next(iter(configs), ""))
     for check in checks:
-        model_header(check)
+        model_header(check, configs, cache)
         st.caption(f"as Triton loaded it: {check.folder}/config")
         st.json(check.parsed, expanded=False)
 
 
-def model_header(check: repocheck.ModelCheck) -> None:
+def _configs(checks: list[repocheck.ModelCheck]) -> dict[str, ModelConfig]:
+    return {c.name: c.config for c in checks if c.config is not None}
+
+
+def server_cache(cfg: DashboardSettings, model: str) -> bool | None:
+    """Whether the server has a response cache, as the exporter saw it; None if unknown."""
+    if not model:
+        return None
+    expr = q.build(features.CACHE_CONFIGURED, q.selector(model, cfg.triton_url))
+    try:
+        frame = cached.instant(cfg.prometheus_url, expr)
+    except PrometheusError:
+        return None
+    return None if frame.empty else bool(frame["value"].iloc[0])
+
+
+def model_header(
+    check: repocheck.ModelCheck,
+    configs: Mapping[str, ModelConfig] | None = None,
+    server_cache: bool | None = None,
+) -> None:
     """The model's name, its check-config findings and what its batcher may do."""
     st.subheader(check.name)
     for finding in check.findings:
@@ -74,12 +105,19 @@ def model_header(check: repocheck.ModelCheck) -> None:
         show(str(finding))
     if check.config is not None:
         st.markdown(check.config.batching_summary())
+        for note in features.config_notes(check.config, configs, server_cache):
+            st.markdown(note)
 
 
 def render_model(
-    cfg: DashboardSettings, triton: TritonClient, check: repocheck.ModelCheck, triton_up: bool
+    cfg: DashboardSettings,
+    triton: TritonClient,
+    check: repocheck.ModelCheck,
+    triton_up: bool,
+    configs: Mapping[str, ModelConfig] | None = None,
+    cache: bool | None = None,
 ) -> None:
-    model_header(check)
+    model_header(check, configs, cache)
     left, right = st.columns(2)
     with left:
         st.caption(f"{check.folder}/config.pbtxt, parsed with Triton's ModelConfig")

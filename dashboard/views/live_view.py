@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from dashboard import charts, fmt, gpu
+from dashboard import charts, features, fmt, gpu
 from dashboard import data as cached
 from dashboard import queries as q
 from dashboard.live import LiveData, kpi_time
@@ -60,6 +60,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None
             icon=":material/hourglass_empty:",
         )
     render_kpis(data)
+    render_cache_share(cfg, model, window_s, target, data.at)
     render_failure_reasons(cfg, model, window_s, target, data.at)
     render_charts(data)
     render_gpus(cfg)
@@ -113,6 +114,20 @@ def render_kpis(data: LiveData) -> None:
         help="Failed / all requests in the window, as Triton counts them (an error response "
         "from the python backend counts as a success there).",
     )
+
+
+def render_cache_share(
+    cfg: DashboardSettings, model: str, window_s: int, target: str | None, at: float
+) -> None:
+    """The share of requests the response cache answered: the batcher never saw them."""
+    expr = q.build(features.CACHE_HIT_SHARE, q.selector(model, target), f"{window_s}s")
+    try:
+        share = cached.scalar_at(cfg.prometheus_url, expr, at)
+    except PrometheusError:
+        return
+    note = features.cache_note(share)
+    if note:
+        st.info(note, icon=":material/cached:")
 
 
 def render_failure_reasons(

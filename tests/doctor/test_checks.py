@@ -153,3 +153,27 @@ def test_cli_misuse(capsys: pytest.CaptureFixture[str]) -> None:
         assert stack_main(["doctor", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+
+
+def test_queue_full_with_priority_levels_reads_the_smallest_bound() -> None:
+    # Level 1 unbounded, level 2 holds 8: 8 pending may mean level 2's queue is full.
+    prioritized = {
+        **SPEC,
+        "dynamic_batching": {
+            "priority_levels": 2,
+            "default_priority_level": 2,
+            "priority_queue_policy": {
+                "2": {"max_queue_size": 8, "default_timeout_microseconds": "50000"}
+            },
+        },
+    }
+    full = window(requests_ok=10, inferences=10, executions=5, pending_max=8, queue_s=0.01)
+    [finding] = check(parse_json(prioritized), full)
+    assert finding.code == "queue-full"
+    numbers = dict(finding.numbers)
+    assert numbers["max_queue_size"] == "8"
+    assert numbers["queue of priority 1"] == "unbounded"
+    assert numbers["queue of priority 2"] == (
+        "at most 8 waiting, rejected after 50000 µs in the queue"
+    )
+    assert codes(prioritized, window(pending_max=7)) == []
