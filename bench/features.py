@@ -37,7 +37,8 @@ CACHE_BYTES = 1 << 20
 
 
 def build_repository(target: Path, models: tuple[str, ...] | None = None) -> Path:
-    """The feature models (all, or ``models``) and batch_add_model, which the ensemble uses."""
+    """The feature models (all, or ``models``) and batch_add_model, which the ensemble uses
+    (with ``models``, only if named)."""
     skip = shutil.ignore_patterns("__pycache__")
     for folder in sorted(FEATURES.iterdir()):
         if models is None or folder.name in models:
@@ -47,7 +48,7 @@ def build_repository(target: Path, models: tuple[str, ...] | None = None) -> Pat
             if (target / name).exists():
                 (target / name / "1").mkdir(exist_ok=True)
                 shutil.copy(code / "1" / "model.py", target / name / "1" / "model.py")
-    if models is None:
+    if models is None or "batch_add_model" in models:
         shutil.copytree(ADD, target / "batch_add_model", ignore=skip)
     return target
 
