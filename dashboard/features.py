@@ -23,6 +23,9 @@ CACHE_CONFIGURED = (
     " and on (target) group by (target) (triton_batching_model_config_info{${sel}}))"
 )
 
+# An ensemble's steps (label step, step_model); no series for any other model.
+ENSEMBLE_STEPS = "max by (step, step_model) (triton_batching_ensemble_step_info{${sel}})"
+
 PRESERVE_ORDERING_COST = (
     "preserve_ordering is on: responses leave in the order the requests arrived. A batch "
     "that finishes before an earlier one waits for it, so with several instances one slow "
@@ -134,4 +137,14 @@ def cache_note(hit_share: float | None) -> str | None:
         f"{hit_share:.0%} of the lookups in this window were answered from the response cache "
         "and never reached the batcher: the batch size and efficiency above are those of the "
         f"other {1 - hit_share:.0%}."
+    )
+
+
+def ensemble_note(model: str, steps: list[tuple[int, str]]) -> str:
+    """The live view of an ensemble: it forms no batches; its steps do."""
+    chain = " → ".join(f"`{name}`" for _, name in sorted(steps))
+    return (
+        f"`{model}` is an ensemble ({chain}): it forms no batches of its own, so it has no "
+        "batch size, efficiency or distribution here. Choose a step to see how that step "
+        "batches; the ensemble's own requests, failures and queue time are below."
     )

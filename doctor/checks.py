@@ -352,8 +352,27 @@ def _failures(config: ModelConfig, window: Window, failure: float) -> Finding:
         numbers,
         "Triton counted these as failures (an exception in the model, a cancelled or "
         "timed-out request): its log names them. A python-backend error response counts "
-        "as a success, so the model's own errors can be more.",
+        "as a success, so the model's own errors can be more." + _timeout_note(config),
         ("# nothing to change in config.pbtxt before the cause is known",),
+    )
+
+
+def _timeout_note(config: ModelConfig) -> str:
+    """Queues whose requests time out: Triton 2.51 counts those as failures (REJECTED)."""
+    if config.dynamic is None:
+        return ""
+    timed = [
+        level
+        for level, policy in config.dynamic.queue_policies()
+        if policy.default_timeout_us and policy.timeout_action == "REJECT"
+    ]
+    if not timed:
+        return ""
+    who = "Requests" if timed == ["default"] else f"Requests of priority {', '.join(timed)}"
+    return (
+        f" {who} time out in the queue: each one past its "
+        "default_timeout_microseconds is a failure with reason REJECTED (HTTP 503 'Request "
+        "timeout expired' at the client)."
     )
 
 

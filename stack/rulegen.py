@@ -279,24 +279,20 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "HTTP 400) is counted nowhere; check client-side error rates for those.",
         ),
         _queue_full(s),
+        _requests_rejected(s),
     ]
 
 
 def _queue_full(s: RuleSettings) -> dict[str, Any]:
     """Triton 2.51 counts a request rejected by a full queue nowhere (checked: neither the
     statistics' failures nor nv_inference_request_failure{reason="REJECTED"} move), so the
-    alert compares the pending requests with the smallest bound of the model's queues.
-    Where a Triton does count rejections, a REJECTED failure fires it too."""
-    short, long = s.short_window, s.long_window
+    alert compares the pending requests with the smallest bound of the model's queues."""
+    short = s.short_window
     return _alert(
         s,
         "QueueFull",
         f"max by ({BY}) (max_over_time(triton_batching_pending_requests[{short}]))\n"
-        f">= on ({BY}) min by ({BY}) (triton_batching_max_queue_size)\n"
-        f"or on ({BY})\n"
-        f"sum by ({BY}) (\n"
-        f'  rate(triton_batching_request_failures_by_reason_total{{reason="REJECTED"}}[{long}])\n'
-        ") > 0",
+        f">= on ({BY}) min by ({BY}) (triton_batching_max_queue_size)",
         "The queue of {{ $labels.model }} is full",
         "Requests to " + MODEL + " fill its bounded queue"
         '{{ with printf `min(triton_batching_max_queue_size{target="%s",model="%s",'
@@ -311,6 +307,31 @@ def _queue_full(s: RuleSettings) -> dict[str, Any]:
         "max_queue_size if the latency allows. With priority levels, only the queue of one "
         "level may be full (triton_batching_max_queue_size by priority): keep "
         "latency-sensitive requests at the level with room.",
+    )
+
+
+def _requests_rejected(s: RuleSettings) -> dict[str, Any]:
+    """What Triton 2.51 does count as REJECTED (checked): a request that waited in a queue
+    past its timeout (default_timeout_microseconds with timeout_action REJECT)."""
+    long = s.long_window
+    return _alert(
+        s,
+        "RequestsRejected",
+        f"sum by ({BY}) (\n"
+        f'  rate(triton_batching_request_failures_by_reason_total{{reason="REJECTED"}}[{long}])\n'
+        ") > 0",
+        "Triton rejects requests to {{ $labels.model }}",
+        _fill(
+            "Triton rejected {{ $value | humanize }} requests/s to " + MODEL + " over <long> "
+            "(failure reason REJECTED): on Triton 2.51 these are requests that waited in a "
+            "queue past its timeout (default_timeout_microseconds, timeout_action REJECT). "
+            "A full queue's rejections are not counted there (see QueueFull).",
+            long=long,
+        ),
+        "The clients got HTTP 503 'Request timeout expired'. Which queue? "
+        "triton_batching_queue_timeout_seconds by priority. The instances do not serve that "
+        "level fast enough: add instances, lower the load of higher levels, or allow a "
+        "longer timeout (or timeout_action DELAY) where the latency allows.",
     )
 
 

@@ -33,6 +33,7 @@ THRESHOLDS: dict[str, tuple[str, ...]] = {
     "PendingRequestsBacklog": ("max_pending_requests",),
     "InferenceFailures": ("max_failure_ratio",),
     "QueueFull": (),
+    "RequestsRejected": (),
 }
 
 

@@ -52,7 +52,9 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None
     except PrometheusError as exc:
         st.error(str(exc), icon=":material/error:")
         return
-    if not data.has_traffic:
+    if render_ensemble(cfg, model, target, data.at):
+        pass  # an ensemble executes nothing itself: "no data" would mislead
+    elif not data.has_traffic:
         st.info(
             f"No data yet for `{model}`: it executed nothing in the last "
             f"{_label(window_s)}. Send some load (the Load runs page, or `./stack/up` runs a "
@@ -114,6 +116,23 @@ def render_kpis(data: LiveData) -> None:
         help="Failed / all requests in the window, as Triton counts them (an error response "
         "from the python backend counts as a success there).",
     )
+
+
+def render_ensemble(cfg: DashboardSettings, model: str, target: str | None, at: float) -> bool:
+    """If ``model`` is an ensemble, say so and name its steps; True then."""
+    expr = q.build(features.ENSEMBLE_STEPS, q.selector(model, target))
+    try:
+        frame = cached.instant_at(cfg.prometheus_url, expr, at)
+    except PrometheusError:
+        return False
+    if frame.empty or "step_model" not in frame:
+        return False
+    steps = [
+        (int(step), str(name))
+        for step, name in zip(frame["step"], frame["step_model"], strict=True)
+    ]
+    st.info(features.ensemble_note(model, steps), icon=":material/account_tree:")
+    return True
 
 
 def render_cache_share(

@@ -177,3 +177,20 @@ def test_queue_full_with_priority_levels_reads_the_smallest_bound() -> None:
         "at most 8 waiting, rejected after 50000 µs in the queue"
     )
     assert codes(prioritized, window(pending_max=7)) == []
+
+
+def test_failures_name_the_queue_timeout_where_there_is_one() -> None:
+    timed = {
+        **SPEC,
+        "dynamic_batching": {
+            "priority_levels": 2,
+            "priority_queue_policy": {
+                "2": {"timeout_action": "REJECT", "default_timeout_microseconds": "500000"}
+            },
+        },
+    }
+    [finding] = check(parse_json(timed), window(requests_failed=100))
+    assert finding.code == "failures"
+    assert "Requests of priority 2 time out in the queue" in finding.explanation
+    [plain] = check(parse_json(SPEC), window(requests_failed=100))
+    assert "time out in the queue" not in plain.explanation

@@ -8,51 +8,20 @@ can unload a model.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bench.features import CACHE_BYTES, FEATURES, build_repository
 from exporter.collector import BatchingCollector
 from exporter.scrape import Fetcher
 from exporter.targets import Target
 from stack.supervisor import running
-from stacksettings import ROOT, Settings, isolated
+from stacksettings import Settings, isolated
 
-HERE = Path(__file__).parent / "repository"
-ADD = ROOT / "model_repository" / "batch_add_model"
-# Feature models that run batch_add_model's code under a config of their own.
-ADD_CODE = ("add_cached", "add_ordered")
-# Feature models that run add_slow_queue's code (50 ms per batch): slow enough to queue.
-SLOW_CODE = ("add_priority",)
-CACHE_BYTES = 1 << 20
-
-
-def build_repository(target: Path, models: tuple[str, ...] | None = None) -> Path:
-    """The feature models (all, or ``models``) and batch_add_model, which the ensemble uses."""
-    for folder in sorted(HERE.iterdir()):
-        if models is None or folder.name in models:
-            shutil.copytree(
-                folder, target / folder.name, ignore=shutil.ignore_patterns("__pycache__")
-            )
-    for name in ADD_CODE:
-        if (target / name).exists():
-            (target / name / "1").mkdir(exist_ok=True)
-            shutil.copy(ADD / "1" / "model.py", target / name / "1" / "model.py")
-    for name in SLOW_CODE:
-        if (target / name).exists():
-            (target / name / "1").mkdir(exist_ok=True)
-            shutil.copy(
-                HERE / "add_slow_queue" / "1" / "model.py", target / name / "1" / "model.py"
-            )
-    if models is None:
-        shutil.copytree(
-            ADD, target / "batch_add_model", ignore=shutil.ignore_patterns("__pycache__")
-        )
-    return target
+HERE = FEATURES  # the feature models, tests/features/repository/
 
 
 @pytest.fixture(scope="session")
