@@ -84,7 +84,7 @@ class _Slot:
         self.conn = conn
         self.stream = 0
         self.pending: Pending | None = None
-        self.data = b""  # the answer's DATA so far
+        self.data: list[bytes] = []  # the answer's DATA frames so far
         self.status = ""  # the answer's :status
 
 
@@ -164,7 +164,7 @@ class _Conn(asyncio.Protocol):
                 self.received = 0
             slot = self.streams.get(stream)
             if slot is not None:
-                slot.data += _unpad(flags, payload)
+                slot.data.append(_unpad(flags, payload))
                 if flags & http2.END_STREAM:  # no trailers: no grpc-status
                     self.client.finish(slot, {})
         elif kind == http2.HEADERS:
@@ -242,7 +242,7 @@ class _Conn(asyncio.Protocol):
         server's windows allow; the rest goes when they open)."""
         stream = self.next_stream
         self.next_stream += 2
-        slot.stream, slot.data, slot.status = stream, b"", ""
+        slot.stream, slot.data, slot.status = stream, [], ""
         self.streams[stream] = slot
         head = http2.frame(http2.HEADERS, http2.END_HEADERS, stream, self.client.header_block)
         n = len(body)
@@ -417,7 +417,9 @@ class GrpcClient(Client):
         s: _Slot = slot
         if not s.conn.live:
             conn = self._live()
-            if conn is None:  # its connection died while it was idle: wait for a new one
+            if conn is None:  # its connection died while it was idle: the request fails
+                self.recorder.mark_sent(start)  # (it was due) and the slot waits for a new one
+                self.recorder.record(start, FAILED, "connection lost", index)
                 self._park(s)
                 return
             s.conn = conn
@@ -442,13 +444,13 @@ class GrpcClient(Client):
         self.busy.discard(slot)
         outcome, error = OK, None
         try:
-            error = self.check(slot.status, trailers, slot.data, p.expected)
+            error = self.check(slot.status, trailers, b"".join(slot.data), p.expected)
             if error is not None:
                 outcome = FAILED
         except Exception as exc:
             outcome, error = FAILED, f"unreadable response: {type(exc).__name__}"
         finally:
-            slot.data = b""
+            slot.data = []
             self.recorder.record(p.start, outcome, error, p.index)
         if outcome != OK or not self.closing:
             self.on_done(slot)
@@ -490,7 +492,7 @@ class GrpcClient(Client):
         slot.pending = None
         self.busy.discard(slot)
         slot.conn.cancel(slot)
-        slot.data = b""
+        slot.data = []
         if p is None:
             return
         self.recorder.record(p.start, outcome, error, p.index)
