@@ -1,14 +1,16 @@
 """gRPC client (the ``--protocol grpc`` option): unary ``ModelInfer`` calls written as
 HTTP/2 frames on asyncio transports, as the HTTP client writes HTTP/1.1.
 
-Why not grpc.aio: profiled at concurrency 8 (cProfile, ``bench/client_efficiency.py``),
-grpc.aio spent about 110 µs of CPU per unary call in its Cython call machinery and its
-poller thread's hand-offs to the event loop, against 15 µs for everything loadgen itself
-does per request; protobuf encoding took 2 µs. Pre-encoded bytes through a generic method
-changed nothing measurable, and one ``ModelStreamInfer`` stream per slot still paid two
-cross-thread wake-ups per request (a write and a read), about 0.8x perf_analyzer's
-throughput. Here a request is two frames in one ``write()``, and an answer is parsed from
-the bytes ``data_received`` hands over: the same path perf_analyzer's C++ client takes.
+Why not grpc.aio: profiled at concurrency 8 (cProfile), grpc.aio spent about 110 µs of
+CPU per unary call in its Cython call machinery and its poller thread's hand-offs to the
+event loop, against 15 µs for everything loadgen itself does per request; protobuf
+encoding took 2 µs. Pre-encoded bytes through a generic method with bytes serializers did
+not help (one run each: 2,636/s against 3,100/s), and one ``ModelStreamInfer`` stream per
+slot still paid two cross-thread wake-ups per request (a write and a read): 0.72x and
+0.83x perf_analyzer's throughput at concurrency 8 and 16 (``bench/client_efficiency.py``),
+120-130 µs of CPU per request. Here a request is two frames in one ``write()``, the
+requests made while one read's answers are handled go out in one ``write()`` together, and
+an answer is parsed from the bytes ``data_received`` hands over: about 30 µs per request.
 
 A request is the gRPC message bytes: the fixed part (model, input and output specs)
 serialized once, and each request's ``raw_input_contents`` (and id, in traced runs)
@@ -23,8 +25,9 @@ new requests to a fresh connection.
 
 The answer is checked like the HTTP one (grpc-status, metadata shapes and datatypes,
 OUTPUT_SUM bytes). Slots share one connection up to ``SLOTS_PER_CONNECTION``, as
-perf_analyzer's requests share one channel. A request past its timeout is cancelled with
-RST_STREAM and recorded as timed out; its slot goes on at once on the same connection.
+perf_analyzer's workers share tritonclient's cached channel (4-slot connections measured
+no better). A request past its timeout is cancelled with RST_STREAM and recorded as timed
+out; its slot goes on at once on the same connection.
 """
 
 from __future__ import annotations
