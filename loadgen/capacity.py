@@ -26,7 +26,7 @@ MAX_STEPS = 30
 MAX_P99_S = 120.0
 # What ended a search: the step count, the max rate (it passed), a stop, or a failed run.
 ENDED = {
-    "steps": "its step count: the capacity lies between the best rate and the lowest failed",
+    "steps": "its step count (--steps); more steps narrow the range",
     "max-rate": "its max rate, which passed: the server may take more (raise --max-rate)",
     "stop": "a stop (Ctrl-C, SIGTERM)",
     "error": "a run that did not end ok",

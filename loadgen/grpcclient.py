@@ -1,14 +1,16 @@
 """gRPC client (the ``--protocol grpc`` option): unary ``ModelInfer`` calls written as
 HTTP/2 frames on asyncio transports, as the HTTP client writes HTTP/1.1.
 
-Why not grpc.aio: profiled at concurrency 8 (cProfile, ``bench/client_efficiency.py``),
-grpc.aio spent about 110 µs of CPU per unary call in its Cython call machinery and its
-poller thread's hand-offs to the event loop, against 15 µs for everything loadgen itself
-does per request; protobuf encoding took 2 µs. Pre-encoded bytes through a generic method
-changed nothing measurable, and one ``ModelStreamInfer`` stream per slot still paid two
-cross-thread wake-ups per request (a write and a read), about 0.8x perf_analyzer's
-throughput. Here a request is two frames in one ``write()``, and an answer is parsed from
-the bytes ``data_received`` hands over: the same path perf_analyzer's C++ client takes.
+Why not grpc.aio: profiled at concurrency 8 (cProfile), grpc.aio spent about 110 µs of
+CPU per unary call in its Cython call machinery and its poller thread's hand-offs to the
+event loop, against 15 µs for everything loadgen itself does per request; protobuf
+encoding took 2 µs. Pre-encoded bytes through a generic method with bytes serializers did
+not help (one run each: 2,636/s against 3,100/s), and one ``ModelStreamInfer`` stream per
+slot still paid two cross-thread wake-ups per request (a write and a read): 0.72x and
+0.83x perf_analyzer's throughput at concurrency 8 and 16 (``bench/client_efficiency.py``),
+120-130 µs of CPU per request. Here a request is two frames in one ``write()``, the
+requests made while one read's answers are handled go out in one ``write()`` together, and
+an answer is parsed from the bytes ``data_received`` hands over: about 30 µs per request.
 
 A request is the gRPC message bytes: the fixed part (model, input and output specs)
 serialized once, and each request's ``raw_input_contents`` (and id, in traced runs)
@@ -23,8 +25,9 @@ new requests to a fresh connection.
 
 The answer is checked like the HTTP one (grpc-status, metadata shapes and datatypes,
 OUTPUT_SUM bytes). Slots share one connection up to ``SLOTS_PER_CONNECTION``, as
-perf_analyzer's requests share one channel. A request past its timeout is cancelled with
-RST_STREAM and recorded as timed out; its slot goes on at once on the same connection.
+perf_analyzer's workers share tritonclient's cached channel (4-slot connections measured
+no better). A request past its timeout is cancelled with RST_STREAM and recorded as timed
+out; its slot goes on at once on the same connection.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ class _Slot:
         self.conn = conn
         self.stream = 0
         self.pending: Pending | None = None
-        self.data = b""  # the answer's DATA so far
+        self.data: list[bytes] = []  # the answer's DATA frames so far
         self.status = ""  # the answer's :status
 
 
@@ -164,7 +167,7 @@ class _Conn(asyncio.Protocol):
                 self.received = 0
             slot = self.streams.get(stream)
             if slot is not None:
-                slot.data += _unpad(flags, payload)
+                slot.data.append(_unpad(flags, payload))
                 if flags & http2.END_STREAM:  # no trailers: no grpc-status
                     self.client.finish(slot, {})
         elif kind == http2.HEADERS:
@@ -242,7 +245,7 @@ class _Conn(asyncio.Protocol):
         server's windows allow; the rest goes when they open)."""
         stream = self.next_stream
         self.next_stream += 2
-        slot.stream, slot.data, slot.status = stream, b"", ""
+        slot.stream, slot.data, slot.status = stream, [], ""
         self.streams[stream] = slot
         head = http2.frame(http2.HEADERS, http2.END_HEADERS, stream, self.client.header_block)
         n = len(body)
@@ -417,7 +420,9 @@ class GrpcClient(Client):
         s: _Slot = slot
         if not s.conn.live:
             conn = self._live()
-            if conn is None:  # its connection died while it was idle: wait for a new one
+            if conn is None:  # its connection died while it was idle: the request fails
+                self.recorder.mark_sent(start)  # (it was due) and the slot waits for a new one
+                self.recorder.record(start, FAILED, "connection lost", index)
                 self._park(s)
                 return
             s.conn = conn
@@ -442,13 +447,13 @@ class GrpcClient(Client):
         self.busy.discard(slot)
         outcome, error = OK, None
         try:
-            error = self.check(slot.status, trailers, slot.data, p.expected)
+            error = self.check(slot.status, trailers, b"".join(slot.data), p.expected)
             if error is not None:
                 outcome = FAILED
         except Exception as exc:
             outcome, error = FAILED, f"unreadable response: {type(exc).__name__}"
         finally:
-            slot.data = b""
+            slot.data = []
             self.recorder.record(p.start, outcome, error, p.index)
         if outcome != OK or not self.closing:
             self.on_done(slot)
@@ -490,7 +495,7 @@ class GrpcClient(Client):
         slot.pending = None
         self.busy.discard(slot)
         slot.conn.cancel(slot)
-        slot.data = b""
+        slot.data = []
         if p is None:
             return
         self.recorder.record(p.start, outcome, error, p.index)

@@ -53,6 +53,7 @@ CONC = ("loadgen", "concurrency", "--url", DEAD_URL, "--no-store")
 SEQ = ("loadgen.sequences", "--url", DEAD_URL)
 PRIO = ("loadgen.priorities", "--url", DEAD_URL)
 RATE = ("loadgen", "rate", "--url", DEAD_URL, "--no-store")
+CAPACITY = ("loadgen", "capacity", "--url", DEAD_URL, "--no-store")
 ADVISOR = ("advisor",)
 PREDICT = ("advisor", "predict", "--service-us", "450,47", "--concurrency", "8")
 
@@ -138,6 +139,10 @@ CASES = [
     case(*LOADGEN, "show", "abc", problem="invalid int value: 'abc'", fix="run_id"),
     case(*CONC, "--shape", "INPUT_A=x", problem="'x'", fix="comma-separated list of sizes"),
     case(*LOADGEN, "compare", "'serial -n 3'", problem="two quoted scenarios", fix="--models"),
+    case(*CAPACITY, "--p99-ms", "0", problem="--p99-ms must be greater than 0", fix="than 0"),
+    case(*CAPACITY, "--p99-ms", "5", "--steps", "99", problem="--steps 99", fix="bound of 30"),
+    case(*CAPACITY, "--p99-ms", "5", "--max-rate", "1e6", problem="--max-rate", fix="bound"),
+    case(*CAPACITY, problem="--p99-ms", fix="required"),
     # ---- the advisor -----------------------------------------------------------------
     case(
         *PREDICT,

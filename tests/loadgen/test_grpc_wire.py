@@ -172,7 +172,11 @@ def test_a_server_that_goes_away_and_comes_back() -> None:
     rec = asyncio.run(go())
     s = rec.summary()
     assert s.sent == s.ok + s.failed + s.timed_out
-    assert s.failed <= 4 and s.timed_out == 0, s.errors  # at most the ones in flight
+    # The ones in flight when it went, and a few the stopping server cancelled: a handful,
+    # not a spin of failures while it is away (slots wait for a new connection).
+    assert 1 <= s.failed <= 20 and s.timed_out == 0, s.errors
+    going = ("connection lost", "connection closed by the server", "gRPC CANCELLED", "gRPC UNAV")
+    assert all(kind.startswith(going) for kind in s.errors), s.errors
     late = [row for row in rec.timeline() if row["second"] >= 1]
     assert sum(row["ok"] for row in late) > 0  # it reconnected and went on
 
