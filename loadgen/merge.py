@@ -190,7 +190,7 @@ def read_parts(names: Sequence[str]) -> list[Part]:
     """Each FILE (a store, FILE:RUN_ID, or a run's JSON, - for standard input) as a part;
     LoadgenError with one line for anything that is not one."""
     if len(names) < 2:
-        raise LoadgenError("merge needs two runs or more (store files or --json files)")
+        raise LoadgenError("merge needs two runs or more: pass two FILEs or more")
     return [_read_part(name) for name in names]
 
 
@@ -200,7 +200,9 @@ def _read_part(name: str) -> Part:
     if sep and tail.isdigit() and not path.exists():
         path, run_id = Path(head), int(tail)
     if not path.is_file():
-        raise LoadgenError(f"{name}: no such file (a load-run store or a run's --json output)")
+        raise LoadgenError(
+            f"{name}: no such file; pass load-run stores (--db) or files a run's --json printed"
+        )
     with path.open("rb") as fh:
         magic = fh.read(16)
     if magic == b"SQLite format 3\x00":
@@ -212,7 +214,8 @@ def _read_part(name: str) -> Part:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, ValueError):
         raise LoadgenError(
-            f"{name} is neither a load-run store (SQLite) nor a run's --json output"
+            f"{name} is neither a load-run store nor a run's --json output; pass the store "
+            "files (--db) or the JSON files the runs wrote"
         ) from None
     if not isinstance(data, dict):
         raise LoadgenError(f"{name} holds a list of runs: save each run's --json on its own")

@@ -123,6 +123,13 @@ CASES = [
     case(*LOADGEN, "show", "abc", problem="invalid int value: 'abc'", fix="run_id"),
     case(*CONC, "--shape", "INPUT_A=x", problem="'x'", fix="comma-separated list of sizes"),
     case(*LOADGEN, "compare", "'serial -n 3'", problem="two quoted scenarios", fix="--models"),
+    case(*CONC, "-c", "2", "--processes", "3", problem="--processes 3", fix="--concurrency 3"),
+    case(*CONC, "--processes", "0", problem="--processes", fix="greater than 0"),
+    case(*LOADGEN, "serial", "--processes", "2", problem="serial", fix="one process"),
+    case(*LOADGEN, "merge", "/nonexistent.db", "{store}", problem="/nonexistent", fix="--json"),
+    case(*LOADGEN, "merge", "{notsqlite}", "{notsqlite}", problem="neither", fix="store files"),
+    case(*LOADGEN, "merge", "{store}", "{store}", problem="runs", fix="RUN_ID"),
+    case(*LOADGEN, "merge", "{store}", problem="two runs or more", fix="two FILEs"),
     # ---- the advisor -----------------------------------------------------------------
     case(
         *PREDICT,
