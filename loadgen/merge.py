@@ -211,7 +211,7 @@ def _read_part(name: str) -> Part:
         except sqlite3.DatabaseError as exc:
             raise LoadgenError(f"{name} is not a load-run store ({exc})") from None
     try:
-        data = json.loads(path.read_text())
+        data = _json_in(path.read_text())
     except (UnicodeDecodeError, ValueError):
         raise LoadgenError(
             f"{name} is neither a load-run store nor a run's --json output; pass the store "
@@ -220,6 +220,18 @@ def _read_part(name: str) -> Part:
     if not isinstance(data, dict):
         raise LoadgenError(f"{name} holds a list of runs: save each run's --json on its own")
     return part_from_json(data, name)
+
+
+def _json_in(text: str) -> Any:
+    """The JSON a run printed, also when other lines surround it (``kubectl logs`` gives a
+    pod's standard error with its standard output)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        start = text.find("\n{\n") + 1 if not text.startswith("{") else 0
+        if start <= 0 and not text.startswith("{"):
+            raise
+        return json.JSONDecoder().raw_decode(text, start)[0]
 
 
 # ---- merging ------------------------------------------------------------------------

@@ -154,7 +154,8 @@ def test_merge_runs_made_side_by_side(triton: str, tmp_path: Path) -> None:
     for i, d in enumerate(done):
         assert d.returncode == 0, d.stderr
         path = tmp_path / f"pod-{i}.json"
-        path.write_text(d.stdout)
+        # As `kubectl logs` gives it: the pod's standard error around its output.
+        path.write_text(f"loadgen: a note on stderr\n{d.stdout}loadgen: another\n")
         jsons.append(path)
     merged_db = tmp_path / "merged.sqlite3"
     by_store = loadgen("merge", *map(str, stores), "--db", str(merged_db), "--json")
