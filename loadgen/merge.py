@@ -187,8 +187,8 @@ def part_from_json(data: dict[str, Any], name: str) -> Part:
 
 
 def read_parts(names: Sequence[str]) -> list[Part]:
-    """Each FILE (a store, FILE:RUN_ID, or a run's JSON, - for standard input) as a part;
-    LoadgenError with one line for anything that is not one."""
+    """Each FILE (a store, FILE:RUN_ID, or a run's JSON) as a part; LoadgenError with one
+    line for anything that is not one."""
     if len(names) < 2:
         raise LoadgenError("merge needs two runs or more: pass two FILEs or more")
     return [_read_part(name) for name in names]
@@ -236,7 +236,16 @@ def _json_in(text: str) -> Any:
 
 # ---- merging ------------------------------------------------------------------------
 def check_same(parts: Sequence[Part]) -> None:
+    """Runs of the same requests to the same model, each once."""
     first = parts[0].run.params
+    seen: dict[tuple[float, RunParams], str] = {}
+    for part in parts:
+        run_key = (part.run.started_at, part.run.params)
+        if run_key in seen:
+            raise LoadgenError(
+                f"{part.name} is the same run as {seen[run_key]}: pass each run once"
+            )
+        seen[run_key] = part.name
     for part in parts[1:]:
         p = part.run.params
         for key in SAME:

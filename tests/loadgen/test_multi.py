@@ -170,6 +170,8 @@ def test_merge_runs_made_side_by_side(triton: str, tmp_path: Path) -> None:
     assert [r["sent"] for r in runs] == [served, served]
     check_run_adds_up(merged_db, a["run_id"])  # records came from the stores
     assert store.load_records(merged_db, b["run_id"]) == []  # JSON brings none
+    twice = loadgen("merge", str(stores[0]), str(jsons[0]), "--db", str(merged_db))
+    assert twice.returncode == 2 and "is the same run as" in twice.stderr
     # The merged run is itself mergeable, and the HDR export counts every ok request.
     hgrm = loadgen("export", str(a["run_id"]), "--hgrm", "--db", str(merged_db))
     assert hgrm.returncode == 0, hgrm.stderr
