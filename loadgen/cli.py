@@ -1,4 +1,4 @@
-"""python -m loadgen SCENARIO ... | compare | capacity | runs | show | export  (triton-loadgen)
+"""python -m loadgen SCENARIO | compare | capacity | runs | show | export | merge (triton-loadgen)
 
 Exit codes: 0 every request answered right; 1 some failed or timed out; 2 bad input
 (nothing sent, nothing stored); 130 interrupted by Ctrl-C or SIGTERM (the partial run is
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from loadgen import api, capacity, report, store
+from loadgen import api, capacity, cli_multi, report, store
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams, default_db
 from loadgen.payloads import parse_dims
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         _scenario_args(name, p)
         _common(p)
         _output(p)
+        cli_multi.add_processes(p)
     cmp = sub.add_parser(
         "compare",
         help="two scenarios or two models back to back, with a ratio table",
@@ -165,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run_id", type=int)
     export.add_argument("--out", default=".", help="folder for the CSV files (.)")
     export.add_argument("--db", default=None)
+    cli_multi.add_hgrm(export)
+    cli_multi.add_merge(sub)
     prune = sub.add_parser(
         "prune",
         help="delete old runs to keep the store bounded",
@@ -362,10 +365,12 @@ def run_series(
 
 def run_scenario(name: str, args: argparse.Namespace) -> int:
     runs = params_from(name, args)
+    if args.processes != 1:
+        return cli_multi.run_split(runs, args, _db(args))
     group = f"sweep-{time.time():.3f}" if len(runs) > 1 else ""
     results = run_series(runs, args, group, tables=True)
     if args.json:
-        payload: Any = [report.result_json(r) for r in results]
+        payload: Any = [cli_multi.json_of(r, _db(args)) for r in results]
         print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
     return _exit_code(results)
 
@@ -452,6 +457,8 @@ def import_run(args: argparse.Namespace) -> int:
 
 
 def export_run(args: argparse.Namespace) -> int:
+    if args.hgrm:
+        return cli_multi.export_hgrm(args)
     for path in store.export_csv(args.db or default_db(), args.run_id, args.out):
         print(path)
     return 0
@@ -487,6 +494,8 @@ def _main(args: argparse.Namespace) -> int:
             return import_run(args)
         if args.command == "capacity":
             return run_capacity(args)
+        if args.command == "merge":
+            return cli_multi.merge_runs(args)
         return export_run(args)
     except LoadgenError as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)

@@ -143,6 +143,13 @@ CASES = [
     case(*CAPACITY, "--p99-ms", "5", "--steps", "99", problem="--steps 99", fix="bound of 30"),
     case(*CAPACITY, "--p99-ms", "5", "--max-rate", "1e6", problem="--max-rate", fix="bound"),
     case(*CAPACITY, problem="--p99-ms", fix="required"),
+    case(*CONC, "-c", "2", "--processes", "3", problem="--processes 3", fix="--concurrency 3"),
+    case(*CONC, "--processes", "0", problem="--processes", fix="greater than 0"),
+    case(*LOADGEN, "serial", "--processes", "2", problem="serial", fix="one process"),
+    case(*LOADGEN, "merge", "/nonexistent.db", "{store}", problem="/nonexistent", fix="--json"),
+    case(*LOADGEN, "merge", "{notsqlite}", "{notsqlite}", problem="neither", fix="store files"),
+    case(*LOADGEN, "merge", "{store}", "{store}", problem="runs", fix="RUN_ID"),
+    case(*LOADGEN, "merge", "{store}", problem="two runs or more", fix="two FILEs"),
     # ---- the advisor -----------------------------------------------------------------
     case(
         *PREDICT,

@@ -1,0 +1,135 @@
+"""The CLI's parts for load from more than one process or machine, and the HDR export:
+``--processes N`` on the load runs, ``loadgen merge FILES...`` and ``export --hgrm``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import closing
+from typing import Any
+
+from loadgen import merge, report, store, workers
+from loadgen.errors import LoadgenError
+from loadgen.hgrm import UNITS, hgrm
+from loadgen.histogram import Histogram
+from loadgen.params import RunParams, default_db
+from loadgen.summary import LoadRun
+
+PROCESSES_HELP = (
+    "split the run across N worker processes and store it as one run: concurrency, "
+    "--requests and --max-in-flight are divided among them (the first ones take the "
+    "remainder), a rate or each --stage's rate is divided by N (1)"
+)
+
+
+def add_processes(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--processes", type=int, default=1, metavar="N", help=PROCESSES_HELP)
+
+
+def add_merge(sub: Any) -> None:
+    m = sub.add_parser(
+        "merge",
+        help="combine runs made side by side (pods, machines) into one stored run",
+        description="Merge runs of the same requests to the same model, made at the same "
+        "time by several load generators, into one stored run: counts add, latency "
+        "histograms merge exactly, timelines sum on the earliest run's clock. Each FILE is "
+        "a store with one run (FILE:RUN_ID for one of several) or a run's --json output. "
+        "The server side is left out (each run's statistics saw the others' requests).",
+    )
+    m.add_argument("files", nargs="+", metavar="FILE")
+    m.add_argument("--label", default="", help="the merged run's label")
+    m.add_argument("--db", default=None, help="the store to put it in (LOADGEN_DB)")
+    m.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+
+def add_hgrm(export: argparse.ArgumentParser) -> None:
+    export.add_argument(
+        "--hgrm",
+        action="store_true",
+        help="print HdrHistogram's percentile distribution (.hgrm) of the run's latency "
+        "(successful requests) instead of writing CSV files",
+    )
+    export.add_argument(
+        "--unit", choices=tuple(UNITS), default="us", help="--hgrm values in us or ms (us)"
+    )
+
+
+def json_of(result: Any, db: str | None) -> dict[str, Any]:
+    """A run's ``--json``, with the histograms ``loadgen merge`` needs (``merge.portable``):
+    from its records in the store, or those still in memory for a run without one."""
+    base = report.result_json(result)
+    if db is not None and result.run_id is not None:
+        with closing(store.connect(db)) as conn:
+            rows = conn.execute(
+                "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?",
+                (result.run_id,),
+            )
+            return merge.portable(base, merge.from_records((r[0], r[1], r[2]) for r in rows))
+    found = merge.from_records((r[1], r[2], r[3]) for r in result.records())
+    return merge.portable(base, found)
+
+
+def run_split(runs: list[RunParams], args: argparse.Namespace, db: str | None) -> int:
+    """Each run (a sweep's levels one after another) across ``args.processes`` workers."""
+    group = f"sweep-{time.time():.3f}" if len(runs) > 1 else ""
+    # Everything checked before the first worker starts: bad input sends nothing.
+    for params in runs:
+        workers.split(params, args.processes)
+    done: list[workers.SplitRun] = []
+    for params in runs:
+        split = workers.run(params, args.processes, db, group)
+        done.append(split)
+        if not args.json:
+            print(report.run_table(split.run), flush=True)
+            print()
+        for error in split.worker_errors:
+            print(f"loadgen: {error}", file=sys.stderr, flush=True)
+        if split.run.status != "ok":
+            break
+    if args.json:
+        payload = [merge.portable(report.result_json(s.run), s.merged.found) for s in done]
+        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    return exit_code([s.run for s in done])
+
+
+def exit_code(runs: list[LoadRun]) -> int:
+    if any(r.status == "interrupted" for r in runs):
+        return 130
+    c = [r.summary.client for r in runs]
+    return (
+        1 if any(r.status != "ok" for r in runs) or any(x.failed or x.timed_out for x in c) else 0
+    )
+
+
+def merge_runs(args: argparse.Namespace) -> int:
+    parts = merge.read_parts(args.files)
+    merged = merge.merge(parts, label=args.label)
+    db = args.db or default_db()
+    merged.run.run_id = merge.save(db, merged, parts)
+    if args.json:
+        print(json.dumps(merge.portable(report.result_json(merged.run), merged.found), indent=2))
+    else:
+        print(report.run_table(merged.run))
+        if not all(p.source is not None for p in parts):
+            print("\n(per-request records: only runs read from stores bring them; none here)")
+    return 0
+
+
+def export_hgrm(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    run = store.load_run(db, args.run_id)
+    with closing(store.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (args.run_id,)
+        )
+        found = merge.from_records((r[0], r[1], r[2]) for r in rows)
+    if found.n != run.summary.client.sent:
+        raise LoadgenError(
+            f"run {args.run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "
+            f"{db}: its latency histogram cannot be rebuilt"
+        )
+    latency: Histogram = found.latency
+    sys.stdout.write(hgrm(latency, args.unit))
+    return 0
