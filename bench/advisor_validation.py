@@ -164,7 +164,9 @@ def measure_own(
     note = (
         f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item, "
         f"{calibration.request_s * 1e6:.0f} us CPU/request on {calibration.cores:g} cores, "
-        f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f}"
+        f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f} (Triton pid {pid}: "
+        f"{cpu_used.own_s:.2f} s own CPU, {cpu_used.children_s:.2f} s in its stubs, "
+        f"{delta.inference_count} requests)"
     )
     return result, service, calibration.cpu, traffic, note
 
