@@ -43,7 +43,7 @@ from advisor.predict import (
 from loadgen import api as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
-from stacksettings import Settings, admin_headers
+from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats
 
@@ -214,20 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
     advise.add_argument(
         "--model-repository",
         type=Path,
-        default=Settings().model_repository,
+        default=from_env_or_default().model_repository,
         help="where the model's files are, for --verify's scratch copy "
         "(default: the project's model_repository)",
     )
     advise.add_argument(
         "--admin-key-file",
         type=Path,
-        default=Settings().admin_key_file,
+        default=from_env_or_default().admin_key_file,
         help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
     )
     advise.add_argument(
         "--calibrations",
         type=Path,
-        default=Settings().state_dir / "advisor-calibrations.json",
+        default=from_env_or_default().state_dir / "advisor-calibrations.json",
         help="cache of measured costs per server, model and Triton version "
         "(default .stack/advisor-calibrations.json)",
     )

@@ -171,23 +171,31 @@ class ServerCpu:
 
 
 class CpuMeter:
-    """The local server's CPU over a window: ``start()``, then ``stop()``."""
+    """The local server's CPU over a window: ``start()``, then ``stop()``. Each child is
+    counted by its own delta, so that a stub that ends during the window (a model unloaded)
+    takes nothing away, and one that starts counts from zero."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.cores = process_cores(pid)
-        self._own = self._tree = 0.0
+        self._own = 0.0
+        self._children: dict[int, float] = {}
 
-    def _read(self) -> tuple[float, float]:
-        return procstat.cpu_seconds([self.pid]), process_tree_cpu_s(self.pid)
+    def _read(self) -> tuple[float, dict[int, float]]:
+        children = {
+            child: stat.cpu_s
+            for child in procstat.descendants(self.pid)
+            if (stat := procstat.read(child)) is not None
+        }
+        return procstat.cpu_seconds([self.pid]), children
 
     def start(self) -> None:
-        self._own, self._tree = self._read()
+        self._own, self._children = self._read()
 
     def stop(self) -> ServerCpu:
-        own, tree = self._read()
-        own_s = own - self._own
-        return ServerCpu(own_s, max(tree - self._tree - own_s, 0.0))
+        own, children = self._read()
+        spent = sum(cpu - self._children.get(child, 0.0) for child, cpu in children.items())
+        return ServerCpu(own - self._own, max(spent, 0.0))
 
 
 def from_process_cpu(

@@ -1,167 +1,296 @@
-"""Validate the advisor against the real Triton: predicted vs measured, open-loop Poisson load.
+"""Validate the advisor against the real Triton, as a user runs it: predicted vs measured, with
+the p99 queue wait from Triton's own traces, and each recommendation checked by experiment.
 
-    STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation [--seconds 4]
+        [--models batch_add_model,var_add,mlp_model]
 
-For each config (the spec's, and a tuned one that batches more) and each arrival
-rate, a fresh Triton is started by the launcher's code on free ports with a temporary
-model repository (a fresh server, so Triton's latency summaries hold only this
-point's requests). ``bench/poisson.py`` sends Poisson arrivals for a fixed time.
+Three models on one private stack (Triton + the exporter, which serves the traces):
+  * ``batch_add_model``, the spec's (max_batch_size 4, preferred [2, 4], 500 us);
+  * ``var_add``, the issue's unseen model: Y = 2X + 1 over a variable-length FP32 vector,
+    max_batch_size 16, preferred [8, 16], 2,000 us, 2 CPU instances (made here; requests
+    of 16 values);
+  * ``mlp_model``, the compute-heavy one (max_batch_size 16, 1,000 us).
 
-Measured:
-  * average batch size: inferences / executions from the statistics API delta;
-  * mean queue delay: ``queue`` ns / count from the same delta;
-  * p99 queue delay: Triton's ``nv_inference_queue_summary_us{quantile="0.99"}``
-    (the launcher starts Triton with ``summary_latencies=true``).
-Predicted: ``advisor.predict`` with the costs calibrated from
-tests/advisor/data/calibration.json and the traffic fitted from the sender's actual
-send times (rate and coefficient of variation of the gaps), not the nominal rate.
+Each at three Poisson rates. At each rate, what ``advise --url`` does: a traced run of the
+model's own config, during which the service times (statistics delta), the costs (the
+server process's CPU) and the traffic (the run's send times) are measured; then the
+prediction for the own config, and a recommendation (objective p99 latency, bound
+``--p99-ms``, noise over 3 seeds). When the advice is not "keep it", the recommended config
+is loaded as a scratch copy (``advisor.verify``), gets the same traffic, traced, and is
+unloaded. Every run's p99 queue wait comes from Triton's traces of that run (a count-bounded
+window, at most ``tritonapi.traces.MAX_COUNT`` requests: runs are sized under it), the
+average batch from the statistics API delta.
+
+Criteria (the issue's): average batch within 10 % at every point; p99 queue wait within 25 %
+at >= 5 of the (up to 6) points per model; a recommendation's measured gain (client p99
+latency, own / recommended) at least 80 % of its predicted gain, counted on the improvement:
+measured - 1 >= 0.8 x (predicted - 1).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
-import statistics
-from dataclasses import replace
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from advisor.calibrate import load_capture
-from advisor.config import BatcherConfig
-from advisor.model import OpenLoop
-from advisor.predict import predict
-from bench.poisson import poisson_load
-from bench.tritonrun import (
-    MODEL,
-    own_cpu_seconds,
-    queue_p99_us,
-    triton,
-    triton_pids,
-    wait_until_quiet,
-)
-from loadgen.burst import infer_body
-from stacksettings import procstat
-from tritonapi.client import TritonClient
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CAPTURE = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data" / "calibration.json"
-# A point during which other processes used more CPU than this is measured again.
-NOISY_CORES = 0.5
-CONFIGS = {
-    "spec": BatcherConfig(4, (2, 4), 500),
-    "tuned": BatcherConfig(8, (), 1000),
+from advisor import costs, storedrun, verify  # noqa: E402
+from advisor.config import BatcherConfig, from_model_config  # noqa: E402
+from advisor.fit import fit_service_times  # noqa: E402
+from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
+from advisor.predict import Prediction, predict, recommend  # noqa: E402
+from bench.common import stack  # noqa: E402
+from loadgen.api import RunParams, RunResult, run  # noqa: E402
+from stacksettings import PORTS, ROOT, Settings  # noqa: E402
+from tritonapi.client import TritonClient  # noqa: E402
+from tritonapi.traces import MAX_COUNT  # noqa: E402
+
+VAR_CONFIG = """name: "var_add"
+backend: "python"
+max_batch_size: 16
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching {
+  preferred_batch_size: [ 8, 16 ]
+  max_queue_delay_microseconds: 2000
 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+VAR_MODEL = """import numpy as np
+import triton_python_backend_utils as pb_utils
 
 
-def warm_up(host: str, port: int, requests_n: int = 5) -> None:
-    """A few serial requests: the stub's first executions are slow. Few, because
-    Triton's queue summary keeps them and they must stay under 1 % of the point."""
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
-    for _ in range(requests_n):
-        conn.request("POST", f"/v2/models/{MODEL}/infer", body)
-        conn.getresponse().read()
-    conn.close()
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            y = (2 * x + 1).astype(np.float32)
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", y)]))
+        return out
+"""
+RATES = {
+    "batch_add_model": (200.0, 500.0, 1000.0),
+    "var_add": (300.0, 800.0, 1500.0),
+    "mlp_model": (100.0, 250.0, 500.0),
+}
+SHAPES = {"var_add": (("X", (16,)),)}
+WARM_UP_S = 1.0
 
 
-def measure(
-    config: BatcherConfig, rate: float, duration_s: float, quiet_wait_s: float
-) -> dict[str, float]:
-    with triton(config) as settings:
-        host, port = settings.host, settings.port("triton_http")
-        warm_up(host, port)
-        # Other work on this shared machine distorts every figure: wait (bounded) for
-        # a calmer moment, and measure how much CPU the rest used during the point.
-        wait_until_quiet(0.5, quiet_wait_s)
-        url = settings.url("triton_http")
-        pids = triton_pids(settings)
-        before = TritonClient(url).model_stats(MODEL)
-        busy0, own0 = procstat.machine_busy_seconds(), own_cpu_seconds(pids)
-        sent = poisson_load(host, port, MODEL, rate, duration_s)
-        busy1, own1 = procstat.machine_busy_seconds(), own_cpu_seconds(pids)
-        delta = TritonClient(url).model_stats(MODEL).minus(before)
-        p99 = queue_p99_us(f"{settings.url('triton_metrics')}/metrics")
-    span = sent.send_times[-1] - sent.send_times[0]
-    other_cores = max(0.0, ((busy1 - busy0) - (own1 - own0)) / span)
-    gaps = [b - a for a, b in zip(sent.send_times, sent.send_times[1:], strict=False)]
-    return {
-        "rate": 1 / statistics.mean(gaps),
-        "cv": statistics.pstdev(gaps) / statistics.mean(gaps),
-        "batch": delta.inference_count / delta.execution_count,
-        "queue_mean_us": delta.phase("queue").ns / delta.phase("queue").count / 1e3,
-        "queue_p99_us": p99,
-        "client_p99_ms": sorted(sent.latencies_s)[int(0.99 * len(sent.latencies_s))] * 1e3,
-        "other_cores": other_cores,
-        "client_cpu_us": sent.client_cpu_s / len(sent.send_times) * 1e6,
-        "dropped": sent.dropped,
-        "errors": sent.errors,
-    }
+def repository(folder: Path) -> Path:
+    repo = folder / "models"
+    repo.mkdir()
+    for name in ("batch_add_model", "mlp_model"):
+        shutil.copytree(ROOT / "model_repository" / name, repo / name)
+    (repo / "var_add" / "1").mkdir(parents=True)
+    (repo / "var_add" / "config.pbtxt").write_text(VAR_CONFIG)
+    (repo / "var_add" / "1" / "model.py").write_text(VAR_MODEL)
+    return repo
 
 
-def pct(predicted: float, measured: float) -> str:
-    return f"{(predicted - measured) / measured:+.0%}" if measured else "n/a"
+@dataclass
+class Point:
+    model: str
+    rate: float
+    which: str  # own | recommended
+    config: BatcherConfig
+    predicted: Prediction
+    batch: float | None
+    queue_p99_s: float | None
+    client_p99_s: float | None
+    traced: int
+    sent: int
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="200,500,1000", help="requests/s, comma-separated")
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per point, at least")
-    parser.add_argument(
-        "--min-requests",
-        type=int,
-        default=5000,
-        help="longer points at low rates: a p99 needs enough requests in its tail (50 here)",
+def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed: int) -> RunResult:
+    duration = min(seconds, 0.95 * MAX_COUNT / rate)
+    params = RunParams(
+        "rate",
+        model=model,
+        url=settings.url("triton_http"),
+        rate=rate,
+        poisson=True,
+        duration_s=duration,
+        seed=seed,
+        shapes=SHAPES.get(model.split(verify.SUFFIX)[0], ()),
+        trace=True,
+        exporter_url=settings.url("exporter"),
+        label="advisor validation",
     )
-    parser.add_argument(
-        "--retries",
-        type=int,
-        default=2,
-        help=f"measure a point again if other processes used over {NOISY_CORES} cores",
+    warm = replace(params, trace=False, duration_s=WARM_UP_S, seed=seed + 1000)
+    run(warm)
+    return run(params)
+
+
+def observed(result: RunResult) -> tuple[float | None, float | None, float | None, int, int]:
+    server, client = result.summary.server, result.summary.client
+    trace = result.trace
+    p99 = trace.queue_wait_s.get("p99") if trace else None
+    return (
+        server.average_batch_size if server else None,
+        p99,
+        client.latency_s.p99,
+        trace.traced if trace else 0,
+        client.sent,
     )
-    parser.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=30.0,
-        help="seconds to wait at most for other processes to calm down before a point",
+
+
+def measure_own(
+    settings: Settings, model: str, rate: float, seconds: float, seed: int
+) -> tuple[RunResult, ServiceModel, CpuModel, OpenLoop, str]:
+    """The own config's traced run, and what the advisor learns from watching it."""
+    url = settings.url("triton_http")
+    client = TritonClient(url)
+    pid = costs.local_server_pid(url)
+    assert pid is not None, "the private Triton's process is not visible"
+    meter = costs.CpuMeter(pid)
+    before = client.model_stats(model)
+    meter.start()
+    result = traced_run(settings, model, rate, seconds, seed)
+    cpu_used = meter.stop()
+    delta = client.model_stats(model).minus(before)
+    service = fit_service_times(delta)
+    calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, "the run")
+    due = sorted(float(r[1]) for r in result.records())
+    traffic = storedrun.traffic_from_run(result.params, due)
+    assert isinstance(traffic, OpenLoop)
+    note = (
+        f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item, "
+        f"{calibration.request_s * 1e6:.0f} us CPU/request on {calibration.cores:g} cores, "
+        f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f} (Triton pid {pid}: "
+        f"{cpu_used.own_s:.2f} s own CPU, {cpu_used.children_s:.2f} s in its stubs, "
+        f"{delta.inference_count} requests)"
     )
+    return result, service, calibration.cpu, traffic, note
+
+
+def within(predicted: float | None, measured: float | None, tolerance: float) -> bool:
+    if predicted is None or not measured:
+        return False
+    return abs(predicted - measured) <= tolerance * measured
+
+
+def pct(predicted: float | None, measured: float | None) -> str:
+    if predicted is None or not measured:
+        return "n/a"
+    return f"{(predicted - measured) / measured:+.0%}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="per traced run (at most)")
+    parser.add_argument("--models", default=",".join(RATES))
+    parser.add_argument("--p99-ms", type=float, default=20.0, help="the recommendations' bound")
+    parser.add_argument("--requests", type=int, default=4000, help="simulated per config")
     args = parser.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
-    service, cpu = load_capture(CAPTURE).calibrate()
-    print(
-        f"model: service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item, "
-        f"{cpu.cores:g} cores, {cpu.request_s * 1e6:.0f} us CPU/request, "
-        f"timer slack {cpu.timer_slack_s * 1e6:.0f} us + exp({cpu.timer_slack_tail_s * 1e6:.0f} us)"
-    )
+    models = args.models.split(",")
+    points: list[Point] = []
+    gains: list[tuple[str, float, float | None, float | None]] = []
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-advisor-") as tmp,
+        stack(services=("triton", "exporter"), model_repository=repository(Path(tmp))) as s,
+    ):
+        url = s.url("triton_http")
+        # loadgen's trace window opens the local stack's restricted APIs with its key: this
+        # private stack is "the local stack" for the load generator.
+        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
+        for name, (_, var) in PORTS.items():
+            os.environ[var] = str(s.port(name))
+        admin = TritonClient(url, headers=s.admin_headers())
+        for model in models:
+            config = from_model_config(admin.model_config(model))
+            files = verify.model_files(s.model_repository, model)
+            server_config = admin.model_config_json(model)
+            for i, rate in enumerate(RATES[model]):
+                seed = 7 + i
+                result, service, cpu, traffic, note = measure_own(
+                    s, model, rate, args.seconds, seed
+                )
+                print(f"{model} at {rate:g}/s: {note}", flush=True)
+                own = predict(config, traffic, service, cpu, args.requests, with_limit=False)
+                points.append(Point(model, rate, "own", config, own, *observed(result)))
+                bound = args.p99_ms / 1e3
+                rec = recommend(
+                    config, traffic, service, bound, cpu, requests=args.requests, seeds=3
+                )
+                if rec.best is None or rec.keep:
+                    gains.append((f"{model} {rate:g}/s: keep it", 1.0, None, None))
+                    continue
+                name = f"{model}{verify.SUFFIX}recommended"
+                scratch = verify.scratch_config(server_config, rec.best.config, name)
+                admin.load_model(name, scratch, files)
+                try:
+                    tried = traced_run(s, name, rate, args.seconds, seed)
+                finally:
+                    admin.unload_model(name)
+                best = Point(
+                    model, rate, "recommended", rec.best.config, rec.best, *observed(tried)
+                )
+                points.append(best)
+                own_p99, best_p99 = points[-2].client_p99_s, best.client_p99_s
+                measured_gain = own_p99 / best_p99 if own_p99 and best_p99 else None
+                gains.append(
+                    (
+                        f"{model} {rate:g}/s: {rec.best.config.describe()}",
+                        rec.gain_ratio,
+                        measured_gain,
+                        best_p99,
+                    )
+                )
+    report(points, gains, models, time.monotonic() - started)
+    return 0
+
+
+def report(
+    points: list[Point],
+    gains: list[tuple[str, float, float | None, float | None]],
+    models: list[str],
+    wall_s: float,
+) -> None:
     header = (
-        f"{'config':<6} {'rate':>6} {'sent/s':>7} {'cv':>5} | {'batch pred':>10} {'meas':>6} "
-        f"{'err':>5} | {'q mean pred':>11} {'meas':>7} | {'q p99 pred':>10} {'meas':>7} "
-        f"{'err':>6} | {'client p99 ms':>13} {'other cores':>11}"
+        f"{'model':<16}{'rate':>6} {'config':<12}| {'batch pred':>10}{'meas':>7}{'err':>6} | "
+        f"{'q p99 pred us':>13}{'traced us':>10}{'err':>6} | {'traced':>7}/{'sent':<6}"
     )
-    print(header)
+    print("\n" + header)
     print("-" * len(header))
-    for name, config in CONFIGS.items():
-        for rate in rates:
-            duration = max(args.duration, args.min_requests / rate)
-            m = measure(config, rate, duration, args.quiet_wait)
-            for _ in range(args.retries):
-                if m["other_cores"] <= NOISY_CORES:
-                    break
-                m = measure(config, rate, duration, args.quiet_wait)
-            # The cores left to this stack while others ran: contention made explicit.
-            left = replace(cpu, cores=max(0.25, (cpu.cores or 2.0) - m["other_cores"]))
-            p = predict(config, OpenLoop(m["rate"], m["cv"]), service, left, with_limit=False)
-            print(
-                f"{name:<6} {rate:>6.0f} {m['rate']:>7.0f} {m['cv']:>5.2f} | "
-                f"{p.mean_batch_size:>10.2f} {m['batch']:>6.2f} "
-                f"{pct(p.mean_batch_size, m['batch']):>5} | "
-                f"{p.queue_delay_mean_s * 1e6:>11.0f} {m['queue_mean_us']:>7.0f} | "
-                f"{p.queue_delay_p99_s * 1e6:>10.0f} {m['queue_p99_us']:>7.0f} "
-                f"{pct(p.queue_delay_p99_s * 1e6, m['queue_p99_us']):>6} | "
-                f"{m['client_p99_ms']:>13.1f} {m['other_cores']:>11.2f}"
-                + ("  NOISY" if m["other_cores"] > NOISY_CORES else "")
-                + (f"  dropped {m['dropped']:.0f}" if m["dropped"] else "")
-                + (f"  errors {m['errors']:.0f}" if m["errors"] else ""),
-                flush=True,
-            )
+    for p in points:
+        q_pred = p.predicted.queue_delay_p99_s
+        print(
+            f"{p.model:<16}{p.rate:>6.0f} {p.which:<12}| {p.predicted.mean_batch_size:>10.2f}"
+            f"{(p.batch or 0):>7.2f}{pct(p.predicted.mean_batch_size, p.batch):>6} | "
+            f"{q_pred * 1e6:>13.0f}{(p.queue_p99_s or 0) * 1e6:>10.0f}"
+            f"{pct(q_pred, p.queue_p99_s):>6} | {p.traced:>7}/{p.sent:<6}"
+        )
+    print("\ncriteria per model:")
+    for model in models:
+        mine = [p for p in points if p.model == model]
+        batch_ok = sum(within(p.predicted.mean_batch_size, p.batch, 0.10) for p in mine)
+        queue_ok = sum(within(p.predicted.queue_delay_p99_s, p.queue_p99_s, 0.25) for p in mine)
+        print(
+            f"  {model}: average batch within 10 % at {batch_ok}/{len(mine)} points; "
+            f"p99 queue wait within 25 % of the traces at {queue_ok}/{len(mine)}"
+        )
+    print("\nrecommendations (gain in client p99 latency under the same traffic):")
+    for what, predicted, measured, _ in gains:
+        if measured is None and predicted == 1.0:
+            print(f"  {what}")
+            continue
+        ok = measured is not None and measured - 1 >= 0.8 * (predicted - 1)
+        shown = "n/a" if measured is None else f"x{measured:.2f}"
+        print(
+            f"  {what}: predicted x{predicted:.2f}, measured {shown}"
+            f" -> {'met' if ok else 'NOT met'}"
+        )
+    print(f"\nwall time {wall_s:.0f} s")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -26,7 +26,7 @@ from advisor import (
     storedrun,
     verify,
 )
-from stacksettings import Settings
+from stacksettings import from_env_or_default
 from tritonapi.client import TritonClient
 
 # Simulated requests per candidate config: enough for stable averages, few enough that a
@@ -34,7 +34,7 @@ from tritonapi.client import TritonClient
 REQUESTS = 2_000
 P99_BOUND_S = 0.010
 SEEDS = 3  # the noise interval: fewer than the CLI's 5, the panel answers in seconds
-CALIBRATIONS = Settings().state_dir / "advisor-calibrations.json"
+CALIBRATIONS = from_env_or_default().state_dir / "advisor-calibrations.json"
 VERIFY_S = 4.0
 
 

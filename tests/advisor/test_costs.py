@@ -123,6 +123,7 @@ def test_without_costs_the_capacity_is_unknown(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "none-yet.json"
+    load(url, 0.5, concurrency=1).join()  # executions to fit from, all before the window
     argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "200"]
     code, out, err = advise(
         capsys, *argv, "--window", "0.5", "--requests", "800", "--calibrations", str(cache)
@@ -137,6 +138,7 @@ def test_probe_measures_the_costs_with_a_short_load(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = tmp_path / "calibrations.json"
+    load(url, 0.5, concurrency=1).join()  # executions to fit from, all before the window
     argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "200"]
     code, out, err = advise(
         capsys,

@@ -21,8 +21,8 @@ import pytest
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig
 from advisor.fit import fit_service_times
-from advisor.model import ClosedLoop, OpenLoop
-from advisor.predict import SearchSpace, recommend
+from advisor.model import ClosedLoop, OpenLoop, ServiceModel
+from advisor.predict import SearchSpace, knobs_changed, recommend
 
 DATA = Path(__file__).parent / "data" / "calibration.json"
 SPACE = SearchSpace(max_batch_sizes=(4, 8, 16, 32), delays_us=(0, 500, 1000), instances=(1,))
@@ -99,3 +99,63 @@ def test_a_saturated_window_hides_the_batching_gain() -> None:
     saving_window = window.time_s(1) - window.time_s(4) / 4
     saving_calibrated = calibrated.time_s(1) - calibrated.time_s(4) / 4
     assert saving_window < saving_calibrated / 2
+
+
+# ---- recommendations that matter -------------------------------------------------------------
+
+FLAT = ServiceModel(0.001, 0.0001)  # 1 ms + 0.1 ms per request
+
+
+def test_an_interval_over_seeds_and_keep_it_when_nothing_beats_the_noise() -> None:
+    # Light traffic: every candidate serves it the same within the noise.
+    current = BatcherConfig(4, (), 0)
+    space = SearchSpace(max_batch_sizes=(4,), delays_us=(0, 100), instances=(1,))
+    rec = recommend(current, OpenLoop(20), FLAT, 0.050, space=space, requests=1500, seeds=4)
+    assert rec.objective == "latency"
+    assert rec.current_interval is not None and len(rec.current_interval.runs) == 4
+    assert rec.current_interval.low < rec.current_interval.high  # the seeds differ
+    assert rec.keep and rec.best is rec.current and rec.gain_ratio == 1.0
+    assert rec.noise_line().startswith("p99 latency ") and "over 4 seeds" in rec.noise_line()
+
+
+def test_a_real_gain_is_said_in_the_users_terms() -> None:
+    # One instance at 80 % utilisation: a second instance cuts the p99 latency, far
+    # beyond the noise.
+    current = BatcherConfig(1, (), 0, 1)
+    space = SearchSpace(max_batch_sizes=(1,), delays_us=(0,), instances=(1, 2))
+    rec = recommend(current, OpenLoop(730), FLAT, 0.100, space=space, requests=3000, seeds=3)
+    assert not rec.keep and rec.best is not None and rec.best.config.instances == 2
+    assert rec.best_interval is not None and rec.current_interval is not None
+    assert rec.best_interval.beats(rec.current_interval)
+    assert rec.gain_ratio > 1.5
+    line = rec.gain_line()
+    assert line.startswith("p99 latency ") and " ms -> " in line
+
+
+def test_no_recommended_preferred_size_is_out_of_reach() -> None:
+    # Sparse traffic never fills a batch of 32: [16, 32] would be dead config lines.
+    current = BatcherConfig(4, (), 0)
+    space = SearchSpace(max_batch_sizes=(32,), delays_us=(0, 500), instances=(1,))
+    rec = recommend(current, OpenLoop(200), FLAT, 0.050, space=space, requests=1500, seeds=2)
+    assert rec.unreachable > 0
+    reached = [p for p in rec.candidates if p.config.preferred_batch_sizes]
+    assert reached and all(p.unreached_preferred() for p in reached)
+    if rec.best is not None:
+        assert not rec.best.unreached_preferred()
+
+
+def test_the_winner_changes_the_fewest_knobs_among_equivalents() -> None:
+    # A second instance is the gain; a 25 us delay changes nothing beyond the noise at
+    # 1.4 ms between arrivals: the recommendation leaves the delay as it was.
+    current = BatcherConfig(4, (), 0, 1)
+    space = SearchSpace(max_batch_sizes=(4,), delays_us=(0, 25), instances=(1, 2))
+    rec = recommend(current, OpenLoop(730), FLAT, 0.100, space=space, requests=3000, seeds=3)
+    assert rec.best is not None and not rec.keep
+    assert rec.best.config.instances == 2
+    assert rec.best.config.max_queue_delay_us == 0
+    assert knobs_changed(rec.best.config, current) == 1
+
+
+def test_headroom_needs_measured_costs() -> None:
+    with pytest.raises(ValueError, match=r"capacity: unknown \(run with --probe\)"):
+        recommend(BatcherConfig(4), OpenLoop(100), FLAT, 0.05, objective="headroom")
