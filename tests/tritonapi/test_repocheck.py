@@ -29,7 +29,7 @@ def findings(repo: Path) -> list[repocheck.Finding]:
 
 def test_shipped_repository_is_clean() -> None:
     checks = repocheck.check_repository(ROOT / "model_repository")
-    assert {c.name for c in checks} == {"batch_add_model", "add_unbatched"}
+    assert {c.name for c in checks} == {"batch_add_model", "add_unbatched", "mlp_model"}
     assert [f for c in checks for f in c.findings] == []
     spec = next(c.config for c in checks if c.name == "batch_add_model")
     assert spec is not None
