@@ -32,7 +32,8 @@ DTYPES: dict[str, str] = {
     "FP32": "<f4",
     "FP64": "<f8",
 }
-CHUNK = 1024  # requests generated per vectorized step
+CHUNK = 1024  # requests generated per vectorized step...
+CHUNK_BYTES = 8 * 1024 * 1024  # ...or fewer, so that one step holds at most about this much
 
 
 @dataclass(frozen=True)
@@ -146,10 +147,13 @@ class Payloads:
         self._inputs = b""
         self._sums = b""
         self._sum_bytes = tensors[0].nbytes if self.verify_sum else 0
+        # Large requests come in smaller steps: 1,024 requests of 16 MiB would be 16 GiB.
+        self.chunk = max(1, min(CHUNK, CHUNK_BYTES // max(1, self.request_bytes)))
 
     def _make(self, chunk: int) -> None:
-        arrays = {t.name: _random(self.rng, t.datatype, (CHUNK, *t.shape)) for t in self.tensors}
-        rows = [arrays[t.name].reshape(CHUNK, -1).view(np.uint8) for t in self.tensors]
+        size = self.chunk
+        arrays = {t.name: _random(self.rng, t.datatype, (size, *t.shape)) for t in self.tensors}
+        rows = [arrays[t.name].reshape(size, -1).view(np.uint8) for t in self.tensors]
         self._inputs = np.hstack(rows).tobytes()
         if self.verify_sum:
             a, b = arrays["INPUT_A"], arrays["INPUT_B"]
@@ -159,7 +163,7 @@ class Payloads:
     def take(self, i: int) -> tuple[bytes, bytes]:
         """Request ``i``'s input bytes and its expected OUTPUT_SUM bytes (empty if not the add
         model). Indices must not go backwards: chunks are made once, in order."""
-        chunk, k = divmod(i, CHUNK)
+        chunk, k = divmod(i, self.chunk)
         if chunk != self._chunk:
             self._make(chunk)
         n, m = self.request_bytes, self._sum_bytes

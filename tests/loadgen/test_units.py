@@ -9,7 +9,7 @@ from loadgen.checks import check_outputs
 from loadgen.errors import LoadgenError
 from loadgen.histogram import Histogram, bucket_bounds, bucket_of
 from loadgen.params import RunParams, validate
-from loadgen.payloads import Payloads, request_tensors
+from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import FAILED, OK, TIMED_OUT, Recorder
 from loadgen.shapes import ConstantRate, Steps
 from loadgen.target import ModelSpec, TensorSpec
@@ -75,6 +75,18 @@ def test_payloads_are_random_per_request_and_the_expected_sum_is_exact() -> None
         assert np.frombuffer(expected, "<f4")[0] == np.float32(a) + np.float32(b)
         seen.add(inputs)
     assert len(seen) == 3000
+
+
+def test_large_requests_are_made_a_few_at_a_time() -> None:
+    # 2 MiB per request: a step of 1,024 would hold 2 GiB; it holds 4 requests (8 MiB).
+    big = [Tensor("INPUT_A", "FP32", (1, 262_144)), Tensor("INPUT_B", "FP32", (1, 262_144))]
+    payloads = Payloads(ADD, big, seed=1)
+    assert payloads.chunk == 4
+    for i in range(9):
+        inputs, expected = payloads.take(i)
+        a, b = np.frombuffer(inputs, "<f4").reshape(2, -1)
+        assert np.array_equal(np.frombuffer(expected, "<f4"), a + b)
+    assert len(payloads._inputs) == 4 * payloads.request_bytes
 
 
 def test_check_outputs_names_the_problem() -> None:
