@@ -18,6 +18,10 @@ def targets(settings: Settings) -> list[str]:
     its trace file (an attached Triton writes its traces on its own host)."""
     if settings.attached:
         argv = [f"--triton-url={url}" for url in settings.triton_urls]
+        # Servers elsewhere, perhaps many or far: read them off the scrape path once per
+        # scrape interval, so that a scrape neither grows with the fleet nor waits for
+        # the slowest server (the data's age is triton_batching_data_age_seconds).
+        argv.append(f"--read-interval={settings.scrape_interval_s:g}")
         argv += [f"--triton-metrics-url={url}" for url in settings.triton_metrics_urls]
         if settings.attached_admin_key_file is not None:
             argv.append(f"--triton-admin-key-file={settings.attached_admin_key_file}")
