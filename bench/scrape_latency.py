@@ -1,5 +1,6 @@
 """Scrape latency of the exporter with 1 model and with 20 models loaded in Triton, and
-for a fleet: 3 Tritons x 20 models, read by one exporter, with and without its config cache.
+for a fleet: 3 Tritons x 20 models, read by one exporter, without and with its config cache,
+and reading the targets off the scrape path every second (--read-interval 1).
 
     .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20] [--fleet 3]
 
@@ -8,6 +9,8 @@ temporary repository of batch_add_model copies; every model serves a few
 batched bursts first so that its batch statistics are not empty. Then the
 exporter's /metrics is fetched back to back, timed from this client, end to end.
 The fleet's Tritons share one admin key, which the attached exporter is given.
+The "age" column is how old the data of the last scrape was: about 0 when read at
+scrape time; with the background reader, up to twice its interval.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str,
         ln for ln in body.splitlines() if ln.startswith("triton_batching_target_up")
     )
     series = sum(1 for line in body.splitlines() if line.startswith("triton_batching_"))
+    ages = [
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith("triton_batching_data_age_seconds{")
+    ]
     return {
         "what": what,
         "models": copies * len(settings.triton_targets),
@@ -76,6 +84,8 @@ def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str,
         "max": max(times) * 1000,
         "series": series,
         "kib": len(body) / 1024,
+        # How old the data of the last scrape was (the background reader's lag).
+        "age": max(ages) * 1000,
     }
 
 
@@ -99,7 +109,7 @@ def fleet(targets: int, copies: int) -> Iterator[tuple[list[Settings], Path]]:
 
 @contextmanager
 def attached_exporter(
-    tritons: list[Settings], key: Path, state: Path, cache_ttl_s: float
+    tritons: list[Settings], key: Path, state: Path, cache_ttl_s: float, read_interval_s: float
 ) -> Iterator[Settings]:
     """The launcher's exporter row in attach mode, reading every Triton of the fleet."""
     settings = replace(
@@ -109,19 +119,29 @@ def attached_exporter(
         attached_admin_key_file=key,
     )
     os.environ["EXPORTER_CONFIG_CACHE_TTL"] = f"{cache_ttl_s:g}"
+    os.environ["EXPORTER_READ_INTERVAL"] = f"{read_interval_s:g}"
     try:
         with running(settings, only=("exporter",)):
             yield settings
     finally:
         del os.environ["EXPORTER_CONFIG_CACHE_TTL"]
+        del os.environ["EXPORTER_READ_INTERVAL"]
+
+
+# (config cache TTL, read interval, what the row says): the exporter's three ways to read.
+FLEET_MODES = [
+    (0.0, 0.0, "no cache"),
+    (CONFIG_TTL_S, 0.0, "cached"),
+    (CONFIG_TTL_S, 1.0, "cached, read every 1s"),
+]
 
 
 def measure_fleet(targets: int, copies: int, scrapes: int) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     with fleet(targets, copies) as (tritons, key):
-        for ttl, what in ((0.0, "no cache"), (CONFIG_TTL_S, "cached")):
-            state = key.parent / f"exporter-{what.replace(' ', '-')}"
-            with attached_exporter(tritons, key, state, ttl) as settings:
+        for ttl, interval, what in FLEET_MODES:
+            state = key.parent / f"exporter-{len(rows)}"
+            with attached_exporter(tritons, key, state, ttl, interval) as settings:
                 rows.append(timed(settings, copies, scrapes, f"{targets} targets, {what}"))
     return rows
 
@@ -142,14 +162,15 @@ def main() -> None:
         rows += measure_fleet(args.fleet, 20, args.scrapes)
     print(f"exporter scrape latency, {args.scrapes} back-to-back scrapes per size ({MODEL} copies)")
     print(
-        f"{'':<22}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
-        f"{'KiB':>6}"
+        f"{'':<33}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
+        f"{'KiB':>6}  {'age ms':>6}"
     )
     for r in rows:
         print(
-            f"{r['what']:<22}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
-            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}"
+            f"{r['what']:<33}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
+            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}  {r['age']:>6.0f}"
         )
+    print("age: how old the last scrape's data was (triton_batching_data_age_seconds, max)")
 
 
 if __name__ == "__main__":

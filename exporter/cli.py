@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(EXPORTER_CONFIG_CACHE_TTL, {CONFIG_TTL_S:g})",
     )
     parser.add_argument(
+        "--read-interval",
+        metavar="SECONDS",
+        help="read the Tritons every SECONDS off the scrape path and serve the latest read "
+        "(its age is triton_batching_data_age_seconds; a read older than twice this is "
+        "refreshed before the scrape answers); 0 reads them at each scrape "
+        "(EXPORTER_READ_INTERVAL, 0)",
+    )
+    parser.add_argument(
         "--web.listen-address",
         dest="listen_address",
         metavar="HOST:PORT",
@@ -113,6 +121,21 @@ def parse_timeout(value: str) -> float:
     return timeout
 
 
+def parse_read_interval(value: str) -> float:
+    if not value:
+        return 0.0
+    try:
+        interval = float(value)
+    except ValueError:
+        interval = -1.0
+    if not 0 <= interval <= 300:
+        raise ValueError(
+            f"--read-interval: {value!r} is not a number of seconds in [0, 300] "
+            "(0 reads at each scrape; use about Prometheus' scrape interval)"
+        )
+    return interval
+
+
 def parse_ttl(value: str) -> float:
     if not value:
         return CONFIG_TTL_S
@@ -135,6 +158,7 @@ class Options:
     log_level: str
     headers: dict[str, str] = field(default_factory=dict)
     config_ttl_s: float = CONFIG_TTL_S
+    read_interval_s: float = 0.0
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -155,6 +179,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         )
     timeout = parse_timeout(args.triton_timeout or env.get("TRITON_TIMEOUT") or "")
     ttl = parse_ttl(args.config_cache_ttl or env.get("EXPORTER_CONFIG_CACHE_TTL") or "")
+    interval = parse_read_interval(args.read_interval or env.get("EXPORTER_READ_INTERVAL") or "")
     host, port = parse_listen_address(
         args.listen_address or env.get("EXPORTER_LISTEN_ADDRESS") or DEFAULT_LISTEN
     )
@@ -171,7 +196,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
                 "`python -m stack up` wrote (.stack/triton-admin.key), or leave the flag out"
             )
         headers[ADMIN_KEY_HEADER] = key
-    return Options(targets, trace_files, timeout, host, port, level, headers, ttl)
+    return Options(targets, trace_files, timeout, host, port, level, headers, ttl, interval)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             opts.targets,
             timeout_s=opts.timeout_s,
             fetch=Fetcher(opts.headers, config_ttl_s=opts.config_ttl_s),
+            read_interval_s=opts.read_interval_s,
         )
     )
     books = [
@@ -214,11 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     logging.getLogger("exporter").info(
-        "listening on http://%s:%d/metrics, reading %s (timeout %.1fs)",
+        "listening on http://%s:%d/metrics, reading %s (timeout %.1fs, %s)",
         opts.host,
         opts.port,
         ", ".join(t.url for t in opts.targets),
         opts.timeout_s,
+        f"every {opts.read_interval_s:g}s" if opts.read_interval_s else "at each scrape",
     )
     try:
         server.serve_forever()

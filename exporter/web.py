@@ -11,9 +11,10 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from exporter import exposition
 from exporter.targets import Target
 from exporter.tracing import TraceBook
 
@@ -76,8 +77,22 @@ def traces_answer(books: Sequence[TraceBook], query: str) -> tuple[str, dict[str
 def make_app(
     registry: CollectorRegistry, targets: list[Target], books: Sequence[TraceBook] = ()
 ) -> WSGIApp:
-    metrics = make_wsgi_app(registry)
     page = landing_page(targets)
+
+    def metrics(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """The text format (Prometheus reads it as well as OpenMetrics; the series are the
+        same), gzipped at a fast level when the scraper accepts it."""
+        if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+            return [b"use GET\n"]
+        body = exposition.render(registry.collect())
+        headers = [("Content-Type", exposition.CONTENT_TYPE)]
+        if exposition.gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = exposition.compress(body)
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response("200 OK", headers)
+        return [body]
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")

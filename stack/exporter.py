@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from stack.services import Service
@@ -18,6 +19,12 @@ def targets(settings: Settings) -> list[str]:
     its trace file (an attached Triton writes its traces on its own host)."""
     if settings.attached:
         argv = [f"--triton-url={url}" for url in settings.triton_urls]
+        # Servers elsewhere, perhaps many or far: read them off the scrape path once per
+        # scrape interval, so that a scrape neither grows with the fleet nor waits for
+        # the slowest server (the data's age is triton_batching_data_age_seconds).
+        # EXPORTER_READ_INTERVAL, when set, wins (0: read at each scrape).
+        interval = os.environ.get("EXPORTER_READ_INTERVAL") or f"{settings.scrape_interval_s:g}"
+        argv.append(f"--read-interval={interval}")
         argv += [f"--triton-metrics-url={url}" for url in settings.triton_metrics_urls]
         if settings.attached_admin_key_file is not None:
             argv.append(f"--triton-admin-key-file={settings.attached_admin_key_file}")

@@ -105,6 +105,11 @@ def _fill(text: str, **values: str) -> str:
     return re.sub(r"<(\w+)>", lambda m: values[m.group(1)], text)
 
 
+def _failed(up: str, window: str) -> str:
+    """How many samples of an up series (0 or 1) were 0 within the window."""
+    return f"(count_over_time({up}[{window}]) - sum_over_time({up}[{window}]))"
+
+
 def _alert(
     s: RuleSettings, alert: str, expr: str, summary: str, description: str, runbook: str
 ) -> dict[str, Any]:
@@ -122,7 +127,9 @@ MODEL = "{{ $labels.model }} (version {{ $labels.version }}) on {{ $labels.targe
 
 
 def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
-    long = s.long_window
+    long, short = s.long_window, s.short_window
+    failed_reads = _num(s.alerts["TritonDown"]["min_failed_reads"])
+    triton_up = f'up{{job="{s.triton_job}"}}'
     load = f"{name('inferences', 'rate', long)} >= {_num(s.min_load)}"
     values = {"long": long, "load": _num(s.min_load)}
     a = s.alerts
@@ -132,12 +139,18 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "TritonDown",
             # One outage, one alert: the exporter's view while it reports on Triton (both
             # see the outage at once, under different labels); Prometheus' scrape otherwise.
-            f"triton_batching_target_up == 0\n"
-            f'or (up{{job="{s.triton_job}"}} == 0 unless on() triton_batching_target_up)',
+            # Failed reads counted over the short window (the up series are 0 or 1), so a
+            # restart within seconds pages too, and a long outage stays one alert.
+            f"{_failed('triton_batching_target_up', short)} >= {failed_reads}\n"
+            f"or ({_failed(triton_up, short)} >= {failed_reads}"
+            " unless on() triton_batching_target_up)",
             "Triton is down",
-            "{{ if $labels.target }}The exporter cannot read Triton at {{ $labels.target }}"
-            "{{ else }}Prometheus cannot scrape Triton's metrics at {{ $labels.instance }}"
-            "{{ end }}.",
+            _fill(
+                "{{ if $labels.target }}The exporter could not read Triton at "
+                "{{ $labels.target }}{{ else }}Prometheus could not scrape Triton's metrics "
+                "at {{ $labels.instance }}{{ end }} {{ $value }} times in the last <short>.",
+                short=short,
+            ),
             "Is the tritonserver process running (`python -m stack status`, "
             "`.stack/logs/triton.log`)? Did it exit while loading a model (look for "
             '"failed to load" in its log)? Is the metrics port reachable from Prometheus and '

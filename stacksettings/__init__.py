@@ -15,6 +15,7 @@ import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_SETTINGS = ROOT / "stack" / "rules" / "settings.yaml"
@@ -87,8 +88,15 @@ class Settings:
 
     @property
     def grpc_address(self) -> str:
-        """Triton's gRPC endpoint as host:port (gRPC has no URL scheme of its own)."""
-        return f"{self.host}:{self.port('triton_grpc')}"
+        """Triton's gRPC endpoint as host:port (gRPC has no URL scheme of its own): the
+        stack's own Triton, or in attach mode the first attached server's host on the gRPC
+        port (Triton's default 8001, or STACK_TRITON_GRPC_PORT), as for the HTTP target."""
+        host = self.host
+        if self.triton_urls:
+            host = urlsplit(self.triton_urls[0]).hostname or host
+            if ":" in host:  # an IPv6 literal goes back in brackets
+                host = f"[{host}]"
+        return f"{host}:{self.port('triton_grpc')}"
 
     @property
     def logs_dir(self) -> Path:

@@ -113,6 +113,7 @@ CASES = [
     ),
     case(*EXPORTER, "--triton-url", "a:1", "--triton-url", "a:1", problem="twice", fix="--triton"),
     case(*EXPORTER, "--log.level", "loud", problem="'loud'", fix="choose from"),
+    case(*EXPORTER, "--read-interval", "-1", problem="'-1'", fix="[0, 300]"),
     case(*EXPORTER, problem="'loud'", fix="one of", EXPORTER_LOG_LEVEL="loud"),
     case(*EXPORTER, "--triton-admin-key-file", "/nonexistent", problem="/nonexistent", fix="give"),
     # ---- the load generator (the first four ended in a RecursionError) -----------------

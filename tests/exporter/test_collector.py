@@ -235,6 +235,7 @@ def test_every_series_carries_model_version_and_target() -> None:
         if name not in (
             "triton_batching_target_up",
             "triton_batching_scrape_duration_seconds",
+            "triton_batching_data_age_seconds",
             "triton_batching_server_ready",
             "triton_batching_response_cache_configured",
         ):

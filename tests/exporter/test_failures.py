@@ -93,10 +93,11 @@ def test_garbage_gives_up_0_and_one_log_line(case: str, caplog: pytest.LogCaptur
         assert samples[("triton_batching_target_up", (("target", good.target.url),))] == 1
         good_labels = (("model", "batch_add_model"), ("target", good.target.url), ("version", "1"))
         assert samples[("triton_batching_executions_total", good_labels)] == 2213
-        # Nothing half-read from the bad target: only its up and duration.
+        # Nothing half-read from the bad target: only its up, and when and how long it was read.
         assert {name for name, labels in samples if ("target", bad.target.url) in labels} == {
             "triton_batching_target_up",
             "triton_batching_scrape_duration_seconds",
+            "triton_batching_data_age_seconds",
         }
         lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         assert len(lines) == 1, lines

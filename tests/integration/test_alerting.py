@@ -2,16 +2,20 @@
 
 The stack runs with test settings (short windows and ``for`` durations, 1 s
 scrapes, Alertmanager flushing after 1 s) and sends critical and warning
-notifications to a webhook receiver in this test, so each step is seconds.
+notifications to a webhook receiver in this test, so each step is seconds. TritonDown
+keeps its shipped ``for`` and threshold (only its window is short), and the stack runs
+supervised, as `up` runs it, so that a killed Triton is restarted within seconds.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,8 +94,9 @@ def test_rules_settings(tmp_path: Path, webhook_url: str) -> Path:
     """The default settings with windows and `for` durations in seconds."""
     data = yaml.safe_load(RULES_SETTINGS.read_text())
     data["windows"] = {"short": "5s", "long": "10s"}
-    for alert in data["alerts"].values():
-        alert["for"] = "2s"
+    for name, alert in data["alerts"].items():
+        if name != "TritonDown":  # its shipped `for` is what a restart within seconds meets
+            alert["for"] = "2s"
     data["alertmanager"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
     data["alertmanager"]["webhooks"].update(critical=[webhook_url], warning=[webhook_url])
     path = tmp_path / "rules-settings.yaml"
@@ -109,16 +114,41 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = isolated(folder / "state")
     settings = replace(settings, rules_settings=test_rules_settings(folder, webhook.url))
     try:
-        with running(settings) as supervisor:
+        with running(settings, supervise=True) as supervisor:
             yield Stack(settings, supervisor, webhook)
     finally:
         webhook.server.shutdown()
         webhook.server.server_close()
 
 
+def firing_spans(stack: Stack, name: str, since: float) -> list[tuple[frozenset, int]]:
+    """(labels, number of separate firing spans) of ``name`` since ``since``, from
+    Prometheus' ALERTS series at 1 s steps: one outage paged once is one span of one series."""
+    response = requests.get(
+        f"{stack.settings.url('prometheus')}/api/v1/query_range",
+        params={
+            "query": f'ALERTS{{alertname="{name}",alertstate="firing"}}',
+            "start": f"{since:.3f}",
+            "end": f"{time.time():.3f}",
+            "step": "1s",
+        },
+        timeout=5,
+    )
+    response.raise_for_status()
+    spans = []
+    for series in response.json()["data"]["result"]:
+        times = [float(t) for t, _ in series["values"]]
+        gaps = sum(1 for a, b in zip(times, times[1:], strict=False) if b - a > 1.5)
+        spans.append((frozenset(series["metric"].items()), gaps + 1))
+    return spans
+
+
 def test_triton_down_fires_once_reaches_alertmanager_and_resolves(stack: Stack) -> None:
+    """A long outage (Triton stopped for several windows) is one alert and one page."""
     triton = stack.settings.url("triton_http")
     assert not stack.am_alerts("TritonDown")
+    pages_before = len(stack.webhook.alerts("TritonDown", "firing"))
+    since = time.time()
 
     stack.supervisor.stop_service("triton")
     received = wait_for("Alertmanager holds TritonDown", lambda: stack.am_alerts("TritonDown"))
@@ -129,7 +159,9 @@ def test_triton_down_fires_once_reaches_alertmanager_and_resolves(stack: Stack) 
     assert alert["labels"]["severity"] == "critical"
     assert alert["status"]["state"] == "active"
     assert [r["name"] for r in alert["receivers"]] == ["critical"]
-    assert alert["annotations"]["description"] == f"The exporter cannot read Triton at {triton}."
+    description = alert["annotations"]["description"]
+    assert description.startswith(f"The exporter could not read Triton at {triton} ")
+    assert description.endswith(" times in the last 5s.")
     assert "tritonserver process" in alert["annotations"]["runbook"]
     assert len(stack.firing("TritonDown")) == 1, received
     notes = wait_for(
@@ -137,6 +169,12 @@ def test_triton_down_fires_once_reaches_alertmanager_and_resolves(stack: Stack) 
     )
     assert notes[0]["labels"]["severity"] == "critical"
     assert {n["labels"].get("target") for n in notes} == {triton}
+    # Still down three windows later: the same one alert, paged once.
+    time.sleep(15)
+    assert len(stack.am_alerts("TritonDown")) == 1
+    assert len(stack.webhook.alerts("TritonDown", "firing")) == pages_before + 1
+    spans = firing_spans(stack, "TritonDown", since)
+    assert [n for _, n in spans] == [1], spans
 
     stack.supervisor.start_service("triton")
     wait_for(
@@ -148,6 +186,60 @@ def test_triton_down_fires_once_reaches_alertmanager_and_resolves(stack: Stack) 
         lambda: stack.webhook.alerts("TritonDown", "resolved"),
     )
     assert resolved[0]["labels"]["target"] == triton
+
+
+def test_a_triton_restarted_within_seconds_pages_once(stack: Stack) -> None:
+    """SIGKILL: the supervisor has Triton back within seconds, and TritonDown still fires
+    for the gap, once, under one label set; then it resolves."""
+    triton = stack.settings.url("triton_http")
+    wait_for("no TritonDown left", lambda: not stack.am_alerts("TritonDown"), timeout_s=60)
+    wait_for(
+        "the exporter reads Triton",
+        lambda: _exporter_up(stack.settings) == 1.0,
+        timeout_s=60,
+    )
+    pages_before = len(stack.webhook.alerts("TritonDown", "firing"))
+    resolved_before = len(stack.webhook.alerts("TritonDown", "resolved"))
+    (old,) = [r for r in stack.supervisor.read_state() if r.name == "triton"]
+    since = time.time()
+    os.kill(old.pid, signal.SIGKILL)
+    started = time.monotonic()
+
+    def back() -> bool:
+        (now,) = [r for r in stack.supervisor.read_state() if r.name == "triton"]
+        if now.pid == old.pid:
+            return False
+        return requests.get(f"{triton}/v2/health/ready", timeout=1).status_code == 200
+
+    wait_for("Triton restarted by the supervisor", lambda: _quietly(back), timeout_s=60)
+    gap_s = time.monotonic() - started
+    resolved = wait_for(
+        "TritonDown fired and resolved at the webhook",
+        lambda: len(stack.webhook.alerts("TritonDown", "resolved")) > resolved_before,
+        timeout_s=60,
+    )
+    assert resolved
+    pages = stack.webhook.alerts("TritonDown", "firing")[pages_before:]
+    assert len(pages) == 1, f"{len(pages)} pages for one restart ({gap_s:.1f} s down)"
+    assert pages[0]["labels"]["target"] == triton
+    spans = firing_spans(stack, "TritonDown", since)
+    assert [n for _, n in spans] == [1], spans
+    assert gap_s < 30, f"the restart took {gap_s:.1f} s: not a short outage"
+
+
+def _exporter_up(settings: Settings) -> float | None:
+    text = requests.get(f"{settings.url('exporter')}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("triton_batching_target_up{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _quietly(check: Callable[[], bool]) -> bool:
+    try:
+        return check()
+    except requests.RequestException:
+        return False
 
 
 class SerialLoad(threading.Thread):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loadgen.errors import LoadgenError
-from loadgen.target import Address, check_target
+from loadgen.params import RunParams, default_urls, validate
+from loadgen.target import Address, check_target, parse_address
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +47,25 @@ def test_without_attached_tritons_only_the_stacks_own_is_configured(
     check_target(Address("triton", 8000), "--url", allow_remote=False)
     with pytest.raises(LoadgenError):
         check_target(Address("triton", 9999), "--url", allow_remote=False)
+
+
+def test_in_attach_mode_the_default_grpc_address_is_the_first_attached_tritons_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("STACK_TRITON_GRPC_PORT", raising=False)
+    assert default_urls() == ("http://10.213.77.2:8000", "10.213.77.2:8001")
+    p = validate(RunParams("concurrency", protocol="grpc"))
+    assert (p.url, p.grpc_url) == ("http://10.213.77.2:8000", "10.213.77.2:8001")
+    check_target(parse_address(p.grpc_url, "--grpc-url", 8001), "--grpc-url", False, grpc=True)
+    monkeypatch.setenv("STACK_TRITON_GRPC_PORT", "9001")  # a server on another gRPC port
+    assert default_urls()[1] == "10.213.77.2:9001"
+    monkeypatch.setenv("STACK_TRITON_URLS", "http://[fd00::2]:8000")
+    assert default_urls()[1] == "[fd00::2]:9001"
+
+
+def test_without_attached_tritons_the_default_grpc_address_is_the_stacks_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("STACK_TRITON_URLS")
+    monkeypatch.delenv("STACK_TRITON_GRPC_PORT", raising=False)
+    assert default_urls() == ("http://127.0.0.1:8000", "127.0.0.1:8001")

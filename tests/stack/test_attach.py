@@ -149,6 +149,8 @@ def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) ->
     argv = exporter_row.service(settings).argv
     assert "--triton-url=http://gpu-a:8000" in argv and "--triton-url=http://gpu-b:8000" in argv
     assert not [a for a in argv if a.startswith(("--trace-file", "--triton-admin-key-file"))]
+    # Attached servers are read off the scrape path, once per scrape interval.
+    assert f"--read-interval={settings.scrape_interval_s:g}" in argv
     jobs = prometheus.config(prometheus.local_targets(settings), 5.0)["scrape_configs"]
     triton_job = next(j for j in jobs if j["job_name"] == "triton")
     assert triton_job["static_configs"] == [

@@ -20,6 +20,8 @@ def test_exporter_reads_the_stacks_triton(tmp_path: Path) -> None:
     row = next(s for s in service_table(settings) if s.name == "exporter")
     assert row.argv[:3] == [sys.executable, "-m", "exporter"]
     assert f"--triton-url={settings.url('triton_http')}" in row.argv
+    # The stack's own Triton is read at scrape time.
+    assert not [a for a in row.argv if a.startswith("--read-interval")]
     assert f"--triton-metrics-url={settings.url('triton_metrics')}/metrics" in row.argv
     assert f"--web.listen-address={settings.host}:{settings.port('exporter')}" in row.argv
     # 1 s scrapes in tests: Prometheus times out at 1 s, the exporter's reads at half that.

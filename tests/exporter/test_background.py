@@ -1,0 +1,107 @@
+"""Reading the targets off the scrape path (``read_interval_s``), on real captures.
+
+The fetch function serves recorded snapshots and counts its calls, so the tests see
+when the reader reads, how old the served data is, and that it stops when nobody scrapes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.collector import BatchingCollector, _Reader
+from exporter.scrape import Snapshot
+from exporter.targets import Target
+from tests.exporter.replay import snapshot
+
+INTERVAL_S = 0.2
+TARGETS = [Target(f"http://127.0.0.1:{8000 + i}", "m") for i in range(3)]
+EXECUTIONS = "triton_batching_executions_total"
+
+
+class Source:
+    """Every target answers the current moment; ``down`` ones raise."""
+
+    def __init__(self, moment: str) -> None:
+        self.moment = moment
+        self.down: set[str] = set()
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, target: Target, _timeout_s: float) -> Snapshot:
+        with self._lock:
+            self.calls += 1
+        if target.url in self.down:
+            raise ConnectionError("down")
+        return snapshot(self.moment)
+
+
+def registry(source: Source) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(
+        BatchingCollector(TARGETS, timeout_s=1.0, fetch=source, read_interval_s=INTERVAL_S)
+    )
+    return reg
+
+
+def executions(reg: CollectorRegistry, target: Target) -> float | None:
+    labels = {"target": target.url, "model": "batch_add_model", "version": "1"}
+    return reg.get_sample_value(EXECUTIONS, labels)
+
+
+def ages(reg: CollectorRegistry) -> list[float]:
+    values = [
+        reg.get_sample_value("triton_batching_data_age_seconds", {"target": t.url}) for t in TARGETS
+    ]
+    assert all(v is not None for v in values)
+    return [v for v in values if v is not None]
+
+
+def test_the_first_scrape_waits_for_a_read_and_later_ones_serve_fresh_data() -> None:
+    source = Source("rest")
+    reg = registry(source)
+    assert source.calls == 0  # registering reads nothing
+    rest = executions(reg, TARGETS[0])
+    assert rest is not None
+    source.moment = "after_load"
+    deadline = time.monotonic() + 4 * INTERVAL_S
+    while executions(reg, TARGETS[0]) == rest and time.monotonic() < deadline:
+        time.sleep(0.02)
+    after = executions(reg, TARGETS[0])
+    assert after is not None and after > rest
+    assert max(ages(reg)) <= 2 * INTERVAL_S
+
+
+def test_a_target_that_fails_is_down_in_the_next_read() -> None:
+    source = Source("rest")
+    reg = registry(source)
+    up = "triton_batching_target_up"
+    assert reg.get_sample_value(up, {"target": TARGETS[1].url}) == 1
+    source.down.add(TARGETS[1].url)
+    time.sleep(3 * INTERVAL_S)
+    assert reg.get_sample_value(up, {"target": TARGETS[1].url}) == 0
+    assert executions(reg, TARGETS[1]) is None
+    assert reg.get_sample_value(up, {"target": TARGETS[0].url}) == 1
+
+
+def test_the_reader_stops_without_scrapes_and_the_next_scrape_reads_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_Reader, "IDLE_READS", 3)
+    source = Source("rest")
+    reg = registry(source)
+    ages(reg)
+    time.sleep(6 * INTERVAL_S)  # idle after 3 intervals
+    calls = source.calls
+    time.sleep(5 * INTERVAL_S)
+    assert source.calls == calls  # nobody scrapes: no reads
+    assert max(ages(reg)) <= 2 * INTERVAL_S  # the scrape waited for a fresh read
+    assert source.calls > calls
+
+
+def test_a_negative_interval_is_refused() -> None:
+    with pytest.raises(ValueError, match="read_interval_s"):
+        BatchingCollector(TARGETS, read_interval_s=-1)
