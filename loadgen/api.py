@@ -21,6 +21,7 @@ with status ``interrupted``. A run ends only by its own limits, a stop or an err
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 import threading
 import time
@@ -36,13 +37,14 @@ from loadgen.httpclient import HttpClient
 from loadgen.params import RunParams, validate
 from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import LATE_THRESHOLD_S, Recorder
-from loadgen.shapes import ConstantRate, LoadShape, Steps
+from loadgen.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
 from loadgen.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
-from loadgen.tracing import TracedRecord, Window, summarize
+from loadgen.tracing import TracedRecord, Window, expected_requests, summarize
 from loadgen.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
+from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT
 
 __all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
 
@@ -61,6 +63,9 @@ class Prepared:
     tensors: list[Tensor]
     outputs: list[Any]
     window: Window | None = None  # --trace: Triton's trace window over the run
+    # The open-loop arrival schedule's seed: --seed, else drawn once here, so that a traced
+    # run knows how many requests its schedule holds before it starts.
+    arrival_seed: int = 0
 
 
 @dataclass(kw_only=True)
@@ -90,8 +95,29 @@ def prepare(params: RunParams) -> Prepared:
         check_target(target, "--grpc-url", p.allow_remote, grpc=True)
     model = fetch_model(http.base_url, p.model)
     tensors, outputs = request_tensors(model, p.batch_size, dict(p.shapes), dict(p.dtypes))
-    window = Window(p, p.exporter_url) if p.trace else None
-    return Prepared(p, http, target, model, tensors, outputs, window)
+    arrival_seed = p.seed if p.seed is not None else secrets.randbits(32)
+    window = None
+    if p.trace:
+        shape = open_loop_shape(p)
+        rough = expected_requests(p)
+        # A Poisson schedule's length is random: count it, so the window is exactly the run
+        # (a window larger than the run never completes, and Triton 2.51 writes an
+        # unfinished window only at shutdown). Runs far past the trace bound are refused
+        # by the window without counting.
+        exact = None
+        if shape is not None and rough is not None and rough <= 2 * MAX_TRACE_COUNT:
+            exact = count_arrivals(shape, p.poisson, arrival_seed)
+        window = Window(p, p.exporter_url, exact)
+    return Prepared(p, http, target, model, tensors, outputs, window, arrival_seed)
+
+
+def open_loop_shape(p: RunParams) -> LoadShape | None:
+    """The rate over time of an open-loop run (rate, steps); None for closed-loop runs."""
+    if p.scenario == "rate":
+        return ConstantRate(p.rate, p.duration_s)
+    if p.scenario == "steps":
+        return Steps(p.stages)
+    return None
 
 
 def run(
@@ -302,10 +328,10 @@ async def _drive(
                 ended = "duration"
         else:
             ended = "duration"
-            shape: LoadShape = (
-                ConstantRate(p.rate, p.duration_s) if p.scenario == "rate" else Steps(p.stages)
-            )
-            not_sent = await scenarios.open_loop(client, shape, p.poisson, p.max_in_flight, stop)
+            shape = open_loop_shape(p)
+            assert shape is not None
+            arrivals = Arrivals(shape, p.poisson, prepared.arrival_seed)
+            not_sent = await scenarios.open_loop(client, arrivals, p.max_in_flight, stop)
     finally:
         if ticker is not None:
             ticker.cancel()

@@ -65,7 +65,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="a request with no answer by then counts as timed out (10)",
     )
-    p.add_argument("--seed", type=int, default=None, help="random inputs seed")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the random inputs and of a Poisson run's arrival times (default: random)",
+    )
     p.add_argument("--label", default="", help="free text stored with the run")
     p.add_argument(
         "--allow-remote", action="store_true", help="allow a target that is not on loopback"

@@ -14,13 +14,12 @@ Every driver stops sending when ``stop`` is set and returns once nothing is in f
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from loadgen.clients import Client, wait_idle
-from loadgen.shapes import LoadShape
+from loadgen.shapes import Arrivals
 
 Stop = Callable[[], bool]
 
@@ -80,16 +79,14 @@ async def closed_loop(
         await asyncio.sleep(0.01)
 
 
-async def open_loop(
-    client: Client, shape: LoadShape, poisson: bool, max_in_flight: int, stop: Stop
-) -> int:
-    """Returns how many due requests were never sent (a backlog cut short by a stop, or
-    one that no connection could take within the request timeout)."""
+async def open_loop(client: Client, arrivals: Arrivals, max_in_flight: int, stop: Stop) -> int:
+    """Sends at ``arrivals``' due times; returns how many due requests were never sent (a
+    backlog cut short by a stop, or one that no connection could take within the request
+    timeout)."""
     rec = client.recorder
     idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, 8)))
     opened = [len(idle), 0]  # slots open, slots opening
     backlog: deque[tuple[int, float]] = deque()
-    rng = random.Random()
 
     def on_done(slot: Any) -> None:
         if backlog and not stop():
@@ -116,7 +113,7 @@ async def open_loop(
         now = rec.now()
         rate = None
         while due <= now:
-            rate = shape.tick(due - t0)
+            rate = arrivals.rate()
             if rate is None:
                 break
             if idle:
@@ -126,7 +123,8 @@ async def open_loop(
                 if sum(opened) < max_in_flight:
                     asyncio.ensure_future(grow())
             i += 1
-            due += rng.expovariate(rate) if poisson else 1.0 / rate
+            arrivals.advance(rate)
+            due = t0 + arrivals.offset
         if due <= now and rate is None:
             break
         await asyncio.sleep(max(due - rec.now(), 0.0))

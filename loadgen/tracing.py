@@ -51,9 +51,10 @@ def expected_requests(p: RunParams) -> int | None:
     return round(sum(rate * seconds for rate, seconds in p.stages))
 
 
-def check(p: RunParams) -> int:
-    """The window's size; LoadgenError (one line) when the run cannot be traced."""
-    count = expected_requests(p)
+def check(p: RunParams, exact: int | None = None) -> int:
+    """The window's size (``exact``: the open-loop schedule's own count, when known);
+    LoadgenError (one line) when the run cannot be traced."""
+    count = exact if exact is not None else expected_requests(p)
     if count is None:
         raise LoadgenError(
             "--trace needs a run of known size: give --requests N with concurrency runs"
@@ -118,9 +119,9 @@ def summarize(records: list[TracedRecord], sent: int, note: str = "") -> TraceSu
 class Window:
     """A trace window over one run: opened before the first request, read after the last."""
 
-    def __init__(self, p: RunParams, exporter_url: str) -> None:
+    def __init__(self, p: RunParams, exporter_url: str, exact: int | None = None) -> None:
         self.params = p
-        self.count = check(p)
+        self.count = check(p, exact)
         self.token = new_token()
         self.exporter_url = exporter_url.rstrip("/")
         self.triton = admin_client(p.url)  # trace settings are a restricted API

@@ -13,7 +13,7 @@ from typing import Any
 from loadgen import report, scenarios
 from loadgen.clients import Client
 from loadgen.recorder import LATE_THRESHOLD_S, OK, Recorder
-from loadgen.shapes import ConstantRate
+from loadgen.shapes import Arrivals, ConstantRate
 from loadgen.summary import ClientSummary
 
 
@@ -75,7 +75,7 @@ def test_a_backlog_goes_out_late_and_its_latency_counts_from_the_due_time() -> N
     rec = Recorder(late_threshold_s=LATE_THRESHOLD_S)
     client = OneSlot(rec, service_s=0.010)  # serves 100/s at most
     not_sent = asyncio.run(
-        scenarios.open_loop(client, ConstantRate(200, 0.5), False, 1, lambda: False)
+        scenarios.open_loop(client, Arrivals(ConstantRate(200, 0.5), False, 0), 1, lambda: False)
     )
     s = rec.summary()
     assert not_sent == 0 and s.sent == s.ok == 100

@@ -11,7 +11,7 @@ from loadgen.histogram import Histogram, bucket_bounds, bucket_of
 from loadgen.params import RunParams, validate
 from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import FAILED, OK, TIMED_OUT, Recorder
-from loadgen.shapes import ConstantRate, Steps
+from loadgen.shapes import Arrivals, ConstantRate, Steps, count_arrivals
 from loadgen.target import ModelSpec, TensorSpec
 
 ADD = ModelSpec(
@@ -63,6 +63,23 @@ def test_shapes_tick_like_locust() -> None:
     steps = Steps([(100.0, 2.0), (400.0, 1.0)])
     assert [steps.tick(t) for t in (0, 1.99, 2.0, 2.5, 3.0)] == [100, 100, 400, 400, None]
     assert ConstantRate(50, 1).tick(0.5) == 50 and ConstantRate(50, 1).tick(1) is None
+
+
+def test_an_open_loop_schedule_is_its_seed_and_its_length_is_known_ahead() -> None:
+    # Due at 0, 5 ms, 10 ms, ...: 100 requests, or 101 where the sum of the gaps rounds below 0.5.
+    assert count_arrivals(ConstantRate(200, 0.5), False, 0) in (100, 101)
+    counts = {count_arrivals(Steps([(300, 1.0), (100, 1.0)]), True, seed) for seed in range(20)}
+    assert len(counts) > 1 and all(300 < n < 500 for n in counts)  # random around 400
+
+    def offsets(seed: int) -> list[float]:
+        arrivals, out = Arrivals(ConstantRate(1000, 0.1), True, seed), []
+        while (rate := arrivals.rate()) is not None:
+            out.append(arrivals.offset)
+            arrivals.advance(rate)
+        return out
+
+    assert offsets(7) == offsets(7) != offsets(8)
+    assert len(offsets(7)) == count_arrivals(ConstantRate(1000, 0.1), True, 7)
 
 
 def test_payloads_are_random_per_request_and_the_expected_sum_is_exact() -> None:
