@@ -4,6 +4,7 @@ pipeline and the cache in the config view."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -80,7 +81,13 @@ def test_live_view_of_a_cached_model_and_of_an_ensemble(
     at.sidebar.selectbox(key="model").set_value("add_cached").run()
     assert not at.exception
     [note] = [t for t in texts(at, "info") if "response cache" in t]
-    assert note.startswith("88% of the lookups in this window were answered from the response")
+    # 7 hits in 8 lookups (88%); Prometheus' rate() over the window extrapolates each counter
+    # on its own, so the share it gives is near that, not exactly it (87% was seen).
+    share = re.match(r"(\d+)% of the lookups in this window were answered from the response", note)
+    assert share is not None and 80 <= int(share.group(1)) <= 95, note
+    assert note.endswith(
+        f"the batch size and efficiency above are those of the other {100 - int(share.group(1))}%."
+    ), note
     at.sidebar.selectbox(key="model").set_value("add_pipeline").run()
     assert not at.exception
     infos = texts(at, "info")
