@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor import costs, storedrun, verify
+from advisor import costs, handoff, storedrun, verify
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import (
@@ -46,6 +46,7 @@ from loadgen.params import RunParams
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats
+from tritonapi.traces import ExporterUnavailable, read_exporter
 
 
 class UsageError(Exception):
@@ -225,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
     )
     advise.add_argument(
+        "--traces",
+        metavar="EXPORTER_URL",
+        help="measure the batcher's hand-offs (dispatch, timer slack, release, execution "
+        "spread) from the exporter's retained traces of --model; trace every request first: "
+        "python -m stack trace --model M",
+    )
+    advise.add_argument(
         "--calibrations",
         type=Path,
         default=from_env_or_default().state_dir / "advisor-calibrations.json",
@@ -256,6 +264,8 @@ class Inputs:
     model: str = ""
     triton_version: str = ""
     measured: costs.Calibration | None = None  # costs measured while reading the inputs
+    # A traced stored run: the median time outside Triton's queue and execution.
+    outside_s: float | None = None
 
 
 @dataclass
@@ -454,6 +464,12 @@ def stored_inputs(
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
+    if run.outside_s is not None:
+        inputs.outside_s = run.outside_s
+        notes.append(
+            f"time outside Triton's queue and execution: {run.outside_s * 1e6:,.0f} us "
+            f"(median over the run's {run.outside_samples:,} traced requests)"
+        )
     if run.concurrency and run.measured_throughput_per_s:
         cores = args.cores or costs.local_cores(run.server)
         if cores is None:
@@ -644,6 +660,16 @@ def advise(args: argparse.Namespace) -> int:
         )
     cost = resolve_costs(args, given, inputs)
     config, service, notes = inputs.config, inputs.service, inputs.notes
+    cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside_s))
+    if args.traces:
+        found, line = traced_handoffs(args.traces, inputs.model, config)
+        cost = replace(cost, cpu=found.apply(cost.cpu))
+        notes.append(line)
+    else:
+        notes.append(
+            "hand-offs: not measured, left out (the batcher's dispatch and timer slack: "
+            "give --traces EXPORTER_URL after `python -m stack trace --model M`)"
+        )
     if not config.dynamic_batching:
         notes.append("dynamic batching is off in the current config")
     space = SearchSpace(
@@ -674,6 +700,37 @@ def advise(args: argparse.Namespace) -> int:
         if checked is not None:
             print_verification(rec, checked)
     return 0
+
+
+# Fewer traced requests than this say too little about the hand-offs.
+MIN_TRACED = 200
+# The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
+TRACES_S = 120
+
+
+def traced_handoffs(
+    exporter_url: str, model: str, config: BatcherConfig
+) -> tuple[handoff.HandOff, str]:
+    """The hand-offs measured from the exporter's retained traces of ``model``, and the line
+    that says so; UsageError (one line) when there are not enough complete ones."""
+    try:
+        window = read_exporter(exporter_url, model, TRACES_S)
+    except ExporterUnavailable as exc:
+        raise UsageError(
+            f"--traces: {exc}; give the exporter's URL (port 9733 by default)"
+        ) from None
+    if window.trace_rate not in (None, 1):
+        raise UsageError(
+            f"--traces: {model} is traced 1 request in {window.trace_rate}: a batch's other "
+            "requests are missing; trace every request (python -m stack trace --rate 1)"
+        )
+    if len(window.requests) < MIN_TRACED:
+        raise UsageError(
+            f"--traces: the exporter holds {len(window.requests)} traced requests of {model}, "
+            f"fewer than {MIN_TRACED}: trace some first (python -m stack trace --model {model})"
+        )
+    found = handoff.measure(window.requests, config)
+    return found, f"{found.describe()} ({len(window.requests):,} traced requests)"
 
 
 def run_verify(

@@ -26,6 +26,11 @@ from advisor.model import OpenLoop, ServiceModel
 from promapi import PromClient, PrometheusError, Range
 from tritonapi.stats import ModelStats
 
+# A batch size executed at least this often keeps its own measured mean time, when some
+# such size is further than LINE_TOLERANCE from the fitted line (the MLP here: 1.1 ms for
+# one row, 4.2 ms for two, where a line says 1.4 and 2.8).
+MEASURED_EXECUTIONS = 20
+LINE_TOLERANCE = 0.25
 # name of the phase sums that occupy a model instance during one execution
 EXECUTION_PHASES = ("compute_input", "compute_infer", "compute_output")
 
@@ -56,7 +61,9 @@ def fit_service_times(
     statistics mix in warm-up) or a mapping ``size -> (executions, seconds)``.
     Sizes with under 0.5 % of the executions (and under 3) are left out when others
     remain. With a single size observed, the per-item part cannot be separated: it is 0.
-    Raises ValueError when there are no executions.
+    When a size with at least :data:`MEASURED_EXECUTIONS` executions is further than
+    :data:`LINE_TOLERANCE` from the line, those sizes keep their own means
+    (:attr:`ServiceModel.measured`). Raises ValueError when there are no executions.
     """
     points = batch_times(data, phases) if isinstance(data, ModelStats) else dict(data)
     points = {s: (n, t) for s, (n, t) in points.items() if n > 0}
@@ -82,10 +89,17 @@ def fit_service_times(
     # A negative part is noise around a flat (or a purely per-item) cost: clamp it and
     # refit the other so the model still passes through the weighted mean.
     if slope < 0:
-        return ServiceModel(mean_time, 0.0)
-    if base < 0:
-        return ServiceModel(0.0, mean_time / mean_size)
-    return ServiceModel(base, slope)
+        line = ServiceModel(mean_time, 0.0)
+    elif base < 0:
+        line = ServiceModel(0.0, mean_time / mean_size)
+    else:
+        line = ServiceModel(base, slope)
+    # A model whose time is not a line in the batch size keeps the measured means of the
+    # sizes executed often enough; one that is keeps the line, which averages out noise.
+    measured = tuple((s, means[s]) for s in sorted(points) if points[s][0] >= MEASURED_EXECUTIONS)
+    if any(abs(t - line.time_s(s)) > LINE_TOLERANCE * line.time_s(s) for s, t in measured):
+        return ServiceModel(line.base_s, line.per_item_s, measured)
+    return line
 
 
 def fit_traffic(samples: Sequence[tuple[float, float]], min_bins: int = 5) -> OpenLoop:

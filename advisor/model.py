@@ -9,7 +9,8 @@ Costs
     execution, gamma-distributed with coefficient of variation ``request_cv``, plus
     ``request_latency_s`` of wall time that needs no CPU. The batcher's timer wakes
     ``timer_slack_s`` (plus an exponential ``timer_slack_tail_s`` on average) after a
-    queue-delay deadline. With
+    queue-delay deadline. A batch starts ``dispatch_s`` after it is sent, and its instance
+    takes the next one ``release_s`` after it ends (the batcher's hand-offs). With
     ``cores`` set, those front-end jobs and the executions share one pool of ``cores``
     CPUs (processor sharing, each job at most one core), so at high load the front end
     slows execution down and vice versa. ``cores=None`` means no
@@ -33,6 +34,11 @@ from dataclasses import dataclass
 class ServiceModel:
     base_s: float
     per_item_s: float
+    # Mean execution time of each batch size seen often enough, ((size, seconds), ...) by
+    # size: used as measured, since a model's time need not be a line in the batch size
+    # (the MLP here takes 1.2 ms for one row and 4 ms for two). Between measured sizes the
+    # time is interpolated; past the largest it grows by per_item_s.
+    measured: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.base_s < 0 or self.per_item_s < 0 or self.base_s + self.per_item_s <= 0:
@@ -40,9 +46,24 @@ class ServiceModel:
                 f"service time must be positive (base {self.base_s} s, "
                 f"per item {self.per_item_s} s)"
             )
+        if any(size < 1 or t <= 0 for size, t in self.measured):
+            raise ValueError(f"measured service times must be positive: {self.measured}")
 
     def time_s(self, size: int) -> float:
-        return self.base_s + self.per_item_s * size
+        line = self.base_s + self.per_item_s * size
+        if not self.measured:
+            return line
+        below = [(s, t) for s, t in self.measured if s <= size]
+        above = [(s, t) for s, t in self.measured if s >= size]
+        if below and below[-1][0] == size:
+            return below[-1][1]
+        if below and above:
+            (s0, t0), (s1, t1) = below[-1], above[0]
+            return t0 + (t1 - t0) * (size - s0) / (s1 - s0)
+        if below:  # past the largest measured size
+            s0, t0 = below[-1]
+            return t0 + self.per_item_s * (size - s0)
+        return line
 
 
 @dataclass(frozen=True)
@@ -60,15 +81,43 @@ class CpuModel:
     # plus an exponential part of mean timer_slack_tail_s.
     timer_slack_s: float = 0.0
     timer_slack_tail_s: float = 0.0
+    # The batcher's hand-offs, in wall time (their CPU is in request_s): a formed batch
+    # starts executing dispatch_s after the batcher sent it (waking the instance's thread,
+    # the backend's hand-off to its stub), and an instance takes its next batch release_s
+    # after an execution ends (responses sent, requests released). Both hold the instance.
+    # Measured from Triton's traces (advisor.handoff).
+    dispatch_s: float = 0.0
+    release_s: float = 0.0
+    # Spread of one execution's time around its size's mean (coefficient of variation,
+    # gamma), measured from traces: executions on a shared machine are never all alike.
+    execution_cv: float = 0.0
+    # Measured distributions, drawn from when given (they replace the parameters above):
+    # hand-offs in seconds, the timer's lateness in seconds, and executions as ratios to
+    # their size's mean. Traces show heavy tails (a hand-off's p99 five times its median
+    # on a busy machine) that no two-parameter law keeps.
+    dispatch_samples: tuple[float, ...] = ()
+    timer_slack_samples: tuple[float, ...] = ()
+    execution_ratios: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("request_cv", "request_latency_s", "timer_slack_s", "timer_slack_tail_s"):
+        for name in (
+            "request_cv",
+            "request_latency_s",
+            "timer_slack_s",
+            "timer_slack_tail_s",
+            "dispatch_s",
+            "release_s",
+            "execution_cv",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores is not None and self.cores <= 0:
             raise ValueError(f"cores must be positive, got {self.cores}")
         if self.request_s < 0:
             raise ValueError(f"request_s must be >= 0, got {self.request_s}")
+        for name in ("dispatch_samples", "timer_slack_samples", "execution_ratios"):
+            if any(v < 0 for v in getattr(self, name)):
+                raise ValueError(f"{name} must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ server/core), for requests of batch size 1:
 * Without preferred sizes Triton uses ``[max_batch_size]`` (its normalisation), so
   a batch leaves early only when it is full.
 
-Around it: the front-end CPU cost of every request and the execution time of
-every batch, on a shared pool of cores (see :mod:`advisor.model`), and open- or
+Around it: the batcher's hand-offs (a batch starts executing a moment after it is
+sent, and its instance is free a moment after it ends), the front-end CPU cost of
+every request and the execution time of every batch (spread around its size's
+mean), on a shared pool of cores (see :mod:`advisor.model`), and open- or
 closed-loop clients.
 """
 
@@ -269,24 +271,55 @@ class _Run:
                     self.at(wake + self.slack(), self.on_timer)
                 return
             batch = [self.queue.popleft() for _ in range(size)]
+            # A request's queue wait ends when its execution starts (Triton's COMPUTE_START),
+            # after the hand-off to the instance.
+            start = self.now + self.dispatch_time()
             for request in batch:
-                request.started = self.now
+                request.started = start
             if self.now >= self.warm_at:
                 self.batches[size] += 1
             self.free -= 1
-            self.cpu_job(self.sim.service.time_s(size), functools.partial(self.executed, batch))
+            execute = functools.partial(
+                self.cpu_job, self.execution_work(size), functools.partial(self.executed, batch)
+            )
+            if start > self.now:
+                self.at(start, execute)
+            else:
+                execute()
+
+    def execution_work(self, size: int) -> float:
+        mean, cpu = self.sim.service.time_s(size), self.sim.cpu
+        if cpu.execution_ratios:
+            return mean * self.rng.choice(cpu.execution_ratios)
+        if cpu.execution_cv == 0:
+            return mean
+        shape = 1.0 / (cpu.execution_cv * cpu.execution_cv)
+        return self.rng.gammavariate(shape, mean / shape)
+
+    def dispatch_time(self) -> float:
+        cpu = self.sim.cpu
+        return self.rng.choice(cpu.dispatch_samples) if cpu.dispatch_samples else cpu.dispatch_s
 
     def slack(self) -> float:
-        tail = self.sim.cpu.timer_slack_tail_s
-        return self.sim.cpu.timer_slack_s + (self.rng.expovariate(1 / tail) if tail > 0 else 0.0)
+        cpu = self.sim.cpu
+        if cpu.timer_slack_samples:
+            return self.rng.choice(cpu.timer_slack_samples)
+        tail = cpu.timer_slack_tail_s
+        return cpu.timer_slack_s + (self.rng.expovariate(1 / tail) if tail > 0 else 0.0)
 
     def executed(self, batch: list[_Request]) -> None:
-        self.free += 1
         for request in batch:
             self.cpu_job(
                 self.front_end_work(),
                 functools.partial(self.after_latency, functools.partial(self.finish, request)),
             )
+        if self.sim.cpu.release_s > 0:
+            self.at(self.now + self.sim.cpu.release_s, self.released)
+        else:
+            self.released()
+
+    def released(self) -> None:
+        self.free += 1
         self.dispatch()
 
     # ---- results -----------------------------------------------------------------------

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
-from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
+from advisor.handoff import outside_s
+from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from loadgen import store
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
@@ -49,6 +50,10 @@ class StoredRun:
     server: str = ""  # the run's Triton HTTP URL
     concurrency: int | None = None  # a closed-loop run's clients
     requests: int = 0  # sent in the run
+    # A traced run: the median time its requests spent outside Triton's queue and
+    # execution (advisor.handoff.outside_s), over ``outside_samples`` requests.
+    outside_s: float | None = None
+    outside_samples: int = 0
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -101,6 +106,7 @@ def load(db: str | Path, run_id: int) -> StoredRun:
             f"({run.summary.server_error or 'the model executed nothing'})"
         )
     due = sorted(float(r["start_s"]) for r in records)
+    outside, samples = _outside(db, run_id)
     return StoredRun(
         run_id=run_id,
         model=run.params.model,
@@ -114,7 +120,26 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         server=run.params.url,
         concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
         requests=client.sent,
+        outside_s=outside,
+        outside_samples=samples,
     )
+
+
+def with_outside(cpu: CpuModel, outside: float | None) -> CpuModel:
+    """``cpu`` with a traced run's time outside Triton as its latency: the part beyond the
+    CPU the simulator already charges per request is waiting that costs no CPU."""
+    if outside is None:
+        return cpu
+    return replace(cpu, request_latency_s=max(outside - cpu.request_s, 0.0))
+
+
+def _outside(db: str | Path, run_id: int) -> tuple[float | None, int]:
+    """A traced run's time outside Triton (each traced request joined to its record)."""
+    try:
+        samples = store.load_traced_latencies(db, run_id)
+    except LoadgenError:
+        return None, 0
+    return outside_s(samples), len(samples)
 
 
 def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:

@@ -12,8 +12,10 @@ Three models on one private stack (Triton + the exporter, which serves the trace
   * ``mlp_model``, the compute-heavy one (max_batch_size 16, 1,000 us).
 
 Each at three Poisson rates. At each rate, what ``advise --url`` does: a traced run of the
-model's own config, during which the service times (statistics delta), the costs (the
-server process's CPU) and the traffic (the run's send times) are measured; then the
+model's own config, during which the service times (statistics delta, each size executed
+often enough with its own mean), the costs (the server process's CPU), the traffic (the
+run's send times) and the batcher's hand-offs (the run's traces: ``advisor.handoff``) are
+measured; then the
 prediction for the own config, and a recommendation (objective p99 latency, bound
 ``--p99-ms``, noise over 3 seeds). When the advice is not "keep it", the recommended config
 is loaded as a scratch copy (``advisor.verify``), gets the same traffic, traced, and is
@@ -40,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import costs, storedrun, verify  # noqa: E402
+from advisor import costs, handoff, storedrun, verify  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
 from advisor.fit import fit_service_times  # noqa: E402
 from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
@@ -143,7 +145,13 @@ def observed(result: RunResult) -> tuple[float | None, float | None, float | Non
 
 
 def measure_own(
-    settings: Settings, model: str, rate: float, seconds: float, seed: int
+    settings: Settings,
+    model: str,
+    config: BatcherConfig,
+    rate: float,
+    seconds: float,
+    seed: int,
+    handoffs: bool = True,
 ) -> tuple[RunResult, ServiceModel, CpuModel, OpenLoop, str]:
     """The own config's traced run, and what the advisor learns from watching it."""
     url = settings.url("triton_http")
@@ -161,14 +169,32 @@ def measure_own(
     due = sorted(float(r[1]) for r in result.records())
     traffic = storedrun.traffic_from_run(result.params, due)
     assert isinstance(traffic, OpenLoop)
+    cpu = calibration.cpu
+    measured = ""
+    if handoffs:  # the batcher's hand-offs, from this run's own traces
+        found = handoff.measure(result.traced_requests or [], config)
+        cpu, measured = found.apply(cpu), f"; {found.describe()}"
+        # What the client waits beyond Triton's queue and execution, less the CPU the
+        # simulator already charges there: waiting that costs no server CPU.
+        latency = {int(r[0]): float(r[2]) for r in result.records()}  # by record seq
+        seq_of = result.recorder.seq_of or {}  # a request's index -> its record's seq
+        outside = handoff.outside_s(
+            (latency[seq], t.queue_wait_s, t.compute_s)
+            for t in result.traced or []
+            if (seq := seq_of.get(t.index)) is not None and seq in latency
+        )
+        if outside is not None:
+            cpu = replace(cpu, request_latency_s=max(outside - cpu.request_s, 0.0))
+            measured += f"; {outside * 1e6:.0f} us outside Triton's queue and execution"
     note = (
-        f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item, "
+        f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item "
+        f"(measured sizes {len(service.measured)}), "
         f"{calibration.request_s * 1e6:.0f} us CPU/request on {calibration.cores:g} cores, "
         f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f} (Triton pid {pid}: "
         f"{cpu_used.own_s:.2f} s own CPU, {cpu_used.children_s:.2f} s in its stubs, "
-        f"{delta.inference_count} requests)"
+        f"{delta.inference_count} requests){measured}"
     )
-    return result, service, calibration.cpu, traffic, note
+    return result, service, cpu, traffic, note
 
 
 def within(predicted: float | None, measured: float | None, tolerance: float) -> bool:
@@ -189,7 +215,13 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(RATES))
     parser.add_argument("--p99-ms", type=float, default=20.0, help="the recommendations' bound")
     parser.add_argument("--requests", type=int, default=4000, help="simulated per config")
+    parser.add_argument(
+        "--no-handoffs",
+        action="store_true",
+        help="leave the batcher's hand-offs (measured from traces) out of the simulation",
+    )
     args = parser.parse_args()
+
     models = args.models.split(",")
     points: list[Point] = []
     gains: list[tuple[str, float, float | None, float | None]] = []
@@ -212,7 +244,7 @@ def main() -> int:
             for i, rate in enumerate(RATES[model]):
                 seed = 7 + i
                 result, service, cpu, traffic, note = measure_own(
-                    s, model, rate, args.seconds, seed
+                    s, model, config, rate, args.seconds, seed, not args.no_handoffs
                 )
                 print(f"{model} at {rate:g}/s: {note}", flush=True)
                 own = predict(config, traffic, service, cpu, args.requests, with_limit=False)

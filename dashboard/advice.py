@@ -86,7 +86,8 @@ def advise(
         config = from_model_config(TritonClient(triton_url).model_config(run.model))
         config_source = "read from the server now (the run was stored without it)"
     calibration = run_costs(run, config, calibrations)
-    cpu = calibration.cpu if calibration else CpuModel()
+    # A traced run's time outside Triton (its client, the network, the front end).
+    cpu = storedrun.with_outside(calibration.cpu if calibration else CpuModel(), run.outside_s)
     predicted = predict(config, run.traffic, run.service, cpu, requests=REQUESTS)
     rec = recommend(
         config, run.traffic, run.service, p99_bound_s, cpu, requests=REQUESTS, seeds=SEEDS

@@ -45,6 +45,7 @@ from loadgen.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT
+from tritonapi.traces import TracedRequest
 
 __all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
 
@@ -75,6 +76,8 @@ class RunResult(LoadRun):
     timeline: list[dict[str, Any]]
     recorder: Recorder
     traced: list[TracedRecord] | None = None  # --trace: each traced request of the run
+    # --trace: the model's requests in the window with Triton's timestamps (not stored)
+    traced_requests: list[TracedRequest] | None = None
     # Set when the store could not take (all of) the run: one line saying where it is.
     store_note: str = ""
 
@@ -262,6 +265,7 @@ def _execute(
         recorder=recorder,
         traced=traced,
         trace=trace,
+        traced_requests=prepared.window.requests if prepared.window is not None else None,
     )
 
 

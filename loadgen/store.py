@@ -385,6 +385,22 @@ def load_traced(db: str | Path, run_id: int) -> tuple[list[TracedRecord], int, s
     return [TracedRecord(*row) for row in rows], int(window["sent"]), str(window["note"])
 
 
+def load_traced_latencies(db: str | Path, run_id: int) -> list[tuple[float, float, float]]:
+    """(client latency, traced queue wait, traced execution) in seconds of each answered
+    traced request of a run; empty if the run was not traced."""
+    with closing(connect(db)) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT r.latency_s, t.queue_wait_s, t.compute_s FROM traced t "
+                "JOIN records r ON r.run_id = t.run_id AND r.seq = t.record "
+                "WHERE t.run_id = ? AND r.outcome = 'ok'",
+                (run_id,),
+            ).fetchall()
+        except sqlite3.OperationalError:  # a store from before --trace: no such table
+            return []
+    return [(float(a), float(b), float(c)) for a, b, c in rows]
+
+
 def _server_column(summary: RunSummary) -> dict[str, Any]:
     server = summary.server_json()
     if summary.server_restarted:

@@ -126,6 +126,7 @@ class Window:
         self.exporter_url = exporter_url.rstrip("/")
         self.triton = admin_client(p.url)  # trace settings are a restricted API
         self.started_ns = 0
+        self.requests: list[TracedRequest] = []
 
     def open(self) -> None:
         """Check the exporter serves traces, then start the window; LoadgenError if not."""
@@ -164,6 +165,9 @@ class Window:
                 "unfinished window only at shutdown"
             )
         traced = self._fetch(sent)
+        # Every request of the model in the window, as Triton traced it (the advisor
+        # measures the batcher's hand-offs from their timestamps: advisor.handoff).
+        self.requests = [r for r in traced if r.model == self.params.model]
         return join(traced, self.token, config)
 
     def _fetch(self, sent: int) -> list[TracedRequest]:

@@ -7,6 +7,7 @@ The runs stay small and at concurrency 4 for the same reason."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from advisor.cli import main as advisor_main
 from loadgen import store
 from loadgen.api import RunParams, run
 from loadgen.cli import main
@@ -168,3 +170,31 @@ def test_no_exporter_is_one_line(
     assert main([*argv, closed, "--db", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "--trace reads Triton's traces through the exporter" in err and closed in err
+
+
+def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
+    traced_stack: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A traced run leaves its traces in the exporter; `advise --traces` measures the
+    batcher's hand-offs from them and simulates with them. The stored traced run gives the
+    time its requests spent outside Triton."""
+    s = traced_stack
+    db = tmp_path / "runs.sqlite3"
+    run_id = traced_run(s, db, concurrency=4, requests=600)
+    stored = ["advise", "--store", str(db), "--run", str(run_id), "--p99-ms", "20"]
+    assert advisor_main([*stored, "--seeds", "2", "--requests", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "time outside Triton's queue and execution: " in out
+    # Triton 2.51 sometimes leaves the last trace of a window out of its file.
+    assert re.search(r"\(median over the run's (599|600) traced requests\)", out), out
+    argv = ["advise", "--url", s.url("triton_http"), "--model", "batch_add_model"]
+    argv += ["--rate", "500", "--window", "1", "--seeds", "2", "--requests", "1000"]
+    argv += ["--p99-ms", "20", "--calibrations", str(tmp_path / "c.json")]
+    assert advisor_main([*argv, "--traces", s.url("exporter")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("hand-offs from traces: "))
+    assert "dispatch " in line and "timer slack " in line and " traced requests)" in line
+    closed = f"http://127.0.0.1:{free_ports(1)[0]}"
+    assert advisor_main([*argv, "--traces", closed]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--traces: " in err and closed in err

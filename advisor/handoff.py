@@ -1,0 +1,241 @@
+"""The batcher's hand-offs, measured from Triton's own traces.
+
+A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds
+the batching decision and also the time the batch takes to reach the model. On this machine
+those were 100 to 800 us of every traced p99 that a simulator of the decision alone did not
+predict. Three parts, each read from traced batches whose cause is unambiguous:
+
+``dispatch_s``
+    A batch that reached a preferred size (or the maximum) while an instance was free left
+    when its last request arrived: COMPUTE_START minus that arrival is the hand-off from
+    the batcher to the instance (a thread wake-up, the python backend's message to its
+    stub). The median over such batches.
+``timer_slack_s`` / ``timer_slack_tail_s``
+    A batch that left on its queue delay while an instance was free started at its oldest
+    request's arrival + the delay + the timer's lateness + the dispatch. The overshoot
+    beyond the delay, less the dispatch, is fitted as a shifted exponential: its median
+    and 90th percentile give the shift and the mean of the tail (p90 - p50 = tail x ln 5).
+``release_s``
+    A batch that was due (its delay ran out, or it was complete) while every instance was
+    busy started after one of them ended: the gap from the end of the previous batch on
+    its lane to its start,
+    less the dispatch, is the time an instance needs after an execution before it takes
+    the next batch (responses sent, requests released). The median.
+``execution_cv``
+    The spread of executions around their size's mean (COMPUTE_START to COMPUTE_END),
+    pooled over the sizes with :data:`MIN_BATCHES` batches: the relative root mean square
+    deviation.
+
+Those are summaries to read. The simulator draws from the measured distributions
+themselves (the hand-offs, the timer's lateness beyond the median dispatch, each
+execution's ratio to its size's mean), kept as :data:`SAMPLES` quantiles: on a busy
+machine their tails are heavy (a hand-off's p99 four to ten times its median, stalls of
+milliseconds), and the p99 queue wait is made of those tails.
+
+A part without enough batches of its kind (:data:`MIN_BATCHES`) is left at 0 and named in
+:attr:`HandOff.unmeasured`: the prediction then leaves it out, and says so. Without batches
+that completed a preferred size on a free instance (a config whose preferred sizes are
+rarely reached), the dispatch is the 5th percentile of the delay's overshoots: a timer
+never fires early, so their low end is the dispatch plus the least lateness.
+
+:func:`outside_s` is the other thing traces tell, joined to a load run's own records: the
+time a client waits outside Triton's queue and execution (the front end, the network, the
+client itself), the median over the run's requests.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from advisor.config import BatcherConfig
+from advisor.model import CpuModel
+from tritonapi.traces import Batch, TracedRequest, group_batches
+
+# Fewer batches of a kind than this say too little about their hand-off.
+MIN_BATCHES = 10
+LN_5 = math.log(5)  # p90 - p50 of an exponential, in units of its mean
+SAMPLES = 1000  # quantiles kept of each measured distribution
+
+
+@dataclass(frozen=True)
+class HandOff:
+    dispatch_s: float = 0.0
+    timer_slack_s: float = 0.0
+    timer_slack_tail_s: float = 0.0
+    release_s: float = 0.0
+    execution_cv: float = 0.0
+    # batches each part was measured from
+    counts: tuple[int, int, int] = (0, 0, 0)  # dispatch, queue delay, release
+    # The measured distributions (at most SAMPLES quantiles each), which the simulator
+    # draws from: see advisor.model.CpuModel.
+    dispatch_samples: tuple[float, ...] = ()
+    timer_slack_samples: tuple[float, ...] = ()
+    execution_ratios: tuple[float, ...] = ()
+
+    @property
+    def unmeasured(self) -> tuple[str, ...]:
+        dispatch, delay, release = (c >= MIN_BATCHES for c in self.counts)
+        known = {"dispatch": dispatch or delay, "timer slack": delay, "release": release}
+        return tuple(name for name, ok in known.items() if not ok)
+
+    @property
+    def dispatch_from_overshoots(self) -> bool:
+        return self.counts[0] < MIN_BATCHES <= self.counts[1]
+
+    def apply(self, cpu: CpuModel) -> CpuModel:
+        return replace(
+            cpu,
+            dispatch_s=self.dispatch_s,
+            timer_slack_s=self.timer_slack_s,
+            timer_slack_tail_s=self.timer_slack_tail_s,
+            release_s=self.release_s,
+            execution_cv=self.execution_cv,
+            dispatch_samples=self.dispatch_samples,
+            timer_slack_samples=self.timer_slack_samples,
+            execution_ratios=self.execution_ratios,
+        )
+
+    def describe(self) -> str:
+        bound = " (low end of the delay's overshoots)" if self.dispatch_from_overshoots else ""
+        dispatch = f"dispatch {self.dispatch_s * 1e6:.0f} us{bound}"
+        if self.dispatch_samples:
+            dispatch = (
+                f"dispatch p50 {self.dispatch_s * 1e6:.0f} us, p99 {_us(self.dispatch_samples)}"
+            )
+        slack = (
+            f"timer slack {self.timer_slack_s * 1e6:.0f} + {self.timer_slack_tail_s * 1e6:.0f} us"
+        )
+        if self.timer_slack_samples:
+            slack += f" (p99 {_us(self.timer_slack_samples)})"
+        parts = [
+            dispatch,
+            slack,
+            f"release {self.release_s * 1e6:.0f} us",
+            f"execution spread cv {self.execution_cv:.2f}",
+        ]
+        text = "hand-offs from traces: " + ", ".join(parts)
+        if self.unmeasured:
+            text += f" (too few batches for: {', '.join(self.unmeasured)}; left at 0)"
+        return text
+
+
+def _us(samples: Sequence[float]) -> str:
+    return f"{_quantile(samples, 0.99) * 1e6:.0f} us"
+
+
+def _grid(values: Sequence[float]) -> tuple[float, ...]:
+    """The distribution of ``values`` in at most :data:`SAMPLES` evenly spaced quantiles."""
+    ordered = sorted(values)
+    if len(ordered) <= SAMPLES:
+        return tuple(ordered)
+    return tuple(ordered[(i * (len(ordered) - 1)) // (SAMPLES - 1)] for i in range(SAMPLES))
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class _Busy:
+    """How many traced batches were executing at a moment (a batch never counts itself)."""
+
+    def __init__(self, batches: Sequence[Batch]) -> None:
+        self.spans = sorted((b.compute_start_ns, b.compute_end_ns) for b in batches)
+
+    def at(self, t_ns: int, me: Batch) -> int:
+        return sum(
+            1 for start, end in self.spans if start <= t_ns < end and start != me.compute_start_ns
+        )
+
+
+def measure(requests: Iterable[TracedRequest], config: BatcherConfig) -> HandOff:
+    """The hand-offs of one model's traced requests (every request of a window traced: a
+    batch's size is then its real size)."""
+    batches = group_batches(requests)
+    busy = _Busy(batches)
+    preferred = set(config.effective_preferred) | {config.batch_limit}
+    delay_ns = config.delay_s * 1e9
+    handoffs: list[float] = []
+    overshoots: list[float] = []
+    for b in batches:
+        oldest = min(r.queue_start_ns for r in b.requests)
+        if b.size in preferred and busy.at(b.last_arrival_ns, b) < config.instances:
+            handoffs.append((b.compute_start_ns - b.last_arrival_ns) / 1e9)
+        elif (
+            delay_ns > 0
+            and b.size not in preferred
+            and busy.at(round(oldest + delay_ns), b) < config.instances
+        ):
+            overshoots.append((b.compute_start_ns - oldest - delay_ns) / 1e9)
+    gaps: list[float] = []
+    lanes: dict[int, list[Batch]] = {}
+    for b in batches:
+        lanes.setdefault(b.lane, []).append(b)
+    for lane in lanes.values():
+        for previous, batch in zip(lane, lane[1:], strict=False):
+            oldest = min(r.queue_start_ns for r in batch.requests)
+            # Due before the instance was free: its delay ran out, or it was complete.
+            due = min(
+                oldest + delay_ns if delay_ns > 0 else oldest,
+                batch.last_arrival_ns if batch.size in preferred else math.inf,
+            )
+            if due <= previous.compute_end_ns and busy.at(round(due), batch) >= config.instances:
+                gaps.append((batch.compute_start_ns - previous.compute_end_ns) / 1e9)
+    dispatch = 0.0
+    if len(handoffs) >= MIN_BATCHES:
+        dispatch = statistics.median(handoffs)
+    elif len(overshoots) >= MIN_BATCHES:
+        dispatch = max(_quantile(overshoots, 0.05), 0.0)
+    slack = tail = 0.0
+    if len(overshoots) >= MIN_BATCHES:
+        p50, p90 = _quantile(overshoots, 0.5), _quantile(overshoots, 0.9)
+        tail = max(p90 - p50, 0.0) / LN_5
+        # The median of shift + Exp(tail) is shift + tail x ln 2.
+        slack = max(p50 - dispatch - tail * math.log(2), 0.0)
+    release = max(statistics.median(gaps) - dispatch, 0.0) if len(gaps) >= MIN_BATCHES else 0.0
+    measured_dispatch = len(handoffs) >= MIN_BATCHES
+    return HandOff(
+        dispatch,
+        slack,
+        tail,
+        release,
+        execution_spread(batches),
+        (len(handoffs), len(overshoots), len(gaps)),
+        dispatch_samples=_grid([max(h, 0.0) for h in handoffs]) if measured_dispatch else (),
+        timer_slack_samples=(
+            _grid([max(o - dispatch, 0.0) for o in overshoots])
+            if len(overshoots) >= MIN_BATCHES
+            else ()
+        ),
+        execution_ratios=_grid(execution_ratios(batches)),
+    )
+
+
+def execution_ratios(batches: Iterable[Batch]) -> list[float]:
+    """Each execution's time over its size's mean, for the sizes with enough batches."""
+    by_size: dict[int, list[float]] = {}
+    for b in batches:
+        by_size.setdefault(b.size, []).append(float(b.compute_end_ns - b.compute_start_ns))
+    ratios: list[float] = []
+    for times in by_size.values():
+        mean = statistics.fmean(times)
+        if len(times) >= MIN_BATCHES and mean > 0:
+            ratios += [t / mean for t in times]
+    return ratios
+
+
+def execution_spread(batches: Iterable[Batch]) -> float:
+    """Relative RMS deviation of execution times from their size's mean (0 if too few)."""
+    ratios = execution_ratios(batches)
+    return math.sqrt(statistics.fmean([(r - 1) ** 2 for r in ratios])) if ratios else 0.0
+
+
+def outside_s(samples: Iterable[tuple[float, float, float]]) -> float | None:
+    """Median of client latency - queue wait - execution over ``(latency_s, queue_wait_s,
+    compute_s)`` of traced requests: the time spent outside Triton's queue and execution.
+    None without samples."""
+    outside = [latency - queue - compute for latency, queue, compute in samples]
+    return max(statistics.median(outside), 0.0) if outside else None

@@ -1,0 +1,61 @@
+"""Capture ``data/handoff_traces.json.gz``: Triton's traces of Poisson runs, for the unit
+tests of advisor.handoff (real timestamps from this project's Triton, not invented ones).
+
+    STACK_TRITON_VENV=.venv-triton .venv/bin/python -m tests.advisor.capture_handoffs
+
+One private stack with the validation bench's models (bench.advisor_validation); per model
+one traced open-loop run of 3 s at the bench's middle rate (seed 8), as the bench runs it.
+Each request is kept as (queue start, compute start, compute end) in ns from the run's
+first arrival; beside them the CPU per request outside the model, from the Triton
+process's CPU over the run, and the cores.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from advisor.config import from_model_config
+from bench.advisor_validation import RATES, measure_own, repository
+from bench.common import stack
+from stacksettings import PORTS
+from tritonapi.client import TritonClient
+
+OUT = Path(__file__).parent / "data" / "handoff_traces.json.gz"
+
+
+def main() -> None:
+    captured = {}
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        stack(services=("triton", "exporter"), model_repository=repository(Path(tmp))) as s,
+    ):
+        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
+        for name, (_, var) in PORTS.items():
+            os.environ[var] = str(s.port(name))
+        admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
+        for model, rates in RATES.items():
+            config = from_model_config(admin.model_config_json(model))
+            # As the bench measures its own config: warm-up, then the traced run, with the
+            # Triton process's CPU per request over it.
+            result, _, cpu, _, _ = measure_own(s, model, config, rates[1], 3.0, 8, False)
+            traced = sorted(result.traced_requests or [], key=lambda r: r.queue_start_ns)
+            t0 = traced[0].queue_start_ns
+            captured[model] = {
+                "config": admin.model_config_json(model),
+                "rate": rates[1],
+                "request_s": cpu.request_s,
+                "cores": cpu.cores,
+                "requests": [
+                    [r.queue_start_ns - t0, r.compute_start_ns - t0, r.compute_end_ns - t0]
+                    for r in traced
+                ],
+            }
+    OUT.write_bytes(gzip.compress(json.dumps(captured).encode()))
+
+
+if __name__ == "__main__":
+    main()
