@@ -1,7 +1,7 @@
 """Validate the advisor against the real Triton, as a user runs it: predicted vs measured, with
 the p99 queue wait from Triton's own traces, and each recommendation checked by experiment.
 
-    STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation [--seconds 4]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation [--seconds 4] [--traced 2000]
         [--models batch_add_model,var_add,mlp_model]
 
 Three models on one private stack (Triton + the exporter, which serves the traces):
@@ -211,14 +211,27 @@ def pct(predicted: float | None, measured: float | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="per traced run (at most)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=4.0,
+        help="per traced run at least (default 4), longer at low rates: see --traced",
+    )
+    parser.add_argument(
+        "--traced",
+        type=int,
+        default=2000,
+        help="requests per traced run at least (default 2,000; a p99 of 300 requests is "
+        "their 4th-largest wait), within Triton's window bound",
+    )
     parser.add_argument("--models", default=",".join(RATES))
     parser.add_argument("--p99-ms", type=float, default=20.0, help="the recommendations' bound")
     parser.add_argument("--requests", type=int, default=4000, help="simulated per config")
     parser.add_argument(
         "--no-handoffs",
         action="store_true",
-        help="leave the batcher's hand-offs (measured from traces) out of the simulation",
+        help="leave the batcher's hand-offs and the time outside Triton (both measured from "
+        "the traces) out of the simulation",
     )
     args = parser.parse_args()
 
@@ -243,8 +256,9 @@ def main() -> int:
             server_config = admin.model_config_json(model)
             for i, rate in enumerate(RATES[model]):
                 seed = 7 + i
+                seconds = max(args.seconds, args.traced / rate)
                 result, service, cpu, traffic, note = measure_own(
-                    s, model, config, rate, args.seconds, seed, not args.no_handoffs
+                    s, model, config, rate, seconds, seed, not args.no_handoffs
                 )
                 print(f"{model} at {rate:g}/s: {note}", flush=True)
                 own = predict(config, traffic, service, cpu, args.requests, with_limit=False)
@@ -260,7 +274,7 @@ def main() -> int:
                 scratch = verify.scratch_config(server_config, rec.best.config, name)
                 admin.load_model(name, scratch, files)
                 try:
-                    tried = traced_run(s, name, rate, args.seconds, seed)
+                    tried = traced_run(s, name, rate, seconds, seed)
                 finally:
                     admin.unload_model(name)
                 best = Point(

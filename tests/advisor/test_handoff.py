@@ -63,9 +63,13 @@ def test_without_completed_preferred_batches_the_dispatch_comes_from_the_delays(
     found = measure(requests, config)
     assert found.counts[0] < MIN_BATCHES <= found.counts[1]
     assert found.dispatch_from_overshoots and 10e-6 < found.dispatch_s < 300e-6
+    # the overshoots, whole: the dispatch's distribution, the timer's lateness inside it
+    assert len(found.dispatch_samples) >= MIN_BATCHES and not found.timer_slack_samples
+    assert found.timer_slack_s == found.timer_slack_tail_s == 0.0
     assert found.unmeasured == ("release",) and found.release_s == 0.0
     text = found.describe()
-    assert "(low end of the delay's overshoots)" in text
+    assert "(the delay's overshoots: timer lateness included)" in text
+    assert "timer slack in the dispatch" in text
     assert "too few batches for: release; left at 0" in text
 
 
