@@ -264,8 +264,10 @@ class Inputs:
     model: str = ""
     triton_version: str = ""
     measured: costs.Calibration | None = None  # costs measured while reading the inputs
-    # A traced stored run: the median time outside Triton's queue and execution.
+    # A traced stored run: the median time outside Triton's queue and execution, and the
+    # batcher's hand-offs measured from its traces (with the line that says so).
     outside_s: float | None = None
+    handoffs: tuple[handoff.HandOff, str] | None = None
 
 
 @dataclass
@@ -470,6 +472,11 @@ def stored_inputs(
             f"time outside Triton's queue and execution: {run.outside_s * 1e6:,.0f} us "
             f"(median over the run's {run.outside_samples:,} traced requests)"
         )
+    if run.handoff is not None:
+        inputs.handoffs = (
+            run.handoff,
+            f"{run.handoff.describe()} (the run's {run.traced_requests:,} traced requests)",
+        )
     if run.concurrency and run.measured_throughput_per_s:
         cores = args.cores or costs.local_cores(run.server)
         if cores is None:
@@ -661,14 +668,17 @@ def advise(args: argparse.Namespace) -> int:
     cost = resolve_costs(args, given, inputs)
     config, service, notes = inputs.config, inputs.service, inputs.notes
     cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside_s))
-    if args.traces:
-        found, line = traced_handoffs(args.traces, inputs.model, config)
-        cost = replace(cost, cpu=found.apply(cost.cpu))
-        notes.append(line)
+    measured = traced_handoffs(args.traces, inputs.model, config) if args.traces else None
+    if measured is None:
+        measured = inputs.handoffs
+    if measured is not None:
+        cost = replace(cost, cpu=measured[0].apply(cost.cpu))
+        notes.append(measured[1])
     else:
         notes.append(
             "hand-offs: not measured, left out (the batcher's dispatch and timer slack: "
-            "give --traces EXPORTER_URL after `python -m stack trace --model M`)"
+            "give --traces EXPORTER_URL after `python -m stack trace --model M`, or a run "
+            "made with --trace)"
         )
     if not config.dynamic_batching:
         notes.append("dynamic batching is off in the current config")
@@ -702,8 +712,6 @@ def advise(args: argparse.Namespace) -> int:
     return 0
 
 
-# Fewer traced requests than this say too little about the hand-offs.
-MIN_TRACED = 200
 # The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
 TRACES_S = 120
 
@@ -724,10 +732,11 @@ def traced_handoffs(
             f"--traces: {model} is traced 1 request in {window.trace_rate}: a batch's other "
             "requests are missing; trace every request (python -m stack trace --rate 1)"
         )
-    if len(window.requests) < MIN_TRACED:
+    if len(window.requests) < handoff.MIN_REQUESTS:
         raise UsageError(
             f"--traces: the exporter holds {len(window.requests)} traced requests of {model}, "
-            f"fewer than {MIN_TRACED}: trace some first (python -m stack trace --model {model})"
+            f"fewer than {handoff.MIN_REQUESTS}: trace some first "
+            f"(python -m stack trace --model {model})"
         )
     found = handoff.measure(window.requests, config)
     return found, f"{found.describe()} ({len(window.requests):,} traced requests)"

@@ -57,6 +57,8 @@ from tritonapi.traces import Batch, TracedRequest, group_batches
 
 # Fewer batches of a kind than this say too little about their hand-off.
 MIN_BATCHES = 10
+# Fewer traced requests than this say too little about the hand-offs at all.
+MIN_REQUESTS = 200
 LN_5 = math.log(5)  # p90 - p50 of an exponential, in units of its mean
 SAMPLES = 1000  # quantiles kept of each measured distribution
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from advisor.config import BatcherConfig, from_model_config
 from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
-from advisor.handoff import outside_s
+from advisor.handoff import MIN_REQUESTS, HandOff, measure, outside_s
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from loadgen import store
 from loadgen.errors import LoadgenError
@@ -54,6 +54,10 @@ class StoredRun:
     # execution (advisor.handoff.outside_s), over ``outside_samples`` requests.
     outside_s: float | None = None
     outside_samples: int = 0
+    # A traced run stored with Triton's timestamps (and its config): the batcher's
+    # hand-offs measured from them, over ``traced_requests`` requests.
+    handoff: HandOff | None = None
+    traced_requests: int = 0
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -107,6 +111,9 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         )
     due = sorted(float(r["start_s"]) for r in records)
     outside, samples = _outside(db, run_id)
+    config = stored_config(run.model_config)
+    traced = store.load_traced_requests(db, run_id, run.params.model)
+    handoff = measure(traced, config) if config and len(traced) >= MIN_REQUESTS else None
     return StoredRun(
         run_id=run_id,
         model=run.params.model,
@@ -115,13 +122,15 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         traffic=traffic_from_run(run.params, due),
         measured_batch_size=server.average_batch_size,
         measured_throughput_per_s=client.throughput_per_s,
-        config=stored_config(run.model_config),
+        config=config,
         triton_version=run.triton_version,
         server=run.params.url,
         concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
         requests=client.sent,
         outside_s=outside,
         outside_samples=samples,
+        handoff=handoff,
+        traced_requests=len(traced),
     )
 
 

@@ -86,8 +86,11 @@ def advise(
         config = from_model_config(TritonClient(triton_url).model_config(run.model))
         config_source = "read from the server now (the run was stored without it)"
     calibration = run_costs(run, config, calibrations)
-    # A traced run's time outside Triton (its client, the network, the front end).
+    # A traced run's time outside Triton (its client, the network, the front end), and the
+    # batcher's hand-offs measured from its traces.
     cpu = storedrun.with_outside(calibration.cpu if calibration else CpuModel(), run.outside_s)
+    if run.handoff is not None:
+        cpu = run.handoff.apply(cpu)
     predicted = predict(config, run.traffic, run.service, cpu, requests=REQUESTS)
     rec = recommend(
         config, run.traffic, run.service, p99_bound_s, cpu, requests=REQUESTS, seeds=SEEDS

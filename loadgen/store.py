@@ -15,7 +15,11 @@ Three tables:
   (the number in its request id), ``record`` (its row in ``records``), the server-side
   queue wait and compute time, the batch it ran in (numbered within the run), that batch's
   size and why it left; and ``trace_windows``: one row per traced run, the requests sent
-  and a note when the traces are incomplete.
+  and a note when the traces are incomplete; and ``traced_times``: Triton's timestamps of
+  every request of the model in the run's window (QUEUE_START, COMPUTE_START,
+  COMPUTE_END, ns of the server's clock), from which the advisor measures the batcher's
+  hand-offs (``advisor.handoff``). A store from before it is read as before and gets it
+  from its next writer.
 - ``run_server``: one row per run, the Triton version and the model's config (JSON) as the
   server reported them when the run began, so that a stored run can be modelled (``python
   -m advisor advise --store``) without the server. A table of its own rather than columns
@@ -60,6 +64,7 @@ from loadgen.params import RunParams
 from loadgen.recorder import TIMELINE_COLUMNS
 from loadgen.summary import ClientSummary, LoadRun, RunSummary
 from loadgen.tracing import TracedRecord, summarize
+from tritonapi.traces import TracedRequest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,6 +124,15 @@ CREATE TABLE IF NOT EXISTS traced (
     batch_size INTEGER NOT NULL,
     reason TEXT NOT NULL,
     PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS traced_times (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    trace_id INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    queue_start_ns INTEGER NOT NULL,
+    compute_start_ns INTEGER NOT NULL,
+    compute_end_ns INTEGER NOT NULL,
+    PRIMARY KEY (run_id, trace_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS trace_windows (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
@@ -338,6 +352,20 @@ def save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None
             for t in result.traced or []
         ),
     )
+    conn.executemany(
+        "INSERT OR IGNORE INTO traced_times VALUES (?,?,?,?,?,?)",
+        (
+            (
+                run_id,
+                r.trace_id,
+                r.request_id,
+                r.queue_start_ns,
+                r.compute_start_ns,
+                r.compute_end_ns,
+            )
+            for r in result.traced_requests or []
+        ),
+    )
 
 
 def save_server(conn: sqlite3.Connection, run_id: int, run: LoadRun) -> None:
@@ -383,6 +411,24 @@ def load_traced(db: str | Path, run_id: int) -> tuple[list[TracedRecord], int, s
     if window is None:
         return None
     return [TracedRecord(*row) for row in rows], int(window["sent"]), str(window["note"])
+
+
+def load_traced_requests(db: str | Path, run_id: int, model: str) -> list[TracedRequest]:
+    """Triton's timestamps of the requests of ``model`` in a traced run's window; empty if
+    the run was not traced or was stored before they were kept."""
+    with closing(connect(db)) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT trace_id, request_id, queue_start_ns, compute_start_ns, compute_end_ns "
+                "FROM traced_times WHERE run_id = ? ORDER BY queue_start_ns",
+                (run_id,),
+            ).fetchall()
+        except sqlite3.OperationalError:  # a store from before they were kept: no such table
+            return []
+    return [
+        TracedRequest(int(r[0]), model, "", str(r[1]), int(r[2]), int(r[3]), int(r[4]))
+        for r in rows
+    ]
 
 
 def load_traced_latencies(db: str | Path, run_id: int) -> list[tuple[float, float, float]]:
@@ -585,7 +631,7 @@ def prune(
                     "SELECT COUNT(*) FROM records WHERE run_id = ?", (run_id,)
                 ).fetchone()[0]
                 # Children first: stores whose foreign keys were off still end up clean.
-                for table in ("traced", "trace_windows", "records", "timeline"):
+                for table in ("traced_times", "traced", "trace_windows", "records", "timeline"):
                     if table in tables:
                         conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
                 conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))

@@ -187,6 +187,11 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
     assert "time outside Triton's queue and execution: " in out
     # Triton 2.51 sometimes leaves the last trace of a window out of its file.
     assert re.search(r"\(median over the run's (599|600) traced requests\)", out), out
+    # The run keeps Triton's timestamps: the hand-offs come from them, without the server.
+    kept = store.load_traced_requests(db, run_id, "batch_add_model")
+    assert len(kept) in (599, 600) and all(r.queue_start_ns <= r.compute_start_ns for r in kept)
+    line = next(x for x in out.splitlines() if x.startswith("hand-offs from traces: "))
+    assert re.search(r"\(the run's (599|600) traced requests\)$", line), line
     argv = ["advise", "--url", s.url("triton_http"), "--model", "batch_add_model"]
     argv += ["--rate", "500", "--window", "1", "--seeds", "2", "--requests", "1000"]
     argv += ["--p99-ms", "20", "--calibrations", str(tmp_path / "c.json")]
