@@ -165,9 +165,7 @@ class Window:
                 "unfinished window only at shutdown"
             )
         traced = self._fetch(sent)
-        # Every request of the model in the window, as Triton traced it (the advisor
-        # measures the batcher's hand-offs from their timestamps: advisor.handoff).
-        self.requests = [r for r in traced if r.model == self.params.model]
+        self.requests = window_requests(traced, self.token, self.params.model)
         return join(traced, self.token, config)
 
     def _fetch(self, sent: int) -> list[TracedRequest]:
@@ -184,6 +182,18 @@ class Window:
                 break
             time.sleep(0.25)
         return found
+
+
+def window_requests(traced: list[TracedRequest], token: str, model: str) -> list[TracedRequest]:
+    """The requests of ``model`` that Triton traced while the run's own were in it: the run's
+    and any other client's that shared its batches, not the exporter's older ones (the
+    advisor measures the batcher's hand-offs from their timestamps: advisor.handoff)."""
+    own = [r for r in traced if r.request_id.startswith(token + "-")]
+    if not own:
+        return []
+    first = min(r.queue_start_ns for r in own)
+    last = max(r.compute_end_ns for r in own)
+    return [r for r in traced if r.model == model and first <= r.queue_start_ns <= last]
 
 
 def join(traced: list[TracedRequest], token: str, config: ModelConfig | None) -> list[TracedRecord]:

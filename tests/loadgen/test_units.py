@@ -13,6 +13,8 @@ from loadgen.payloads import Payloads, Tensor, request_tensors
 from loadgen.recorder import FAILED, OK, TIMED_OUT, Recorder
 from loadgen.shapes import Arrivals, ConstantRate, Steps, count_arrivals
 from loadgen.target import ModelSpec, TensorSpec
+from loadgen.tracing import window_requests
+from tritonapi.traces import TracedRequest
 
 ADD = ModelSpec(
     "batch_add_model",
@@ -145,3 +147,20 @@ def test_inputs_checked_against_metadata() -> None:
         request_tensors(variable, 1, {}, {})
     tensors, _ = request_tensors(variable, 1, {"X": (5, 3)}, {})
     assert tensors[0].shape == (5, 3) and tensors[0].nbytes == 60
+
+
+def test_a_runs_window_holds_its_own_requests_and_those_beside_them() -> None:
+    """The exporter keeps older traces too: a run keeps the model's requests traced while its
+    own were in Triton (another client's shared its batches), not an earlier run's."""
+
+    def traced(i: int, request_id: str, start_us: int, model: str = "m") -> TracedRequest:
+        t = start_us * 1000
+        return TracedRequest(i, model, "1", request_id, t, t + 100_000, t + 400_000)
+
+    mine = [traced(10, "tok-0000000000", 5_000), traced(11, "tok-0000000001", 5_600)]
+    beside = traced(12, "other-1", 5_300)  # another client, during the run
+    older = traced(3, "old-0000000000", 1_000)  # an earlier run's
+    elsewhere = traced(13, "x", 5_300, model="n")  # another model
+    found = window_requests([older, *mine, beside, elsewhere], "tok", "m")
+    assert found == [*mine, beside]
+    assert window_requests([older], "tok", "m") == []
