@@ -2,7 +2,7 @@
 
 A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds
 the batching decision and also the time the batch takes to reach the model. On this machine
-those were 100 to 800 us of every traced p99 that a simulator of the decision alone did not
+those were 150 to 800 us of every traced p99 that a simulator of the decision alone did not
 predict. Three parts, each read from traced batches whose cause is unambiguous:
 
 ``dispatch_s``
