@@ -3,7 +3,7 @@
 A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds
 the batching decision and also the time the batch takes to reach the model. On this machine
 those were 150 to 800 us of every traced p99 that a simulator of the decision alone did not
-predict. Three parts, each read from traced batches whose cause is unambiguous:
+predict. Each part is read from traced batches whose cause is unambiguous:
 
 ``dispatch_s``
     A batch that reached a preferred size (or the maximum) while an instance was free left
