@@ -32,6 +32,7 @@ measured - 1 >= 0.8 x (predicted - 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -49,8 +50,9 @@ from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.api import RunParams, RunResult, run  # noqa: E402
+from loadgen.errors import LoadgenError  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings  # noqa: E402
-from tritonapi.client import TritonClient  # noqa: E402
+from tritonapi.client import TritonClient, TritonError  # noqa: E402
 from tritonapi.traces import MAX_COUNT  # noqa: E402
 
 VAR_CONFIG = """name: "var_add"
@@ -84,6 +86,8 @@ RATES = {
 }
 SHAPES = {"var_add": (("X", (16,)),)}
 WARM_UP_S = 1.0
+# A point whose run Triton did not serve whole is run again, at most this many times in all.
+ATTEMPTS = 3
 
 
 def repository(folder: Path) -> Path:
@@ -128,7 +132,31 @@ def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed
     )
     warm = replace(params, trace=False, duration_s=WARM_UP_S, seed=seed + 1000)
     run(warm)
-    return run(params)
+    return checked(run(params))
+
+
+class RunFault(RuntimeError):
+    """A traced run that Triton did not serve whole (its tracing can crash it: README)."""
+
+
+def checked(result: RunResult) -> RunResult:
+    client = result.summary.client
+    lost = client.failed + client.timed_out
+    traced = result.trace.traced if result.trace else 0
+    if lost or traced < client.sent:
+        raise RunFault(
+            f"{lost} of {client.sent} requests failed, {traced} traced"
+            + (f" ({next(iter(client.errors))})" if client.errors else "")
+        )
+    return result
+
+
+def wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    client, deadline = TritonClient(url), time.monotonic() + timeout_s
+    while not client.is_ready(2.0):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"Triton at {url} did not come back within {timeout_s:.0f} s")
+        time.sleep(0.5)
 
 
 def observed(result: RunResult) -> tuple[float | None, float | None, float | None, int, int]:
@@ -238,10 +266,15 @@ def main() -> int:
     models = args.models.split(",")
     points: list[Point] = []
     gains: list[tuple[str, float, float | None, float | None]] = []
+    retried: list[str] = []
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="bench-advisor-") as tmp,
-        stack(services=("triton", "exporter"), model_repository=repository(Path(tmp))) as s,
+        stack(
+            services=("triton", "exporter"),
+            model_repository=repository(Path(tmp)),
+            supervise=True,
+        ) as s,
     ):
         url = s.url("triton_http")
         # loadgen's trace window opens the local stack's restricted APIs with its key: this
@@ -252,47 +285,61 @@ def main() -> int:
         admin = TritonClient(url, headers=s.admin_headers())
         for model in models:
             config = from_model_config(admin.model_config(model))
-            files = verify.model_files(s.model_repository, model)
-            server_config = admin.model_config_json(model)
             for i, rate in enumerate(RATES[model]):
-                seed = 7 + i
-                seconds = max(args.seconds, args.traced / rate)
-                result, service, cpu, traffic, note = measure_own(
-                    s, model, config, rate, seconds, seed, not args.no_handoffs
-                )
-                print(f"{model} at {rate:g}/s: {note}", flush=True)
-                own = predict(config, traffic, service, cpu, args.requests, with_limit=False)
-                points.append(Point(model, rate, "own", config, own, *observed(result)))
-                bound = args.p99_ms / 1e3
-                rec = recommend(
-                    config, traffic, service, bound, cpu, requests=args.requests, seeds=3
-                )
-                if rec.best is None or rec.keep:
-                    gains.append((f"{model} {rate:g}/s: keep it", 1.0, None, None))
-                    continue
-                name = f"{model}{verify.SUFFIX}recommended"
-                scratch = verify.scratch_config(server_config, rec.best.config, name)
-                admin.load_model(name, scratch, files)
-                try:
-                    tried = traced_run(s, name, rate, seconds, seed)
-                finally:
-                    admin.unload_model(name)
-                best = Point(
-                    model, rate, "recommended", rec.best.config, rec.best, *observed(tried)
-                )
-                points.append(best)
-                own_p99, best_p99 = points[-2].client_p99_s, best.client_p99_s
-                measured_gain = own_p99 / best_p99 if own_p99 and best_p99 else None
-                gains.append(
-                    (
-                        f"{model} {rate:g}/s: {rec.best.config.describe()}",
-                        rec.gain_ratio,
-                        measured_gain,
-                        best_p99,
-                    )
-                )
-    report(points, gains, models, time.monotonic() - started)
+                for attempt in range(1, ATTEMPTS + 1):
+                    try:
+                        found, gain = one_rate(args, s, admin, model, config, i, rate)
+                    except (RunFault, TritonError, LoadgenError) as exc:
+                        if attempt == ATTEMPTS:
+                            raise SystemExit(f"{model} at {rate:g}/s: {exc}") from None
+                        print(f"{model} at {rate:g}/s: {exc}: run again", flush=True)
+                        retried.append(f"{model} {rate:g}/s: {exc}")
+                        wait_ready(url)  # supervised: a crashed Triton is restarted
+                        continue
+                    points.extend(found)
+                    gains.append(gain)
+                    break
+    report(points, gains, models, time.monotonic() - started, retried)
     return 0
+
+
+def one_rate(
+    args: argparse.Namespace,
+    s: Settings,
+    admin: TritonClient,
+    model: str,
+    config: BatcherConfig,
+    i: int,
+    rate: float,
+) -> tuple[list[Point], tuple[str, float, float | None, float | None]]:
+    """The own config's run, the prediction and recommendation, and the recommended
+    config's run (unless "keep it") at one rate."""
+    seed = 7 + i
+    seconds = max(args.seconds, args.traced / rate)
+    result, service, cpu, traffic, note = measure_own(
+        s, model, config, rate, seconds, seed, not args.no_handoffs
+    )
+    print(f"{model} at {rate:g}/s: {note}", flush=True)
+    own_predicted = predict(config, traffic, service, cpu, args.requests, with_limit=False)
+    own = Point(model, rate, "own", config, own_predicted, *observed(result))
+    rec = recommend(
+        config, traffic, service, args.p99_ms / 1e3, cpu, requests=args.requests, seeds=3
+    )
+    if rec.best is None or rec.keep:
+        return [own], (f"{model} {rate:g}/s: keep it", 1.0, None, None)
+    name = f"{model}{verify.SUFFIX}recommended"
+    scratch = verify.scratch_config(admin.model_config_json(model), rec.best.config, name)
+    admin.load_model(name, scratch, verify.model_files(s.model_repository, model))
+    try:
+        tried = traced_run(s, name, rate, seconds, seed)
+    finally:
+        with contextlib.suppress(TritonError):
+            admin.unload_model(name)
+    best = Point(model, rate, "recommended", rec.best.config, rec.best, *observed(tried))
+    own_p99, best_p99 = own.client_p99_s, best.client_p99_s
+    measured_gain = own_p99 / best_p99 if own_p99 and best_p99 else None
+    what = f"{model} {rate:g}/s: {rec.best.config.describe()}"
+    return [own, best], (what, rec.gain_ratio, measured_gain, best_p99)
 
 
 def report(
@@ -300,6 +347,7 @@ def report(
     gains: list[tuple[str, float, float | None, float | None]],
     models: list[str],
     wall_s: float,
+    retried: list[str],
 ) -> None:
     header = (
         f"{'model':<16}{'rate':>6} {'config':<12}| {'batch pred':>10}{'meas':>7}{'err':>6} | "
@@ -335,6 +383,10 @@ def report(
             f"  {what}: predicted x{predicted:.2f}, measured {shown}"
             f" -> {'met' if ok else 'NOT met'}"
         )
+    if retried:
+        print(f"\nrun again after a fault ({len(retried)}; Triton 2.51's tracing, see README):")
+        for line in retried:
+            print(f"  {line}")
     print(f"\nwall time {wall_s:.0f} s")
 
 

@@ -43,9 +43,10 @@ def stack(
     services: tuple[str, ...] = ("triton", "exporter"),
     scrape_interval_s: float = 1.0,
     model_repository: Path | None = None,
+    supervise: bool = False,
 ) -> Iterator[Settings]:
     """``services`` of the stack; ``copies=None`` serves the project's model repository, or
-    ``model_repository`` when given."""
+    ``model_repository`` when given. ``supervise``: a service that dies is restarted."""
     os.environ.setdefault("STACK_TRITON_VENV", str(ROOT / ".venv-triton"))
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         settings = isolated(Path(tmp) / "state")
@@ -57,7 +58,7 @@ def stack(
             ),
             scrape_interval_s=scrape_interval_s,
         )
-        with running(settings, only=services):
+        with running(settings, only=services, supervise=supervise):
             yield settings
 
 
