@@ -11,20 +11,25 @@ predict. Each part is read from traced batches whose cause is unambiguous:
     the batcher to the instance (a thread wake-up, the python backend's message to its
     stub). The median over such batches.
 ``timer_slack_s`` / ``timer_slack_tail_s``
-    A batch that left on its queue delay while an instance was free started at its oldest
-    request's arrival + the delay + the timer's lateness + the dispatch. The overshoot
+    A batch that left on its queue delay while an instance was free (from its oldest
+    request's arrival to its deadline: one that came during an execution waits for what
+    that execution holds up too) started at its oldest request's arrival + the delay +
+    the timer's lateness + the dispatch. The overshoot
     beyond the delay, less the dispatch, is fitted as a shifted exponential: its median
     and 90th percentile give the shift and the mean of the tail (p90 - p50 = tail x ln 5).
-``release_s``
+``release_s`` / the gaps
     A batch that was due (its delay ran out, or it was complete) while every instance was
     busy started after one of them ended: the gap from the end of the previous batch on
-    its lane to its start,
-    less the dispatch, is the time an instance needs after an execution before it takes
-    the next batch (responses sent, requests released). The median.
+    its lane to its start is how soon an instance that just finished takes its next batch
+    (no wake-up: its thread is running). The simulator draws these gaps there, and the
+    dispatch for an idle instance; ``release_s`` is their median less the dispatch.
 ``execution_cv``
     The spread of executions around their size's mean (COMPUTE_START to COMPUTE_END),
     pooled over the sizes with :data:`MIN_BATCHES` batches: the relative root mean square
     deviation.
+``hold_share`` / ``hold_onsets``
+    Executions that hold up the front end: requests stop reaching the queue while they
+    run, from some time after their start (:func:`holds`).
 
 Those are summaries to read. The simulator draws from the measured distributions
 themselves (the hand-offs, the timer's lateness beyond the median dispatch, each
@@ -46,6 +51,7 @@ client itself), the median over the run's requests.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -77,6 +83,13 @@ class HandOff:
     dispatch_samples: tuple[float, ...] = ()
     timer_slack_samples: tuple[float, ...] = ()
     execution_ratios: tuple[float, ...] = ()
+    # The front end held by executions (see holds()): the share of executions that hold
+    # it, and when, after their start, the hold begins (quantiles, seconds).
+    hold_share: float = 0.0
+    hold_onsets: tuple[float, ...] = ()
+    # The gaps from an execution's end to its instance's next start, for batches due by
+    # then (quantiles): the running instance takes its next batch without a wake-up.
+    release_samples: tuple[float, ...] = ()
 
     @property
     def unmeasured(self) -> tuple[str, ...]:
@@ -99,6 +112,9 @@ class HandOff:
             dispatch_samples=self.dispatch_samples,
             timer_slack_samples=self.timer_slack_samples,
             execution_ratios=self.execution_ratios,
+            hold_share=self.hold_share,
+            hold_onsets=self.hold_onsets,
+            release_samples=self.release_samples,
         )
 
     def describe(self) -> str:
@@ -126,6 +142,12 @@ class HandOff:
             f"release {self.release_s * 1e6:.0f} us",
             f"execution spread cv {self.execution_cv:.2f}",
         ]
+        if self.hold_share > 0 and self.hold_onsets:
+            parts.append(
+                f"front end held by {self.hold_share:.0%} of executions "
+                f"(from {_quantile(self.hold_onsets, 0.5) * 1e6:.0f} us after their start, "
+                "the median)"
+            )
         text = "hand-offs from traces: " + ", ".join(parts)
         if self.unmeasured:
             text += f" (too few batches for: {', '.join(self.unmeasured)}; left at 0)"
@@ -177,6 +199,7 @@ def measure(requests: Iterable[TracedRequest], config: BatcherConfig) -> HandOff
         elif (
             delay_ns > 0
             and b.size not in preferred
+            and busy.at(oldest, b) < config.instances
             and busy.at(round(oldest + delay_ns), b) < config.instances
         ):
             overshoots.append((b.compute_start_ns - oldest - delay_ns) / 1e9)
@@ -214,6 +237,7 @@ def measure(requests: Iterable[TracedRequest], config: BatcherConfig) -> HandOff
         dispatch = statistics.median(overshoots)
         dispatches = _grid(overshoots)
     release = max(statistics.median(gaps) - dispatch, 0.0) if len(gaps) >= MIN_BATCHES else 0.0
+    share, onsets = holds(batches)
     return HandOff(
         dispatch,
         slack,
@@ -224,7 +248,93 @@ def measure(requests: Iterable[TracedRequest], config: BatcherConfig) -> HandOff
         dispatch_samples=dispatches,
         timer_slack_samples=slacks,
         execution_ratios=_grid(execution_ratios(batches)),
+        hold_share=share,
+        hold_onsets=onsets,
+        release_samples=_grid([max(g, 0.0) for g in gaps]) if len(gaps) >= MIN_BATCHES else (),
     )
+
+
+# Arrivals are counted by the phase of the execution running when they came, in bins of
+# this width; bins are pooled until they expect this many arrivals.
+HOLD_BIN_S = 50e-6
+HOLD_MIN_EXPECTED = 20.0
+
+
+def holds(batches: Sequence[Batch]) -> tuple[float, tuple[float, ...]]:
+    """How often, and from when, an execution holds up the front end: ``(share of
+    executions, onsets after their start in seconds as quantiles)``; ``(0.0, ())`` when
+    the traces show no hold.
+
+    Requests reach Triton's queue (QUEUE_START) at random under Poisson traffic, so the
+    arrivals during executions, counted by how long the running execution had been running,
+    should match the rate times the time spent in each phase. On this project's 2-core
+    machine they do not: during an execution that keeps its stub busy on a core, arrivals
+    stop (batch_add_model at 500/s: 1 to 4 arrivals where 29 were due, in every 50 us of an
+    execution) and come when it ends: those requests reach the queue late, so they queue for
+    less and batch with what came. A sleeping execution does not do it (a 5 ms sleep in the
+    stub: arrivals as due), nor did var_add with 2 instances. The missing share at each
+    phase, made non-decreasing (a hold lasts until the execution ends), is the share of
+    executions held by then: the share that ever holds, and the onsets' distribution.
+    """
+    if not batches:
+        return 0.0, ()
+    arrivals = sorted(r.queue_start_ns for b in batches for r in b.requests)
+    span_s = (arrivals[-1] - arrivals[0]) / 1e9
+    if span_s <= 0 or len(arrivals) < MIN_REQUESTS:
+        return 0.0, ()
+    rate = len(arrivals) / span_s
+    bin_ns = HOLD_BIN_S * 1e9
+    expected: list[float] = []
+    observed: list[int] = []
+    for b in batches:
+        length = b.compute_end_ns - b.compute_start_ns
+        bins = int(length // bin_ns) + 1
+        while len(expected) < bins:
+            expected.append(0.0)
+            observed.append(0)
+        for i in range(bins):
+            expected[i] += rate * min(bin_ns, length - i * bin_ns) / 1e9
+        lo = bisect.bisect_left(arrivals, b.compute_start_ns)
+        hi = bisect.bisect_left(arrivals, b.compute_end_ns)
+        for t in arrivals[lo:hi]:
+            observed[int((t - b.compute_start_ns) // bin_ns)] += 1
+    # Pool bins until each expects enough arrivals to say something.
+    pooled: list[tuple[float, float, float]] = []  # (phase start s, expected, observed)
+    start, exp_sum, obs_sum = 0, 0.0, 0
+    for i, (e, o) in enumerate(zip(expected, observed, strict=True)):
+        exp_sum, obs_sum = exp_sum + e, obs_sum + o
+        if exp_sum >= HOLD_MIN_EXPECTED:
+            pooled.append((start * HOLD_BIN_S, exp_sum, float(obs_sum)))
+            start, exp_sum, obs_sum = i + 1, 0.0, 0
+    if not pooled:
+        return 0.0, ()
+    held = _increasing([1 - o / e for _, e, o in pooled], [e for _, e, _ in pooled])
+    held = [min(max(h, 0.0), 1.0) for h in held]
+    share = held[-1]
+    if share <= 0:
+        return 0.0, ()
+    # Onsets: the held share grows from one pooled phase to the next; spread it evenly
+    # over the phase it grew in.
+    onsets: list[float] = []
+    before = 0.0
+    for k, (phase, _, _) in enumerate(pooled):
+        end = pooled[k + 1][0] if k + 1 < len(pooled) else phase + HOLD_BIN_S
+        count = round((held[k] - before) * SAMPLES)
+        onsets += [phase + (end - phase) * (j + 0.5) / count for j in range(count)]
+        before = held[k]
+    return share, tuple(onsets)
+
+
+def _increasing(values: list[float], weights: list[float]) -> list[float]:
+    """The weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [value, weight, count]
+    for v, w in zip(values, weights, strict=True):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [v for v, _, n in blocks for _ in range(int(n))]
 
 
 def execution_ratios(batches: Iterable[Batch]) -> list[float]:

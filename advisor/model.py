@@ -98,6 +98,18 @@ class CpuModel:
     dispatch_samples: tuple[float, ...] = ()
     timer_slack_samples: tuple[float, ...] = ()
     execution_ratios: tuple[float, ...] = ()
+    # The front end held by executions (advisor.handoff.holds): a share of executions,
+    # from an onset after their start (drawn from hold_onsets, seconds) until they end,
+    # keep requests from reaching the queue and the batcher from acting (its timer,
+    # dispatching to another instance). Measured from traces: on a machine whose cores
+    # the stub's execution takes, the front end waits for it.
+    hold_share: float = 0.0
+    hold_onsets: tuple[float, ...] = ()
+    # Measured gaps from an execution's end to the same instance's next start when that
+    # batch was already waiting (seconds; advisor.handoff): they replace release_s and the
+    # dispatch there, as an instance that just finished takes its next batch at once,
+    # without the wake-up an idle one needs.
+    release_samples: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -115,7 +127,17 @@ class CpuModel:
             raise ValueError(f"cores must be positive, got {self.cores}")
         if self.request_s < 0:
             raise ValueError(f"request_s must be >= 0, got {self.request_s}")
-        for name in ("dispatch_samples", "timer_slack_samples", "execution_ratios"):
+        if not 0 <= self.hold_share <= 1:
+            raise ValueError(f"hold_share must be in 0..1, got {self.hold_share}")
+        if self.hold_share > 0 and not self.hold_onsets:
+            raise ValueError("hold_share needs hold_onsets")
+        for name in (
+            "dispatch_samples",
+            "timer_slack_samples",
+            "execution_ratios",
+            "hold_onsets",
+            "release_samples",
+        ):
             if any(v < 0 for v in getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0")
 

@@ -1,26 +1,32 @@
 """A discrete-event simulation of Triton's dynamic batcher and the clients around it.
 
-The batcher follows Triton's documented behaviour (``docs/user_guide/batcher.md``)
-and its scheduler (``DynamicBatchScheduler::GetDynamicBatch`` in triton-inference-
-server/core), for requests of batch size 1:
+The batcher is a port of Triton 2.51's ``DynamicBatchScheduler`` (``Enqueue``,
+``BatcherThread``, ``GetDynamicBatch`` in triton-inference-server/core) and of the rate
+limiter's payload queue, for requests of batch size 1, following ``batcher.md``:
 
-* A batch is only formed when a model instance is free; requests queue meanwhile.
-* Looking at the queue in arrival order, the batcher takes up to ``max_batch_size``
-  requests. If that reaches a preferred size, the largest preferred size reached
-  is sent at once.
-* Otherwise, if at least the largest preferred size is queued (the batch cannot
-  grow into a preferred size any more), everything up to ``max_batch_size`` goes.
-* Otherwise the batch waits until the OLDEST queued request has waited
-  ``max_queue_delay_microseconds``; then whatever is queued goes. With a delay of
-  0 it goes at once.
-* Without preferred sizes Triton uses ``[max_batch_size]`` (its normalisation), so
-  a batch leaves early only when it is full.
+* The batcher fills a payload from the queue in arrival order, up to ``max_batch_size``.
+  If that reaches a preferred size, the largest preferred size reached goes at once.
+* Otherwise, if at least the largest preferred size is queued (the batch cannot grow into
+  a preferred size any more), everything up to ``max_batch_size`` goes.
+* Otherwise the payload waits until the OLDEST queued request has waited
+  ``max_queue_delay_microseconds``; then whatever is queued goes. With a delay of 0 it
+  goes at once.
+* Without preferred sizes Triton uses ``[max_batch_size]`` (its normalisation), so a batch
+  leaves early only when it is full.
+* A payload goes to the instances' queue whether an instance is free or not (at most two
+  per instance wait there); a free instance takes the first. Until one takes it, a payload
+  sent short of a preferred size takes later arrivals, but only those that wake the
+  batcher: with no delay, every arrival; with a delay, only once as many are queued as the
+  next preferred size needs. The others wait for the next payload. An instance that has
+  just finished takes the next payload at once (its thread is running); an idle one is
+  woken first.
 
-Around it: the batcher's hand-offs (a batch starts executing a moment after it is
-sent, and its instance is free a moment after it ends), the front-end CPU cost of
-every request and the execution time of every batch (spread around its size's
-mean), on a shared pool of cores (see :mod:`advisor.model`), and open- or
-closed-loop clients.
+Around it: the batcher's hand-offs (a payload reaches an idle instance a moment after it is
+sent; a running instance takes the next one a measured gap after its execution ends), the
+front-end CPU cost of every request and the execution time of every batch (spread around
+its size's mean), on a shared pool of cores (see :mod:`advisor.model`), executions that
+hold up the front end (arrivals and the batcher wait for them to end, as measured from
+traces), and open- or closed-loop clients.
 """
 
 from __future__ import annotations
@@ -51,6 +57,22 @@ class _Request:
 
 
 @dataclass
+class _Payload:
+    """Triton's payload: the batch the batcher fills, sends to the instances' queue (the
+    rate limiter's), and an instance takes."""
+
+    requests: list[_Request] = field(default_factory=list)
+    state: str = "new"  # new -> ready -> sent -> executing
+    assigned: bool = False  # an instance is on its way to take it (the hand-off)
+
+
+@dataclass
+class _Execution:
+    done: bool = False
+    held: bool = False  # holding up the front end (CpuModel.hold_share)
+
+
+@dataclass
 class SimResult:
     """What one simulated run observed (after the warm-up)."""
 
@@ -76,27 +98,72 @@ class SimResult:
         return sum(s * c for s, c in self.batch_sizes.items()) / n if n else 0.0
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What one pass of Triton's ``GetDynamicBatch`` decides."""
+
+    take: int  # queued requests to add to the payload now (0: none)
+    wake_at: float | None  # wait until then (the oldest queued request's deadline)
+    saturated: bool  # the payload takes no more requests
+    # An arrival wakes the batcher once this many are queued; None: unchanged (Triton sets
+    # it only when the batcher waits, and resets it with a new payload).
+    next_preferred: int | None
+
+
+def get_dynamic_batch(
+    config: BatcherConfig,
+    payload: int,
+    queued: int,
+    oldest_s: float,
+    now: float,
+    saturated: bool = False,
+) -> Decision:
+    """Triton 2.51's ``DynamicBatchScheduler::GetDynamicBatch`` for requests of one item:
+    ``payload`` requests already in the current payload (sent or not), ``queued`` waiting,
+    the oldest queued since ``oldest_s``."""
+    preferred = config.effective_preferred
+    max_preferred, limit, delay = max(preferred), config.batch_limit, config.delay_s
+    best = pending = 0
+    send_now = False
+    for _ in range(queued):
+        if payload + pending > 0:
+            if payload + pending + 1 > max_preferred and best == 0:
+                best, saturated = pending, True
+            if payload + pending + 1 > limit:
+                send_now = True
+                break
+        pending += 1
+        if payload + pending in preferred:
+            best = pending
+    exceeded = delay > 0 and now - oldest_s >= delay - EPS_S
+    if best and not exceeded:
+        return Decision(best, None, saturated or delay == 0, None)
+    if pending == 0:
+        return Decision(0, None, saturated, None)
+    if send_now or payload + pending >= max_preferred:
+        return Decision(pending, None, True, None)
+    if exceeded or delay == 0:
+        return Decision(pending, None, saturated, None)
+    above = [p for p in preferred if p > payload + pending]
+    next_preferred = max((min(above) if above else min(preferred)) - payload, 0)
+    if not saturated and payload and payload not in preferred:
+        # a payload sent short of a preferred size takes what is queued
+        return Decision(pending, None, saturated, next_preferred)
+    return Decision(0, oldest_s + delay, saturated, next_preferred)
+
+
 def decide(
     config: BatcherConfig, queued: int, oldest_s: float, now: float
 ) -> tuple[int, float | None]:
-    """The batcher's choice with ``queued`` requests waiting and an instance free.
+    """The batcher's choice for a new payload with ``queued`` requests waiting.
 
     Returns ``(size, None)`` to send a batch of ``size`` now, or ``(0, wake_at)``
     to wait until ``wake_at`` (the oldest request's queue-delay deadline).
     """
     if queued == 0:
         return 0, None
-    limit = config.batch_limit
-    preferred = config.effective_preferred
-    delay = config.delay_s
-    n = min(queued, limit)
-    exceeded = delay > 0 and now - oldest_s >= delay - EPS_S
-    best = max((p for p in preferred if p <= n), default=0)
-    if best and not exceeded:
-        return best, None
-    if n >= max(preferred) or exceeded or delay == 0:
-        return n, None
-    return 0, oldest_s + delay
+    d = get_dynamic_batch(config, 0, queued, oldest_s, now)
+    return (d.take, None) if d.take else (0, d.wake_at)
 
 
 class _CpuPool:
@@ -160,12 +227,23 @@ class _Run:
         self.jobs: dict[int, Callable[[], None]] = {}
         self.queue: deque[_Request] = deque()
         self.free = sim.config.instances
-        self.timer_at = math.inf
         self.sent = 0
         self.completed = 0
         self.warm_at = math.inf
         self.batches: Counter[int] = Counter()
         self.finished: list[_Request] = []
+        # Executions holding up the front end, and what waits for them to end.
+        self.holding = 0
+        self.deferred: list[Callable[[], None]] = []
+        # The batcher (Triton's DynamicBatchScheduler): its current payload, whether that
+        # takes no more requests, the queued count at which an arrival wakes it, the
+        # payloads sent and not yet taken (at most 2 per instance), and its timed wait.
+        self.payload = _Payload()
+        self.saturated = False
+        self.next_preferred = 0
+        self.payloads: deque[_Payload] = deque()
+        self.slots = 2 * sim.config.instances
+        self.wait_generation = 0
 
     # ---- plumbing ----------------------------------------------------------------------
     def at(self, t: float, action: Callable[[], None]) -> None:
@@ -253,39 +331,135 @@ class _Run:
             self.at(self.now + traffic.think_s, lambda: self.send(request.client))
 
     # ---- the batcher -------------------------------------------------------------------
+    # Ported from Triton 2.51's DynamicBatchScheduler (Enqueue, BatcherThread and
+    # GetDynamicBatch) and the rate limiter's payload queue. What it implies, and the traces
+    # show (27 % of the MLP's requests at 500/s were queued before a batch started and
+    # left to a later one): a payload is sent when its oldest request's delay runs out or
+    # it reaches a preferred size, whether an instance is free or not, and an arrival joins
+    # a sent payload only if it wakes the batcher: with no delay, or once as many are queued
+    # as the next preferred size needs; else it waits until an instance takes the payload.
+
+    def held(self, action: Callable[[], None]) -> bool:
+        """While an execution holds up the front end, ``action`` waits for it to end."""
+        if self.holding:
+            self.deferred.append(action)
+            return True
+        return False
+
     def enqueue(self, request: _Request) -> None:
+        if self.held(functools.partial(self.enqueue, request)):
+            return
         request.enqueued = self.now
         self.queue.append(request)
-        self.dispatch()
+        if len(self.payloads) < self.slots and (
+            self.saturated
+            or self.payload.state == "executing"
+            or len(self.queue) >= self.next_preferred
+        ):
+            self.batcher()
 
-    def on_timer(self) -> None:
-        self.timer_at = math.inf
-        self.dispatch()
+    def notify(self) -> None:
+        """Wake the batcher thread (a payload taken or executed)."""
+        if self.held(self.notify):
+            return
+        self.batcher()
 
-    def dispatch(self) -> None:
-        while self.free and self.queue:
-            size, wake = decide(self.sim.config, len(self.queue), self.queue[0].enqueued, self.now)
-            if not size:
-                if wake is not None and wake < self.timer_at:
-                    self.timer_at = wake
-                    self.at(wake + self.slack(), self.on_timer)
-                return
-            batch = [self.queue.popleft() for _ in range(size)]
-            # A request's queue wait ends when its execution starts (Triton's COMPUTE_START),
-            # after the hand-off to the instance.
-            start = self.now + self.dispatch_time()
-            for request in batch:
-                request.started = start
-            if self.now >= self.warm_at:
-                self.batches[size] += 1
-            self.free -= 1
-            execute = functools.partial(
-                self.cpu_job, self.execution_work(size), functools.partial(self.executed, batch)
+    def on_timer(self, generation: int) -> None:
+        if generation != self.wait_generation:
+            return  # woken before: that wait is over
+        if self.held(functools.partial(self.on_timer, generation)):
+            return
+        self.batcher()
+
+    def batcher(self) -> None:
+        """One wake-up of the batcher thread: it loops until it sleeps."""
+        self.wait_generation += 1
+        config = self.sim.config
+        while True:
+            if self.saturated or self.payload.state == "executing":
+                self.payload, self.saturated, self.next_preferred = _Payload(), False, 0
+            if not self.queue or len(self.payloads) >= self.slots:
+                return  # until an arrival, or a payload taken, wakes it
+            decision = get_dynamic_batch(
+                config,
+                len(self.payload.requests),
+                len(self.queue),
+                self.queue[0].enqueued,
+                self.now,
+                self.saturated,
             )
+            self.saturated = decision.saturated
+            if decision.next_preferred is not None:
+                self.next_preferred = decision.next_preferred
+            if decision.take:
+                self.payload.requests += [self.queue.popleft() for _ in range(decision.take)]
+                if self.payload.state == "new":
+                    self.payload.state = "ready"
+            if self.payload.state == "ready":
+                self.payload.state = "sent"
+                self.payloads.append(self.payload)
+                self.assign()
+            if decision.wake_at is not None:
+                wake = functools.partial(self.on_timer, self.wait_generation)
+                self.at(decision.wake_at + self.slack(), wake)
+                return
+            if not decision.take and not self.saturated:
+                return  # nothing to do until woken
+
+    def assign(self, running: bool = False) -> None:
+        """Free instances take the sent payloads in order; each starts after the hand-off.
+
+        An instance whose thread is ``running`` (it just finished a batch) takes the next
+        payload at once, before the batcher, which must be woken, can add to it; an idle
+        one is woken first, and the payload grows meanwhile when arrivals wake the batcher.
+        """
+        for payload in list(self.payloads):
+            if not self.free:
+                return
+            if payload.assigned:
+                continue
+            payload.assigned = True
+            self.free -= 1
+            gaps = self.sim.cpu.release_samples
+            if running:
+                self.take(payload)
+            start = self.now + (self.rng.choice(gaps) if running and gaps else self.dispatch_time())
+            execute = functools.partial(self.start_execution, payload)
             if start > self.now:
                 self.at(start, execute)
             else:
                 execute()
+
+    def take(self, payload: _Payload) -> None:
+        """The instance dequeues the payload: it takes no more requests."""
+        self.payloads.remove(payload)
+        payload.state = "executing"
+        self.notify()
+
+    def start_execution(self, payload: _Payload) -> None:
+        if self.held(functools.partial(self.start_execution, payload)):
+            return
+        if payload.state != "executing":
+            self.take(payload)
+        # A request's queue wait ends here (Triton's COMPUTE_START).
+        batch = payload.requests
+        for request in batch:
+            request.started = self.now
+        if self.now >= self.warm_at:
+            self.batches[len(batch)] += 1
+        execution = _Execution()
+        cpu = self.sim.cpu
+        if cpu.hold_share > 0 and self.rng.random() < cpu.hold_share:
+            onset = self.rng.choice(cpu.hold_onsets)
+            self.at(self.now + onset, functools.partial(self.hold, execution))
+        self.cpu_job(
+            self.execution_work(len(batch)), functools.partial(self.executed, batch, execution)
+        )
+
+    def hold(self, execution: _Execution) -> None:
+        if not execution.done:
+            execution.held = True
+            self.holding += 1
 
     def execution_work(self, size: int) -> float:
         mean, cpu = self.sim.service.time_s(size), self.sim.cpu
@@ -307,20 +481,31 @@ class _Run:
         tail = cpu.timer_slack_tail_s
         return cpu.timer_slack_s + (self.rng.expovariate(1 / tail) if tail > 0 else 0.0)
 
-    def executed(self, batch: list[_Request]) -> None:
+    def executed(self, batch: list[_Request], execution: _Execution) -> None:
+        execution.done = True
+        if execution.held:
+            self.holding -= 1
+            if not self.holding:
+                waiting, self.deferred = self.deferred, []
+                for action in waiting:
+                    action()
         for request in batch:
             self.cpu_job(
                 self.front_end_work(),
                 functools.partial(self.after_latency, functools.partial(self.finish, request)),
             )
-        if self.sim.cpu.release_s > 0:
-            self.at(self.now + self.sim.cpu.release_s, self.released)
+        # The instance's thread goes back for the next payload (after the release) while
+        # the execution's callback wakes the batcher thread.
+        cpu = self.sim.cpu
+        if cpu.release_s > 0 and not cpu.release_samples:
+            self.at(self.now + cpu.release_s, self.released)
         else:
             self.released()
+        self.notify()
 
     def released(self) -> None:
         self.free += 1
-        self.dispatch()
+        self.assign(running=True)
 
     # ---- results -----------------------------------------------------------------------
     def result(self) -> SimResult:
@@ -334,6 +519,6 @@ class _Run:
             batch_sizes=self.batches,
             queue_delays_s=[r.started - r.enqueued for r in measured],
             latencies_s=[r.done - r.sent for r in measured],
-            backlog=len(self.queue),
+            backlog=len(self.queue) + sum(len(p.requests) for p in self.payloads),
             offered=offered,
         )

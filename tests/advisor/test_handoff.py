@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import replace
+import random
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import MEASURED_EXECUTIONS, fit_service_times
-from advisor.handoff import MIN_BATCHES, HandOff, measure, outside_s
+from advisor.handoff import MIN_BATCHES, HandOff, holds, measure, outside_s
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict, quantile
 from advisor.simulator import Simulation
@@ -118,6 +118,48 @@ def test_the_arithmetic_on_a_timeline_with_known_hand_offs() -> None:
     assert found.timer_slack_s + found.timer_slack_tail_s > 0
 
 
+def held_timeline(onset_us: int | None) -> list[TracedRequest]:
+    """Poisson arrivals at 1,000/s for 4 s; an execution of 400 us every 2 ms takes what
+    came before it. With an onset, an arrival from ``onset_us`` into an execution until its
+    end reaches the queue when it ends, as the traces of this machine show."""
+    rng, us = random.Random(5), 1000
+    period, length = 2000 * us, 400 * us
+    requests: list[TracedRequest] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(1000.0) * 1e9
+        if t >= 4e9:
+            return requests
+        k = int(t // period) + 1  # the execution that takes it
+        running = (k - 1) * period  # the one before, maybe still executing
+        queued = int(t)
+        if onset_us is not None and running + onset_us * us <= t < running + length:
+            queued = running + length
+        start = k * period
+        requests.append(TracedRequest(len(requests), "m", "1", "r", queued, start, start + length))
+
+
+def test_holds_find_the_onset_of_a_known_hold() -> None:
+    share, onsets = holds(group_batches(held_timeline(100)))
+    assert share > 0.9
+    assert 100e-6 <= quantile(onsets, 0.5) <= 150e-6
+    # Arrivals as due: nothing held, within the noise of 800 arrivals during executions.
+    share, onsets = holds(group_batches(held_timeline(None)))
+    assert share < 0.15
+
+
+def test_the_front_end_waits_for_the_add_models_executions() -> None:
+    """Traced on this project's 2-core machine: arrivals stop during the add model's
+    executions (its stub is busy on a core), not during the 2-instance model's."""
+    config, requests = traced("batch_add_model")
+    found = measure(requests, config)
+    assert found.hold_share > 0.5, found.hold_share
+    assert 0 < quantile(found.hold_onsets, 0.5) < 300e-6
+    assert "front end held by" in found.describe()
+    config, requests = traced("var_add")
+    assert measure(requests, config).hold_share < 0.25
+
+
 # ---- the simulator -------------------------------------------------------------------------
 
 
@@ -193,14 +235,10 @@ def test_hand_offs_bring_the_add_models_predicted_p99_wait_to_the_traced_one() -
     assert abs(with_ - measured) <= 0.25 * measured, (measured, with_)
 
 
-def test_measured_sizes_bring_the_mlps_predicted_p99_wait_to_the_traced_one() -> None:
-    """One row takes 1.1 ms, two take 4.2 ms: a line through them misplaces both, and the
-    requests that wait behind a batch of two make the p99."""
+def test_the_mlps_predicted_p99_wait_is_within_25_percent_of_the_traced_one() -> None:
+    """One row takes 1.1 ms, two take 4.2 ms (measured per size: no line through them), and
+    the requests that wait behind a batch of two make the p99."""
     config, requests, service, cpu, measured = costs("mlp_model")
-    load = traffic(requests)
-    handed = measure(requests, config).apply(cpu)
-    line = replace(service, measured=())
-    without = p99_wait(config, load, line, handed)
-    with_ = p99_wait(config, load, service, handed)
-    assert abs(with_ - measured) < abs(without - measured), (measured, without, with_)
-    assert abs(with_ - measured) <= 0.25 * measured, (measured, with_)
+    assert dict(service.measured)[2] > 3 * dict(service.measured)[1]
+    predicted = p99_wait(config, traffic(requests), service, measure(requests, config).apply(cpu))
+    assert abs(predicted - measured) <= 0.25 * measured, (measured, predicted)

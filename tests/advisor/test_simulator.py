@@ -7,7 +7,7 @@ import pytest
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict
-from advisor.simulator import Simulation, decide
+from advisor.simulator import Simulation, decide, get_dynamic_batch
 
 FLAT_1MS = ServiceModel(0.001, 0.0)
 
@@ -145,3 +145,91 @@ def test_bad_models_are_refused() -> None:
         ClosedLoop(0)
     with pytest.raises(ValueError, match="service time"):
         ServiceModel(0, 0)
+
+
+def test_a_held_front_end_queues_arrivals_when_the_execution_ends() -> None:
+    # 1 ms executions one at a time, 500 requests/s. Held from 100 us into every
+    # execution, the requests that come later in it reach the queue when it ends: their
+    # queue wait shrinks by what is left of it, while what the client waits stays.
+    config, load = BatcherConfig(1, (), 0, 1), OpenLoop(500)
+    held_cpu = CpuModel(hold_share=1.0, hold_onsets=(100e-6,))
+    plain = run(config, FLAT_1MS, load, requests=6000)
+    held = run(config, FLAT_1MS, load, held_cpu, requests=6000)
+    plain_wait = sum(plain.queue_delays_s) / len(plain.queue_delays_s)
+    held_wait = sum(held.queue_delays_s) / len(held.queue_delays_s)
+    assert held_wait < 0.7 * plain_wait, (plain_wait, held_wait)
+    assert quantile_of(held.latencies_s, 0.5) == pytest.approx(
+        quantile_of(plain.latencies_s, 0.5), rel=0.1
+    )
+
+
+def test_a_held_front_end_keeps_a_free_instance_idle() -> None:
+    # Two instances, each busy a quarter of the time: a request rarely waits. When every
+    # execution holds the front end from its start, nothing reaches the second instance
+    # until the first ends: the clients wait as for one instance (the queue wait, which
+    # starts when a request reaches the queue, does not show it).
+    config, load = BatcherConfig(1, (), 0, 2), OpenLoop(500)
+    plain = run(config, FLAT_1MS, load, requests=6000)
+    held = run(config, FLAT_1MS, load, CpuModel(hold_share=1.0, hold_onsets=(0.0,)), 6000)
+    assert quantile_of(plain.latencies_s, 0.9) < 1.1e-3
+    assert quantile_of(held.latencies_s, 0.9) > quantile_of(plain.latencies_s, 0.9) + 0.5e-3
+    assert max(held.queue_delays_s) < 1.1e-3  # each waits at most one execution queued
+
+
+def test_a_hold_needs_its_onsets_and_a_share_in_0_to_1() -> None:
+    with pytest.raises(ValueError, match="hold_share must be in 0..1"):
+        CpuModel(hold_share=1.5, hold_onsets=(0.0,))
+    with pytest.raises(ValueError, match="hold_share needs hold_onsets"):
+        CpuModel(hold_share=0.5)
+
+
+def quantile_of(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def test_a_payload_sent_while_the_instance_is_busy_takes_no_later_arrival() -> None:
+    # Triton 2.51 (GetDynamicBatch, Enqueue): a request every 600 us, 4 ms executions, a
+    # 1 ms delay. The second batch is sent at 2.2 ms, when its oldest request's delay runs
+    # out, with the 2 queued then; the 5 that come before the instance is free at 5 ms do
+    # not wake the batcher (fewer than the next preferred size, 16) and wait for the next
+    # batch. Forming batches only when an instance is free would send all 7 at once.
+    result = Simulation(
+        BatcherConfig(16, (), 1000),
+        ServiceModel(0.004, 0.0),
+        OpenLoop(1 / 600e-6, cv=0),
+        CpuModel(),
+        requests=9,
+        warmup_fraction=0.0,
+    ).run()
+    assert result.batch_sizes[2] == 2 and 7 not in result.batch_sizes, result.batch_sizes
+
+
+def test_without_a_delay_a_sent_payload_grows_until_an_instance_takes_it() -> None:
+    # A request every 100 us, a 150 us hand-off to the instance: the first batch, sent with
+    # one request, takes the next one before it starts. The following ones fill to 4 while
+    # they wait for the busy instance.
+    result = Simulation(
+        BatcherConfig(4, (), 0),
+        FLAT_1MS,
+        OpenLoop(10_000, cv=0),
+        CpuModel(dispatch_s=150e-6),
+        requests=40,
+        warmup_fraction=0.0,
+    ).run()
+    assert result.batch_sizes == {2: 1, 4: 10}, result.batch_sizes
+
+
+def test_the_batcher_decides_like_get_dynamic_batch() -> None:
+    config = BatcherConfig(16, (), 1000)
+    # a new payload, its oldest request not yet due: wait for it, woken by 16 queued
+    d = get_dynamic_batch(config, 0, 3, oldest_s=0.0, now=0.0)
+    assert (d.take, d.wake_at, d.next_preferred) == (0, pytest.approx(1e-3), 16)
+    # due: all 3 go
+    assert get_dynamic_batch(config, 0, 3, oldest_s=0.0, now=1e-3).take == 3
+    # a payload sent short of a preferred size takes what is queued, whatever the delay
+    d = get_dynamic_batch(config, 5, 1, oldest_s=0.0, now=0.0)
+    assert d.take == 1 and d.next_preferred == 11
+    # a full payload takes nothing more and is saturated
+    d = get_dynamic_batch(config, 16, 2, oldest_s=0.0, now=0.0)
+    assert d.take == 0 and d.saturated
