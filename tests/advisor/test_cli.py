@@ -41,6 +41,20 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         (["predict", "--max-batch-size", "4", "--service-us", "fast"], "--service-us"),
         (["advise", "--url", "http://x", "--model", "m"], "--p99-ms"),
         (["advise", "--url", "http://x", "--model", "m", "--p99-ms", "-1"], "--p99-ms"),
+        (
+            [
+                "advise",
+                "--url",
+                "http://x",
+                "--model",
+                "m",
+                "--p99-ms",
+                "5",
+                "--try-instances",
+                "0",
+            ],
+            "--try-instances",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -198,4 +212,11 @@ def test_advise_against_the_running_stack(
     rate = float(fitted[0].split("open loop ")[1].split("/s")[0])
     assert 20 < rate < 1000
     assert result["configs_tried"] > 10
+    # The hand-offs are measured with the model's one instance: only that count is tried.
+    assert "instance counts searched: 1 (the current; others with --try-instances" in " ".join(
+        result["notes"]
+    )
+    assert result["recommended"] is None or result["recommended"]["config"].endswith(
+        "1 instance(s)"
+    )
     assert 1.0 <= result["current"]["mean_batch_size"] <= 4.0

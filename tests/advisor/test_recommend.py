@@ -159,3 +159,16 @@ def test_the_winner_changes_the_fewest_knobs_among_equivalents() -> None:
 def test_headroom_needs_measured_costs() -> None:
     with pytest.raises(ValueError, match=r"capacity: unknown \(run with --probe\)"):
         recommend(BatcherConfig(4), OpenLoop(100), FLAT, 0.05, objective="headroom")
+
+
+def test_the_instance_count_is_kept_unless_other_counts_are_asked_for() -> None:
+    # The same overloaded instance as above: a second one would win, but the hand-offs
+    # were measured with one, so by default only configs with one instance are tried.
+    current = BatcherConfig(1, (), 0, 1)
+    space = SearchSpace(max_batch_sizes=(1, 2), delays_us=(0,))
+    assert space.instance_counts(current) == (1,)
+    assert {c.instances for c in space.configs(current)} == {1}
+    rec = recommend(current, OpenLoop(730), FLAT, 0.100, space=space, requests=1500, seeds=2)
+    assert all(p.config.instances == 1 for p in rec.candidates)
+    two = SearchSpace(max_batch_sizes=(1, 2), delays_us=(0,), instances=(1, 2))
+    assert {c.instances for c in two.configs(current)} == {1, 2}
