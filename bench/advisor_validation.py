@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -151,9 +152,15 @@ def checked(result: RunResult) -> RunResult:
     return result
 
 
-def wait_ready(url: str, timeout_s: float = 120.0) -> None:
+def restart_triton(url: str, timeout_s: float = 120.0) -> None:
+    """Kill the private Triton (a crashed one is gone already; a hung one still answers
+    health checks but no inference) and wait for the supervisor's restart."""
+    old = costs.local_server_pid(url)
+    if old is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old, signal.SIGKILL)
     client, deadline = TritonClient(url), time.monotonic() + timeout_s
-    while not client.is_ready(2.0):
+    while not (client.is_ready(2.0) and costs.local_server_pid(url) not in (None, old)):
         if time.monotonic() > deadline:
             raise SystemExit(f"Triton at {url} did not come back within {timeout_s:.0f} s")
         time.sleep(0.5)
@@ -294,7 +301,7 @@ def main() -> int:
                             raise SystemExit(f"{model} at {rate:g}/s: {exc}") from None
                         print(f"{model} at {rate:g}/s: {exc}: run again", flush=True)
                         retried.append(f"{model} {rate:g}/s: {exc}")
-                        wait_ready(url)  # supervised: a crashed Triton is restarted
+                        restart_triton(url)
                         continue
                     points.extend(found)
                     gains.append(gain)
