@@ -669,7 +669,8 @@ def print_recommendation(rec: Recommendation, notes: list[str], cost: Costs) -> 
     if rec.keep:
         print(
             f"keep it: none of the {rec.considered} configs tried beats it on "
-            f"{rec.objective} beyond the simulation's noise ({rec.seeds} seeds) under {bound}"
+            f"{rec.objective} beyond the simulation's noise ({rec.seeds} seeds) and by "
+            f"x{rec.min_gain:g} or more (--min-gain) under {bound}"
         )
         return
     print(f"recommended ({rec.objective}, {bound}, {rec.considered} configs tried):")

@@ -284,6 +284,8 @@ class Recommendation:
     best_interval: Interval | None = None
     # Candidates left out because a preferred size of theirs is not reached.
     unreachable: int = 0
+    # The smallest gain a change needed (MIN_GAIN unless asked otherwise).
+    min_gain: float = MIN_GAIN
 
     @property
     def keep(self) -> bool:
@@ -440,4 +442,5 @@ def recommend(
         now_interval,
         best_interval,
         unreachable,
+        min_gain,
     )
