@@ -96,6 +96,9 @@ class CpuModel:
     # their size's mean. Traces show heavy tails (a hand-off's p99 five times its median
     # on a busy machine) that no two-parameter law keeps.
     dispatch_samples: tuple[float, ...] = ()
+    # timer_slack_samples, when given, are the whole overshoot of a batch that leaves on its
+    # delay: the timer's lateness and the hand-off to an idle instance, measured together
+    # (no dispatch is drawn on top for such a batch).
     timer_slack_samples: tuple[float, ...] = ()
     execution_ratios: tuple[float, ...] = ()
     # The front end held by executions (advisor.handoff.holds): a share of executions,

@@ -64,6 +64,7 @@ class _Payload:
     requests: list[_Request] = field(default_factory=list)
     state: str = "new"  # new -> ready -> sent -> executing
     assigned: bool = False  # an instance is on its way to take it (the hand-off)
+    by_timer: bool = False  # sent when the batcher's timer woke it (its delay ran out)
 
 
 @dataclass
@@ -369,9 +370,9 @@ class _Run:
             return  # woken before: that wait is over
         if self.held(functools.partial(self.on_timer, generation)):
             return
-        self.batcher()
+        self.batcher(by_timer=True)
 
-    def batcher(self) -> None:
+    def batcher(self, by_timer: bool = False) -> None:
         """One wake-up of the batcher thread: it loops until it sleeps."""
         self.wait_generation += 1
         config = self.sim.config
@@ -397,6 +398,7 @@ class _Run:
                     self.payload.state = "ready"
             if self.payload.state == "ready":
                 self.payload.state = "sent"
+                self.payload.by_timer = by_timer
                 self.payloads.append(self.payload)
                 self.assign()
             if decision.wake_at is not None:
@@ -423,7 +425,12 @@ class _Run:
             gaps = self.sim.cpu.release_samples
             if running:
                 self.take(payload)
-            start = self.now + (self.rng.choice(gaps) if running and gaps else self.dispatch_time())
+            if running and gaps:
+                start = self.now + self.rng.choice(gaps)
+            elif payload.by_timer and self.sim.cpu.timer_slack_samples:
+                start = self.now  # the measured overshoot held the hand-off too
+            else:
+                start = self.now + self.dispatch_time()
             execute = functools.partial(self.start_execution, payload)
             if start > self.now:
                 self.at(start, execute)

@@ -233,3 +233,13 @@ def test_the_batcher_decides_like_get_dynamic_batch() -> None:
     # a full payload takes nothing more and is saturated
     d = get_dynamic_batch(config, 16, 2, oldest_s=0.0, now=0.0)
     assert d.take == 0 and d.saturated
+
+
+def test_a_measured_overshoot_holds_the_hand_off_of_a_batch_that_leaves_on_its_delay() -> None:
+    # Traces measure a delay's overshoot whole (timer lateness + the hand-off to a free
+    # instance): drawn so, no dispatch is added on top of it; a preferred batch, which
+    # leaves at once, still pays the dispatch.
+    cpu = CpuModel(timer_slack_samples=(300e-6,), dispatch_s=70e-6)
+    alone = run(BatcherConfig(8, (2,), 500), FLAT_1MS, OpenLoop(10, cv=0), cpu, requests=100)
+    assert min(alone.queue_delays_s) == pytest.approx(800e-6, abs=1e-9)
+    assert max(alone.queue_delays_s) == pytest.approx(800e-6, abs=1e-9)
