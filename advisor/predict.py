@@ -304,14 +304,11 @@ class Recommendation:
         if self.keep:
             return 1.0
         if self.current_interval and self.best_interval:
-            now, best = self.current_interval.mean, self.best_interval.mean
-        else:
-            now = objective_value(self.current, self.objective)
-            best = objective_value(self.best, self.objective)
-        if now == 0:
-            return math.inf
-        # For the "smaller is better" objectives (stored negated) the ratio is now / best.
-        return best / now if best > 0 else now / best
+            return _ratio(self.current_interval.mean, self.best_interval.mean)
+        return _ratio(
+            objective_value(self.current, self.objective),
+            objective_value(self.best, self.objective),
+        )
 
     def noise_line(self, which: str = "current") -> str:
         """'p99 latency 4.10 ms (3.90-4.40 over 5 seeds)' for the current or best config."""
@@ -356,12 +353,12 @@ def _same(a: BatcherConfig, b: BatcherConfig) -> bool:
     return knobs_changed(a, b) == 0
 
 
-def _gain(now: Interval, best: Interval) -> float:
-    """The objective's ratio best / current on the means (>1 is better)."""
-    a, b = now.mean, best.mean
-    if a == 0:
+def _ratio(now: float, best: float) -> float:
+    """The gain of objective value ``best`` over ``now`` (>1 is better). The "smaller is
+    better" objectives are stored negated: their ratio is now / best."""
+    if now == 0:
         return math.inf
-    return b / a if b > 0 else a / b
+    return best / now if best > 0 else now / best
 
 
 def recommend(
@@ -414,7 +411,11 @@ def recommend(
     intervals = [over_seeds(p.config, p) for p in fitting[:finalists]]
     now_meets = meets(now, p99_bound_s)
     better = (
-        [i for i in intervals if i.beats(now_interval) and _gain(now_interval, i) >= min_gain]
+        [
+            i
+            for i in intervals
+            if i.beats(now_interval) and _ratio(now_interval.mean, i.mean) >= min_gain
+        ]
         if now_meets
         else intervals
     )
