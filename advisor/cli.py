@@ -294,9 +294,9 @@ class Inputs:
     model: str = ""
     triton_version: str = ""
     measured: costs.Calibration | None = None  # costs measured while reading the inputs
-    # A traced stored run: the median time outside Triton's queue and execution, and the
+    # A traced stored run: the time outside Triton's queue and execution, and the
     # batcher's hand-offs measured from its traces (with the line that says so).
-    outside_s: float | None = None
+    outside: handoff.Outside | None = None
     handoffs: tuple[handoff.HandOff, str] | None = None
 
 
@@ -496,11 +496,12 @@ def stored_inputs(
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
-    if run.outside_s is not None:
-        inputs.outside_s = run.outside_s
+    if run.outside is not None:
+        inputs.outside = run.outside
         notes.append(
-            f"time outside Triton's queue and execution: {run.outside_s * 1e6:,.0f} us "
-            f"(median over the run's {run.outside_samples:,} traced requests)"
+            f"time outside Triton's queue and execution: {run.outside.median_s * 1e6:,.0f} us "
+            f"median, p99 {run.outside.quantile_s(0.99) * 1e6:,.0f} us (the run's "
+            f"{run.outside.requests:,} traced requests; the spread is simulated)"
         )
     if run.handoff is not None:
         inputs.handoffs = (
@@ -698,7 +699,7 @@ def advise(args: argparse.Namespace) -> int:
         )
     cost = resolve_costs(args, given, inputs)
     config, service, notes = inputs.config, inputs.service, inputs.notes
-    cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside_s))
+    cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside))
     measured = traced_handoffs(args.traces, inputs.model, config) if args.traces else None
     if measured is None:
         measured = inputs.handoffs

@@ -316,6 +316,18 @@ class _Run:
         else:
             then()
 
+    def after_response(self, then: Callable[[], None]) -> None:
+        """The wait after an execution: half the latency outside Triton, plus a draw of its
+        measured spread around the median."""
+        cpu = self.sim.cpu
+        wait = cpu.request_latency_s / 2
+        if cpu.outside_spread:
+            wait = max(wait + self.rng.choice(cpu.outside_spread), 0.0)
+        if wait > 0:
+            self.at(self.now + wait, then)
+        else:
+            then()
+
     def front_end_work(self) -> float:
         half, cv = self.sim.cpu.request_s / 2, self.sim.cpu.request_cv
         if half <= 0 or cv == 0:
@@ -499,7 +511,7 @@ class _Run:
         for request in batch:
             self.cpu_job(
                 self.front_end_work(),
-                functools.partial(self.after_latency, functools.partial(self.finish, request)),
+                functools.partial(self.after_response, functools.partial(self.finish, request)),
             )
         # The instance's thread goes back for the next payload (after the release) while
         # the execution's callback wakes the batcher thread.

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
-from advisor.handoff import MIN_REQUESTS, HandOff, measure, outside_s
+from advisor.handoff import MIN_REQUESTS, HandOff, Outside, measure, outside
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from loadgen import store
 from loadgen.errors import LoadgenError
@@ -50,10 +50,9 @@ class StoredRun:
     server: str = ""  # the run's Triton HTTP URL
     concurrency: int | None = None  # a closed-loop run's clients
     requests: int = 0  # sent in the run
-    # A traced run: the median time its requests spent outside Triton's queue and
-    # execution (advisor.handoff.outside_s), over ``outside_samples`` requests.
-    outside_s: float | None = None
-    outside_samples: int = 0
+    # A traced run: the time its requests spent outside Triton's queue and execution
+    # (advisor.handoff.outside).
+    outside: Outside | None = None
     # A traced run stored with Triton's timestamps (and its config): the batcher's
     # hand-offs measured from them, over ``traced_requests`` requests.
     handoff: HandOff | None = None
@@ -110,7 +109,7 @@ def load(db: str | Path, run_id: int) -> StoredRun:
             f"({run.summary.server_error or 'the model executed nothing'})"
         )
     due = sorted(float(r["start_s"]) for r in records)
-    outside, samples = _outside(db, run_id)
+    measured_outside = _outside(db, run_id)
     config = stored_config(run.model_config)
     traced = store.load_traced_requests(db, run_id, run.params.model)
     handoff = measure(traced, config) if config and len(traced) >= MIN_REQUESTS else None
@@ -127,28 +126,24 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         server=run.params.url,
         concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
         requests=client.sent,
-        outside_s=outside,
-        outside_samples=samples,
+        outside=measured_outside,
         handoff=handoff,
         traced_requests=len(traced),
     )
 
 
-def with_outside(cpu: CpuModel, outside: float | None) -> CpuModel:
-    """``cpu`` with a traced run's time outside Triton as its latency: the part beyond the
-    CPU the simulator already charges per request is waiting that costs no CPU."""
-    if outside is None:
-        return cpu
-    return replace(cpu, request_latency_s=max(outside - cpu.request_s, 0.0))
+def with_outside(cpu: CpuModel, measured: Outside | None) -> CpuModel:
+    """``cpu`` with a traced run's time outside Triton (:meth:`Outside.apply`)."""
+    return measured.apply(cpu) if measured is not None else cpu
 
 
-def _outside(db: str | Path, run_id: int) -> tuple[float | None, int]:
+def _outside(db: str | Path, run_id: int) -> Outside | None:
     """A traced run's time outside Triton (each traced request joined to its record)."""
     try:
         samples = store.load_traced_latencies(db, run_id)
     except LoadgenError:
-        return None, 0
-    return outside_s(samples), len(samples)
+        return None
+    return outside(samples)
 
 
 def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:

@@ -213,14 +213,13 @@ def measure_own(
         # simulator already charges there: waiting that costs no server CPU.
         latency = {int(r[0]): float(r[2]) for r in result.records()}  # by record seq
         seq_of = result.recorder.seq_of or {}  # a request's index -> its record's seq
-        outside = handoff.outside_s(
+        outside = handoff.outside(
             (latency[seq], t.queue_wait_s, t.compute_s)
             for t in result.traced or []
             if (seq := seq_of.get(t.index)) is not None and seq in latency
         )
         if outside is not None:
-            cpu = replace(cpu, request_latency_s=max(outside - cpu.request_s, 0.0))
-            measured += f"; {outside * 1e6:.0f} us outside Triton's queue and execution"
+            cpu, measured = outside.apply(cpu), f"{measured}; {outside.describe()}"
     note = (
         f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item "
         f"(measured sizes {len(service.measured)}), "
@@ -358,7 +357,8 @@ def report(
 ) -> None:
     header = (
         f"{'model':<16}{'rate':>6} {'config':<12}| {'batch pred':>10}{'meas':>7}{'err':>6} | "
-        f"{'q p99 pred us':>13}{'traced us':>10}{'err':>6} | {'traced':>7}/{'sent':<6}"
+        f"{'q p99 pred us':>13}{'traced us':>10}{'err':>6} | "
+        f"{'client p99 pred us':>18}{'meas us':>8}{'err':>6} | {'traced':>7}/{'sent':<6}"
     )
     print("\n" + header)
     print("-" * len(header))
@@ -368,7 +368,9 @@ def report(
             f"{p.model:<16}{p.rate:>6.0f} {p.which:<12}| {p.predicted.mean_batch_size:>10.2f}"
             f"{(p.batch or 0):>7.2f}{pct(p.predicted.mean_batch_size, p.batch):>6} | "
             f"{q_pred * 1e6:>13.0f}{(p.queue_p99_s or 0) * 1e6:>10.0f}"
-            f"{pct(q_pred, p.queue_p99_s):>6} | {p.traced:>7}/{p.sent:<6}"
+            f"{pct(q_pred, p.queue_p99_s):>6} | "
+            f"{p.predicted.latency_p99_s * 1e6:>18.0f}{(p.client_p99_s or 0) * 1e6:>8.0f}"
+            f"{pct(p.predicted.latency_p99_s, p.client_p99_s):>6} | {p.traced:>7}/{p.sent:<6}"
         )
     print("\ncriteria per model:")
     for model in models:

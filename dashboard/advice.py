@@ -88,7 +88,7 @@ def advise(
     calibration = run_costs(run, config, calibrations)
     # A traced run's time outside Triton (its client, the network, the front end), and the
     # batcher's hand-offs measured from its traces.
-    cpu = storedrun.with_outside(calibration.cpu if calibration else CpuModel(), run.outside_s)
+    cpu = storedrun.with_outside(calibration.cpu if calibration else CpuModel(), run.outside)
     if run.handoff is not None:
         cpu = run.handoff.apply(cpu)
     predicted = predict(config, run.traffic, run.service, cpu, requests=REQUESTS)

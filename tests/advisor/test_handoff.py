@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from functools import cache
 from pathlib import Path
@@ -18,7 +19,15 @@ import pytest
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import MEASURED_EXECUTIONS, fit_service_times
-from advisor.handoff import MIN_BATCHES, HandOff, holds, measure, outside_s
+from advisor.handoff import (
+    MIN_BATCHES,
+    MIN_REQUESTS,
+    HandOff,
+    arrival_gaps,
+    holds,
+    measure,
+    outside,
+)
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict, quantile
 from advisor.simulator import Simulation
@@ -81,8 +90,15 @@ def test_nothing_traced_measures_nothing() -> None:
 
 def test_time_outside_triton_is_the_median_of_what_the_client_saw_beyond_it() -> None:
     samples = [(1.0e-3, 0.5e-3, 0.2e-3), (2.0e-3, 1.2e-3, 0.2e-3), (9.0e-3, 0.1e-3, 0.2e-3)]
-    assert outside_s(samples) == pytest.approx(0.6e-3)  # 0.3, 0.6 and 8.7 ms outside
-    assert outside_s([]) is None
+    found = outside(samples)  # 0.3, 0.6 and 8.7 ms outside
+    assert found is not None
+    assert found.median_s == pytest.approx(0.6e-3)
+    assert found.spread_s == pytest.approx((-0.3e-3, 0.0, 8.1e-3))
+    assert found.quantile_s(0.99) == pytest.approx(8.7e-3)
+    cpu = found.apply(CpuModel(cores=2, request_s=0.2e-3))
+    assert cpu.request_latency_s == pytest.approx(0.4e-3)  # the median less the CPU charged
+    assert cpu.outside_spread == found.spread_s
+    assert outside([]) is None
 
 
 def test_the_arithmetic_on_a_timeline_with_known_hand_offs() -> None:
@@ -242,3 +258,32 @@ def test_the_mlps_predicted_p99_wait_is_within_25_percent_of_the_traced_one() ->
     assert dict(service.measured)[2] > 3 * dict(service.measured)[1]
     predicted = p99_wait(config, traffic(requests), service, measure(requests, config).apply(cpu))
     assert abs(predicted - measured) <= 0.25 * measured, (measured, predicted)
+
+
+def test_requests_sent_on_a_poisson_schedule_reach_triton_clustered() -> None:
+    """The real capture's runs were Poisson at 500, 800 and 240/s: at the front end, 5 to
+    10 times Poisson's share of gaps under 50 us, at the traffic's rate."""
+    for model, rate in (("batch_add_model", 500), ("var_add", 800), ("mlp_model", 240)):
+        config, requests = traced(model)
+        gaps = arrival_gaps(requests)
+        mean = sum(gaps) / len(gaps)
+        assert 1 / mean == pytest.approx(rate, rel=0.1), model
+        under = sum(g < 50e-6 for g in gaps) / len(gaps)
+        poisson = 1 - math.exp(-50e-6 / mean)
+        assert under > 4 * poisson, (model, under, poisson)
+        found = measure(requests, config)
+        assert found.arrival_gaps == gaps
+        assert "arrivals clustered: " in found.describe()
+
+
+def test_arrival_gaps_leave_pauses_out_and_need_enough_requests() -> None:
+    def at(times_us: list[int]) -> list[TracedRequest]:
+        return [
+            TracedRequest(i, "m", "1", f"r-{i}", t * 1000, t * 1000 + 10, t * 1000 + 20)
+            for i, t in enumerate(times_us)
+        ]
+
+    steady = [i * 1000 for i in range(MIN_REQUESTS + 1)]  # one per ms
+    paused = steady + [steady[-1] + 5_000_000 + i * 1000 for i in range(10)]  # a 5 s pause
+    assert set(arrival_gaps(at(paused))) == {1e-3}
+    assert arrival_gaps(at(steady[: MIN_REQUESTS - 1])) == ()

@@ -243,3 +243,19 @@ def test_a_measured_overshoot_holds_the_hand_off_of_a_batch_that_leaves_on_its_d
     alone = run(BatcherConfig(8, (2,), 500), FLAT_1MS, OpenLoop(10, cv=0), cpu, requests=100)
     assert min(alone.queue_delays_s) == pytest.approx(800e-6, abs=1e-9)
     assert max(alone.queue_delays_s) == pytest.approx(800e-6, abs=1e-9)
+
+
+def test_the_spread_outside_triton_reaches_the_latency_but_not_the_queue() -> None:
+    """Each request draws one deviation around the median wait outside Triton, after its
+    execution: latencies spread by exactly the draws (floored at no wait), queue waits
+    and batches do not change."""
+    config, traffic = BatcherConfig(8, (), 0), OpenLoop(10, cv=0)  # each request alone
+    plain = CpuModel(request_latency_s=2e-3)
+    spread = CpuModel(request_latency_s=2e-3, outside_spread=(-2e-3, 0.0, 3e-3))
+    before = run(config, FLAT_1MS, traffic, plain, requests=300)
+    after = run(config, FLAT_1MS, traffic, spread, requests=300)
+    assert before.queue_delays_s == after.queue_delays_s
+    assert before.batch_sizes == after.batch_sizes
+    assert set(round(x * 1e6) for x in before.latencies_s) == {3000}  # 1 ms + 2 ms
+    # The response half is 1 ms: -2 ms floors it at 0 (latency 2 ms), +3 ms makes 4 ms.
+    assert set(round(x * 1e6) for x in after.latencies_s) == {2000, 3000, 6000}
