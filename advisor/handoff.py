@@ -30,6 +30,9 @@ predict. Each part is read from traced batches whose cause is unambiguous:
 ``hold_share`` / ``hold_onsets``
     Executions that hold up the front end: requests stop reaching the queue while they
     run, from some time after their start (:func:`holds`).
+``arrival_gaps``
+    The gaps between consecutive requests reaching Triton, in order: they come clustered
+    (:func:`arrival_gaps`), and the simulator draws its arrivals as runs of them.
 
 Those are summaries to read. The simulator draws from the measured distributions
 themselves (the hand-offs, the timer's lateness beyond the median dispatch, each
@@ -90,8 +93,8 @@ class HandOff:
     # The gaps from an execution's end to its instance's next start, for batches due by
     # then (quantiles): the running instance takes its next batch without a wake-up.
     release_samples: tuple[float, ...] = ()
-    # The gaps between requests reaching Triton (quantiles, seconds; see arrival_gaps()):
-    # described, not simulated.
+    # The gaps between consecutive requests reaching Triton, in their order (seconds; see
+    # arrival_gaps()).
     arrival_gaps: tuple[float, ...] = ()
 
     @property
@@ -118,6 +121,7 @@ class HandOff:
             hold_share=self.hold_share,
             hold_onsets=self.hold_onsets,
             release_samples=self.release_samples,
+            arrival_gaps=self.arrival_gaps,
         )
 
     def describe(self) -> str:
@@ -272,24 +276,23 @@ CLUSTER_S = 50e-6
 
 
 def arrival_gaps(requests: Sequence[TracedRequest]) -> tuple[float, ...]:
-    """The gaps between the requests' arrivals at Triton (their traced REQUEST_START), as
-    quantiles; pauses of a second or more left out.
+    """The gaps between consecutive arrivals at Triton (their traced REQUEST_START), in
+    their order; pauses of a second or more left out. The simulator draws open-loop
+    arrivals from runs of them (advisor.simulator.GAP_RUN), scaled to the traffic's rate.
 
     Measured here: requests sent on a Poisson schedule reach Triton clustered. At 300/s
     (var_add), 11 % of the gaps were under 50 us where Poisson has 1.5 %; at 800/s, 26 %
-    against 4 %; at the scale of milliseconds they stay Poisson (cv 1.0). A config with a
-    delay of 100 to 250 us batches those clusters: its measured average batch was 1.22,
-    1.53 and 1.77 where the simulator's Poisson arrivals gave 1.04, 1.19 and 1.31.
-    Drawing the simulator's arrivals from these gaps gave 1.18, 1.55 and 1.68 there, but
-    over-predicted the MLP's p99 queue wait at one request per batch by 59 and 83 %: the
-    clusters do not add to the long-run spread of the arrivals as independent gaps would.
-    So they are described (:func:`clustering`), not simulated, until a model of where
-    they come from fits both.
+    against 4 %; counted over a millisecond or more they stay near Poisson (index of
+    dispersion 1.1 at 2 ms, gaps' cv 1.0 to 1.2). A config with a delay of 100 to 250 us
+    batches those clusters: its measured average batch was 1.22, 1.53 and 1.77 where
+    Poisson arrivals gave 1.04, 1.19 and 1.31. Drawn one by one, the gaps over-predicted
+    the MLP's p99 queue wait by 17 to 42 %: a short gap tends to follow a long one (lag-1
+    correlation -0.03 to -0.11), which runs of consecutive gaps keep.
     """
     starts = sorted(r.request_start_ns or r.queue_start_ns for r in requests)
     gaps = [(b - a) / 1e9 for a, b in zip(starts, starts[1:], strict=False)]
     gaps = [g for g in gaps if 0 <= g < IDLE_GAP_S]
-    return _grid(gaps) if len(gaps) >= MIN_REQUESTS else ()
+    return tuple(gaps) if len(gaps) >= MIN_REQUESTS else ()
 
 
 def clustering(gaps: Sequence[float]) -> str:

@@ -120,6 +120,11 @@ class CpuModel:
     # stack's scheduling), and without it the client p99 of a config whose queue waits are
     # short came out 20 to 37 % low.
     outside_spread: tuple[float, ...] = ()
+    # Measured gaps between consecutive requests reaching Triton, in their order (seconds,
+    # advisor.handoff.arrival_gaps): open-loop arrivals are drawn as runs of them, scaled
+    # to the traffic's rate. Requests sent on a Poisson schedule reach the front end
+    # clustered, which a short queue delay batches.
+    arrival_gaps: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -147,6 +152,7 @@ class CpuModel:
             "execution_ratios",
             "hold_onsets",
             "release_samples",
+            "arrival_gaps",
         ):
             if any(v < 0 for v in getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0")

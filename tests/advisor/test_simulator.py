@@ -7,7 +7,7 @@ import pytest
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict
-from advisor.simulator import Simulation, decide, get_dynamic_batch
+from advisor.simulator import TAKE_SHARE, Simulation, decide, get_dynamic_batch
 
 FLAT_1MS = ServiceModel(0.001, 0.0)
 
@@ -206,18 +206,27 @@ def test_a_payload_sent_while_the_instance_is_busy_takes_no_later_arrival() -> N
 
 
 def test_without_a_delay_a_sent_payload_grows_until_an_instance_takes_it() -> None:
-    # A request every 100 us, a 150 us hand-off to the instance: the first batch, sent with
-    # one request, takes the next one before it starts. The following ones fill to 4 while
-    # they wait for the busy instance.
-    result = Simulation(
-        BatcherConfig(4, (), 0),
-        FLAT_1MS,
-        OpenLoop(10_000, cv=0),
-        CpuModel(dispatch_s=150e-6),
-        requests=40,
-        warmup_fraction=0.0,
-    ).run()
-    assert result.batch_sizes == {2: 1, 4: 10}, result.batch_sizes
+    # A request every 100 us, a 250 us hand-off to the idle instance, which takes the
+    # payload half way (125 us): the first batch, sent with one request, takes the next one
+    # (100 us) but not the one after (200 us), although that comes before it starts. The
+    # following ones fill to 4 while they wait for the busy instance.
+    def first_batch(dispatch_s: float) -> int:
+        sim = Simulation(
+            BatcherConfig(4, (), 0),
+            FLAT_1MS,
+            OpenLoop(10_000, cv=0),
+            CpuModel(dispatch_s=dispatch_s),
+            requests=40,
+            warmup_fraction=0.0,
+        )
+        result = sim.run()
+        assert set(result.batch_sizes) - {4} == {min(result.batch_sizes)}
+        assert result.batch_sizes[min(result.batch_sizes)] == 1, result.batch_sizes
+        return min(result.batch_sizes)
+
+    assert TAKE_SHARE == 0.5
+    assert first_batch(250e-6) == 2
+    assert first_batch(150e-6) == 1  # taken at 75 us, before the second request
 
 
 def test_the_batcher_decides_like_get_dynamic_batch() -> None:
@@ -259,3 +268,20 @@ def test_the_spread_outside_triton_reaches_the_latency_but_not_the_queue() -> No
     assert set(round(x * 1e6) for x in before.latencies_s) == {3000}  # 1 ms + 2 ms
     # The response half is 1 ms: -2 ms floors it at 0 (latency 2 ms), +3 ms makes 4 ms.
     assert set(round(x * 1e6) for x in after.latencies_s) == {2000, 3000, 6000}
+
+
+def test_arrivals_are_drawn_as_runs_of_the_measured_gaps_at_the_traffics_rate() -> None:
+    """Gaps of 10 and 1,990 us in turn (a pair every 2 ms), drawn at 500/s: they double
+    (20 us), still inside a 100 us delay, so nearly every batch is a pair; runs of them
+    keep the order, so pairs seldom run into longer clusters. Poisson arrivals at 500/s
+    rarely pair within 100 us."""
+    config, traffic = BatcherConfig(8, (), 100), OpenLoop(500)
+    gaps = CpuModel(arrival_gaps=(10e-6, 1990e-6) * 200)
+    clustered = run(config, FLAT_1MS, traffic, gaps, requests=4000)
+    poisson = run(config, FLAT_1MS, traffic, requests=4000)
+    assert clustered.mean_batch_size > 1.8
+    # (a triple only where one run ends on a short gap and the next starts on one)
+    assert clustered.batch_sizes[3] < 0.05 * clustered.executions
+    assert set(clustered.batch_sizes) <= {1, 2, 3}
+    assert poisson.mean_batch_size < 1.1
+    assert clustered.throughput_per_s == pytest.approx(500, rel=0.05)
