@@ -19,14 +19,15 @@ limiter's payload queue, for requests of batch size 1, following ``batcher.md``:
   batcher: with no delay, every arrival; with a delay, only once as many are queued as the
   next preferred size needs. The others wait for the next payload. An instance that has
   just finished takes the next payload at once (its thread is running); an idle one is
-  woken first.
+  woken first and takes it part way through the hand-off (:data:`TAKE_SHARE`).
 
 Around it: the batcher's hand-offs (a payload reaches an idle instance a moment after it is
 sent; a running instance takes the next one a measured gap after its execution ends), the
 front-end CPU cost of every request and the execution time of every batch (spread around
 its size's mean), on a shared pool of cores (see :mod:`advisor.model`), executions that
 hold up the front end (arrivals and the batcher wait for them to end, as measured from
-traces), and open- or closed-loop clients.
+traces), and open- or closed-loop clients (open-loop arrivals drawn as runs of the gaps
+measured at Triton, when there are some: :data:`GAP_RUN`).
 """
 
 from __future__ import annotations
