@@ -286,7 +286,7 @@ def arrival_gaps(requests: Sequence[TracedRequest]) -> tuple[float, ...]:
     dispersion 1.1 at 2 ms, gaps' cv 1.0 to 1.2). A config with a delay of 100 to 250 us
     batches those clusters: its measured average batch was 1.22, 1.53 and 1.77 where
     Poisson arrivals gave 1.04, 1.19 and 1.31. Drawn one by one, the gaps over-predicted
-    the MLP's p99 queue wait by 17 to 42 %: a short gap tends to follow a long one (lag-1
+    the MLP's p99 queue wait by 17 to 51 %: a short gap tends to follow a long one (lag-1
     correlation -0.03 to -0.11), which runs of consecutive gaps keep.
     """
     starts = sorted(r.request_start_ns or r.queue_start_ns for r in requests)
