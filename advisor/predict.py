@@ -385,9 +385,8 @@ def recommend(
 
     def over_seeds(config: BatcherConfig) -> Interval:
         # Seeds other than the search's: the finalists won the search on its seed, partly by
-        # its luck (the best of many noisy p99s is low by chance). Judged again on that
-        # seed, the winner's gain came out high: predicted x2.43 and x3.04 for the MLP at
-        # one request per batch, measured x1.87 and x1.90.
+        # its luck (the best of many noisy p99s is low by chance); judged again on that
+        # seed, the winner's gain would be too high.
         runs = [
             predict(config, traffic, service, cpu, requests, seed + i, with_limit=limit)
             for i in range(1, seeds + 1)
