@@ -210,7 +210,10 @@ def test_batch_timeline_draws_batches_waits_and_reasons(
     assert set(rows) >= {"p50 (traces)", "p99 (traces)", "mean (statistics API)"}
     assert rows["p99 (traces)"] != "–" and rows["mean (statistics API)"] != "–"
     shares = dict(zip(reasons.value["why the batch left"], reasons.value["batches"], strict=True))
-    assert shares["reached a preferred size"] >= 10
+    # Each batch of 2 (the preferred size) left for that reason, and most bursts made one;
+    # on a busy 2-core machine a burst's requests can come too far apart to (9 of 10 once).
+    drawn = {int(t["name"].removeprefix("batch of ")): len(t["x"]) for t in bars}
+    assert shares["reached a preferred size"] == drawn.get(2, 0) >= 5
     assert shares["its oldest request waited out the queue delay"] >= 1
 
 
