@@ -700,7 +700,11 @@ def advise(args: argparse.Namespace) -> int:
     cost = resolve_costs(args, given, inputs)
     config, service, notes = inputs.config, inputs.service, inputs.notes
     cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside))
-    measured = traced_handoffs(args.traces, inputs.model, config) if args.traces else None
+    measured = (
+        traced_handoffs(args.traces, inputs.model, config, args.url or inputs.server)
+        if args.traces
+        else None
+    )
     if measured is None:
         measured = inputs.handoffs
     if measured is not None:
@@ -763,10 +767,11 @@ TRACES_S = 120
 
 
 def traced_handoffs(
-    exporter_url: str, model: str, config: BatcherConfig
+    exporter_url: str, model: str, config: BatcherConfig, server: str | None = None
 ) -> tuple[handoff.HandOff, str]:
     """The hand-offs measured from the exporter's retained traces of ``model``, and the line
-    that says so; UsageError (one line) when there are not enough complete ones."""
+    that says so; UsageError (one line) when there are not enough complete ones. The timer
+    slack of ``server``'s threads is read when it runs on this machine."""
     try:
         window = read_exporter(exporter_url, model, TRACES_S)
     except ExporterUnavailable as exc:
@@ -784,7 +789,8 @@ def traced_handoffs(
             f"fewer than {handoff.MIN_REQUESTS}: trace some first "
             f"(python -m stack trace --model {model})"
         )
-    found = handoff.measure(window.requests, config)
+    pid = costs.local_server_pid(server) if server else None
+    found = handoff.measure(window.requests, config, handoff.timer_slack(pid))
     return found, f"{found.describe()} ({len(window.requests):,} traced requests)"
 
 

@@ -207,7 +207,7 @@ def measure_own(
     cpu = calibration.cpu
     measured = ""
     if handoffs:  # the batcher's hand-offs, from this run's own traces
-        found = handoff.measure(result.traced_requests or [], config)
+        found = handoff.measure(result.traced_requests or [], config, handoff.timer_slack(pid))
         cpu, measured = found.apply(cpu), f"; {found.describe()}"
         # What the client waits beyond Triton's queue and execution, less the CPU the
         # simulator already charges there: waiting that costs no server CPU.

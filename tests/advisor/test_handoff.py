@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import random
 from functools import cache
 from pathlib import Path
@@ -20,13 +21,17 @@ import pytest
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import MEASURED_EXECUTIONS, fit_service_times
 from advisor.handoff import (
+    LINUX_DEFAULT_SLACK,
     MIN_BATCHES,
     MIN_REQUESTS,
+    TAIL_SAMPLES,
     HandOff,
+    TimerSlack,
     arrival_gaps,
     holds,
     measure,
     outside,
+    timer_slack,
 )
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict, quantile
@@ -72,14 +77,27 @@ def test_without_completed_preferred_batches_the_dispatch_comes_from_the_delays(
     found = measure(requests, config)
     assert found.counts[0] < MIN_BATCHES <= found.counts[1]
     assert found.dispatch_from_overshoots and 10e-6 < found.dispatch_s < 300e-6
-    # the overshoots, whole: the dispatch's distribution, the timer's lateness inside it
-    assert len(found.dispatch_samples) >= MIN_BATCHES and not found.timer_slack_samples
-    assert found.timer_slack_s == found.timer_slack_tail_s == 0.0
+    # The overshoots whole for the batches that leave on their delay; less the timer's
+    # slack (Linux's default here) for those that leave at once.
+    overshoots = found.timer_slack_samples
+    assert len(overshoots) >= MIN_BATCHES and found.timer_slack_s == 50e-6
+    assert found.dispatch_samples == tuple(max(o - 50e-6, 0.0) for o in overshoots)
+    assert found.dispatch_s == pytest.approx(max(quantile(overshoots, 0.5) - 50e-6, 0), abs=2e-6)
     assert found.unmeasured == ("release",) and found.release_s == 0.0
     text = found.describe()
-    assert "(the delay's overshoots: timer lateness included)" in text
-    assert "timer slack in the dispatch" in text
+    assert "(the delay's overshoots less the timer's 50 us slack, Linux's default)" in text
     assert "too few batches for: release; left at 0" in text
+    # A thread without slack: the overshoots are all dispatch.
+    exact = measure(requests, config, TimerSlack(0.0, "read"))
+    assert exact.dispatch_samples == overshoots and "0 us slack, read" in exact.describe()
+
+
+def test_the_timer_slack_is_read_from_the_servers_threads() -> None:
+    mine = timer_slack(os.getpid())  # this process's threads: Linux's default unless changed
+    assert mine.seconds == int(Path("/proc/self/timerslack_ns").read_text()) / 1e9
+    assert mine.source == f"read from Triton's threads, pid {os.getpid()}"
+    assert timer_slack(None) == LINUX_DEFAULT_SLACK  # a remote server
+    assert timer_slack(2**22 + 1) == LINUX_DEFAULT_SLACK  # past pid_max: no such process
 
 
 def test_nothing_traced_measures_nothing() -> None:
@@ -132,6 +150,39 @@ def test_the_arithmetic_on_a_timeline_with_known_hand_offs() -> None:
     # 20 batches 30 us late and 20 whose wait the timer cannot explain: a spread, not a shift
     assert found.counts == (MIN_BATCHES, 2 * MIN_BATCHES, MIN_BATCHES)
     assert found.timer_slack_s + found.timer_slack_tail_s > 0
+
+
+def tail_timeline(lone: int) -> list[TracedRequest]:
+    """MIN_BATCHES preferred pairs handed off in 40 us, the last in 900 us, and ``lone``
+    requests that leave on their delay 70 to 79 us late."""
+    us, t = 1000, 0
+    requests: list[TracedRequest] = []
+    for i in range(MIN_BATCHES):
+        start = t + 10 * us + (900 if i == MIN_BATCHES - 1 else 40) * us
+        for arrival in (t, t + 10 * us):
+            requests.append(TracedRequest(len(requests), "m", "1", "p", arrival, start, start))
+        t += 2000 * us
+    for i in range(lone):
+        start = t + (500 + 70 + i % 10) * us
+        requests.append(TracedRequest(len(requests), "m", "1", "l", t, start, start + 100 * us))
+        t += 2000 * us
+    return requests
+
+
+def test_a_few_hand_offs_take_their_tail_from_the_delays_overshoots() -> None:
+    config = BatcherConfig(4, (2,), 500, 1)
+    # Ten hand-offs: their p99 is their largest, 900 us, which every batch sent at once
+    # would draw once in ten.
+    alone = measure(tail_timeline(TAIL_SAMPLES - 1), config)
+    assert not alone.dispatch_tail_from_overshoots
+    assert quantile(alone.dispatch_samples, 0.99) == pytest.approx(900e-6)
+    # Beside enough overshoots, those shifted to the hand-offs' median (40 us) shape the
+    # tail: 40 to 45 us, and the 900 us one is 1 sample in over 200.
+    shaped = measure(tail_timeline(TAIL_SAMPLES), config)
+    assert shaped.dispatch_tail_from_overshoots and shaped.dispatch_s == pytest.approx(40e-6)
+    assert quantile(shaped.dispatch_samples, 0.99) == pytest.approx(45e-6, abs=1e-6)
+    assert max(shaped.dispatch_samples) == pytest.approx(900e-6)
+    assert f"the tail shaped by the delay's {TAIL_SAMPLES} overshoots" in shaped.describe()
 
 
 def held_timeline(onset_us: int | None) -> list[TracedRequest]:
