@@ -41,9 +41,9 @@ from advisor.predict import (
     predict,
     recommend,
 )
-from loadgen import api as loadgen_api
+from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams
+from loadgen.results.params import RunParams
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.stats import ModelStats

@@ -1,7 +1,7 @@
 """The advisor's inputs from a stored load run (the load generator's SQLite store).
 
 A run stores its scenario and parameters, one record per request (when it was due),
-and the server's statistics delta for the window (``loadgen.summary.ServerSummary``).
+and the server's statistics delta for the window (``loadgen.results.summary.ServerSummary``).
 From those:
 
 * service times: per batch size, the executions and the mean ``compute_infer``
@@ -13,7 +13,7 @@ From those:
   ``steps`` (changing rates) have no steady state to model, and are refused.
 
 Runs stored since the store kept them carry the model's config and the Triton version as
-the server reported them when the run began (``loadgen.store.load_server``); an older run
+the server reported them when the run began (``RunStore.load_server``); an older run
 has neither, and the caller reads the config from the server or takes it from the user.
 """
 
@@ -29,10 +29,10 @@ from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
 from advisor.handoff import MIN_REQUESTS, HandOff, Outside, measure, outside
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
-from loadgen import store
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams
-from loadgen.summary import ServerSummary
+from loadgen.results.params import RunParams
+from loadgen.results.summary import ServerSummary
+from loadgen.store.runstore import RunStore
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,11 @@ def traffic_from_run(params: RunParams, due_s: list[float]) -> Traffic:
 def load(db: str | Path, run_id: int) -> StoredRun:
     """Read run ``run_id``; ValueError (one line) if it cannot be used."""
     try:
-        run = store.load_run(db, run_id)
-        records = store.load_records(db, run_id)
+        with RunStore(db) as runs:
+            run = runs.load_run(run_id)
+            records = runs.load_records(run_id)
+            traced = runs.load_traced_requests(run_id, run.params.model)
+            samples = runs.load_traced_latencies(run_id)
     except LoadgenError as exc:
         raise ValueError(str(exc)) from None
     server, client = run.summary.server, run.summary.client
@@ -109,9 +112,8 @@ def load(db: str | Path, run_id: int) -> StoredRun:
             f"({run.summary.server_error or 'the model executed nothing'})"
         )
     due = sorted(float(r["start_s"]) for r in records)
-    measured_outside = _outside(db, run_id)
+    measured_outside = outside(samples)
     config = stored_config(run.model_config)
-    traced = store.load_traced_requests(db, run_id, run.params.model)
     handoff = measure(traced, config) if config and len(traced) >= MIN_REQUESTS else None
     return StoredRun(
         run_id=run_id,
@@ -135,15 +137,6 @@ def load(db: str | Path, run_id: int) -> StoredRun:
 def with_outside(cpu: CpuModel, measured: Outside | None) -> CpuModel:
     """``cpu`` with a traced run's time outside Triton (:meth:`Outside.apply`)."""
     return measured.apply(cpu) if measured is not None else cpu
-
-
-def _outside(db: str | Path, run_id: int) -> Outside | None:
-    """A traced run's time outside Triton (each traced request joined to its record)."""
-    try:
-        samples = store.load_traced_latencies(db, run_id)
-    except LoadgenError:
-        return None
-    return outside(samples)
 
 
 def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:

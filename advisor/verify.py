@@ -23,9 +23,9 @@ from typing import Any
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, OpenLoop, Traffic
 from advisor.predict import Prediction, Recommendation
-from loadgen import api as loadgen_api
-from loadgen.params import RunParams
-from loadgen.summary import LoadRun
+from loadgen.engine import runner as loadgen_api
+from loadgen.results.params import RunParams
+from loadgen.results.summary import LoadRun
 from tritonapi.client import TritonClient
 
 SUFFIX = "__advisor_"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from advisor.config import BatcherConfig
 from bench.tritonrun import MODEL, triton, wait_until_quiet
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from tritonapi.client import TritonClient
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "advisor" / "data"

@@ -50,7 +50,7 @@ from advisor.fit import fit_service_times  # noqa: E402
 from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
 from bench.common import stack  # noqa: E402
-from loadgen.api import RunParams, RunResult, run  # noqa: E402
+from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402

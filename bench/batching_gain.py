@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, stack  # noqa: E402
-from loadgen.api import RunParams, run  # noqa: E402
+from loadgen.engine.runner import RunParams, run  # noqa: E402
 from stacksettings import ROOT, procstat  # noqa: E402
 
 PAIRS = {"add": ("batch_add_model", "add_unbatched"), "mlp": ("mlp_model", "mlp_unbatched")}

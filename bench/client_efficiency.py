@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import median, private_triton  # noqa: E402
-from loadgen.api import RunParams, run  # noqa: E402
+from loadgen.engine.runner import RunParams, run  # noqa: E402
 from tritonapi.client import TritonClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

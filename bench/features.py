@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from loadgen.priorities import PriorityParams, report, run_mix
 from loadgen.sequences import SequenceParams, run_sequences
 from stack.supervisor import running

@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from loadgen.burst import infer_body
+from loadgen.clients.burst import infer_body
 
 
 @dataclass

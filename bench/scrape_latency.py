@@ -30,7 +30,7 @@ import requests
 
 from bench.common import MODEL, percentile, repository, stack
 from exporter.scrape import CONFIG_TTL_S
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, ensure_secret, isolated
 

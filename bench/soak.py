@@ -39,8 +39,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import MODEL, stack  # noqa: E402
-from loadgen import store  # noqa: E402
-from loadgen.api import RunParams, run  # noqa: E402
+from loadgen.engine.runner import RunParams, run  # noqa: E402
+from loadgen.store.runstore import RunStore  # noqa: E402
 from stack.supervisor import Supervisor, group_members  # noqa: E402
 from stacksettings import ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient  # noqa: E402
@@ -190,8 +190,10 @@ def report_accounting(
 ) -> int:
     c = result["client"]
     run_id = result["run_id"]
-    records = len(store.load_records(db, run_id)) if run_id is not None else 0
-    timeline = store.load_timeline(db, run_id) if run_id is not None else []
+    records, timeline = 0, []
+    if run_id is not None:
+        with RunStore(db) as runs:
+            records, timeline = len(runs.load_records(run_id)), runs.load_timeline(run_id)
     outcomes = c["ok"] + c["failed"] + c["timed_out"]
     unaccounted = (c["sent"] - outcomes) + (c["sent"] - records)
     size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))

@@ -129,9 +129,10 @@ def verification_frame(checked: verify.Verification) -> pd.DataFrame:
 
 
 def measured_shares(db: Path, run_id: int) -> dict[int, float]:
-    from loadgen import store
+    from loadgen.store.runstore import RunStore
 
-    server = store.load_run(db, run_id).summary.server
+    with RunStore(db) as runs:
+        server = runs.load_run(run_id).summary.server
     sizes = server.executions_by_batch_size if server else {}
     total = sum(sizes.values())
     return {size: n / total for size, n in sizes.items()} if total else {}

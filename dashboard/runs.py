@@ -1,7 +1,7 @@
 """Load runs from the dashboard: bounded parameters, one background run at a time, results.
 
-Plain Python over the load generator's API (``loadgen.api``) and store
-(``loadgen.store``). The dashboard's bounds are far below the load generator's
+Plain Python over the load generator's API (``loadgen.engine.runner``) and store
+(``loadgen.store.runstore.RunStore``). The dashboard's bounds are far below the load generator's
 own: a click in a browser must never be able to overload the host that serves
 the page, Triton and Prometheus.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from loadgen import store
-from loadgen.api import LoadRun, RunParams, run
-from loadgen.compare import compare as compare_runs
+from loadgen.engine.runner import LoadRun, RunParams, run
 from loadgen.errors import LoadgenError
+from loadgen.reports.compare import compare as compare_runs
+from loadgen.store.runstore import RunStore
 
 SCENARIOS = {
     "concurrency": "closed loop: N clients, each sends its next request when answered",
@@ -146,15 +146,18 @@ def list_runs(db: Path) -> pd.DataFrame:
     """Newest first; an empty frame when there is no store yet."""
     if not db.exists():
         return pd.DataFrame()
-    return store.runs_frame(db)
+    with RunStore(db) as runs:
+        return runs.runs_frame()
 
 
 def load(db: Path, run_id: int) -> LoadRun:
-    return store.load_run(db, run_id)
+    with RunStore(db) as runs:
+        return runs.load_run(run_id)
 
 
 def timeline(db: Path, run_id: int) -> pd.DataFrame:
-    return store.timeline_frame(db, run_id)
+    with RunStore(db) as runs:
+        return runs.timeline_frame(run_id)
 
 
 def latency_table(run: LoadRun) -> pd.DataFrame:
@@ -165,7 +168,7 @@ def latency_table(run: LoadRun) -> pd.DataFrame:
 
 
 def compare(a: LoadRun, b: LoadRun) -> pd.DataFrame:
-    """``loadgen.compare`` as a frame: one row per measure, A, B and the ratio B / A."""
+    """``loadgen.reports.compare`` as a frame: one row per measure, A, B and the ratio B / A."""
     rows = [
         {"measure": r.measure, "A": r.a, "B": r.b, "B / A": r.b_over_a}
         for r in compare_runs(a.summary, b.summary)

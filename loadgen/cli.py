@@ -19,10 +19,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from loadgen import api, capacity, cli_multi, report, store
+from loadgen import cli_multi
+from loadgen.clients.payloads import parse_dims
+from loadgen.engine import capacity, runner
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams, default_db
-from loadgen.payloads import parse_dims
+from loadgen.reports import report
+from loadgen.results.params import RunParams, default_db
+from loadgen.results.summary import result_json
+from loadgen.store.prune import check_rules
+from loadgen.store.runstore import RunStore
+from loadgen.store.schema import STALE_S, is_locked
 
 SCENARIO_HELP = {
     "serial": "N requests one at a time, a fixed gap after each answer (the spec's first case)",
@@ -230,14 +236,14 @@ def run_capacity(args: argparse.Namespace) -> int:
     bounds.check()
     args.rate, args.duration = args.max_rate, args.step_duration
     (base,) = params_from("rate", args)
-    api.prepare(capacity.step_params(base, bounds, bounds.max_rate))
+    runner.prepare(capacity.step_params(base, bounds, bounds.max_rate))
     group = f"capacity-{time.time():.3f}"
     stop = threading.Event()
 
     def probe(rate: float) -> capacity.Step:
         params = capacity.step_params(base, bounds, rate)
         bar = None if args.json else report.ProgressBar(params.describe())
-        result = api.run(params, _db(args), stop, bar, handle_sigint=True, group_id=group)
+        result = runner.run(params, _db(args), stop, bar, handle_sigint=True, group_id=group)
         if result.store_note:
             print(f"loadgen: {result.store_note}", file=sys.stderr, flush=True)
         step = capacity.verdict(result, bounds.p99_s)
@@ -336,7 +342,7 @@ def _db(args: argparse.Namespace) -> str | None:
     return args.db or default_db()
 
 
-def _exit_code(results: list[api.RunResult]) -> int:
+def _exit_code(results: list[runner.RunResult]) -> int:
     if any(r.status == "interrupted" for r in results):
         return 130
     bad = any(
@@ -347,16 +353,16 @@ def _exit_code(results: list[api.RunResult]) -> int:
 
 def run_series(
     runs: list[RunParams], args: argparse.Namespace, group: str, tables: bool
-) -> list[api.RunResult]:
+) -> list[runner.RunResult]:
     """Runs back to back (a sweep, a comparison), all checked before the first request is
     sent, sharing ``group`` in the store; one that does not end ok ends the series. With
     ``tables``, each run's table is printed as it ends."""
     stop = threading.Event()
-    prepared = [api.prepare(p) for p in runs]
+    prepared = [runner.prepare(p) for p in runs]
     results = []
     for item in prepared:
         bar = None if args.json else report.ProgressBar(item.params.describe())
-        result = api.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group)
+        result = runner.run(item, _db(args), stop, bar, handle_sigint=True, group_id=group)
         results.append(result)
         if tables and not args.json:
             print(report.run_table(result), flush=True)
@@ -406,8 +412,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if len(results) == 2:
         if args.json:
             out = {
-                "a": report.result_json(results[0]),
-                "b": report.result_json(results[1]),
+                "a": result_json(results[0]),
+                "b": result_json(results[1]),
                 "ratios": report.compare_json(results[0], results[1]),
             }
             print(json.dumps(out, indent=2))
@@ -417,7 +423,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def list_runs(args: argparse.Namespace) -> int:
-    rows = store.list_runs(args.db or default_db(), args.limit)
+    with RunStore(args.db or default_db()) as runs:
+        rows = runs.list_runs(args.limit)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -426,7 +433,7 @@ def list_runs(args: argparse.Namespace) -> int:
         f"{'failed':>7}{'timeout':>8}{'thr/s':>10}{'p99 ms':>9}"
     )
     for r in rows:
-        if r["status"] == "running" and r["finished_at"] < time.time() - store.STALE_S:
+        if r["status"] == "running" and r["finished_at"] < time.time() - STALE_S:
             r["status"] = "running?"  # no commit for a while: its process may have died
         thr = "-" if r["throughput_per_s"] is None else f"{r['throughput_per_s']:.0f}"
         p99 = "-" if r["p99_s"] is None else f"{r['p99_s'] * 1e3:.2f}"
@@ -438,7 +445,8 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show_run(args: argparse.Namespace) -> int:
-    run = store.load_row(args.db or default_db(), args.run_id)
+    with RunStore(args.db or default_db()) as runs:
+        run = runs.load_row(args.run_id)
     print(json.dumps(run, indent=2))
     return 0
 
@@ -446,7 +454,9 @@ def show_run(args: argparse.Namespace) -> int:
 def prune_runs(args: argparse.Namespace) -> int:
     age = None if args.older_than is None else parse_age(args.older_than)
     db = args.db or default_db()
-    done = store.prune(db, args.keep, age)
+    check_rules(args.keep, age)
+    with RunStore(db) as runs:
+        done = runs.prune(args.keep, age)
     print(
         f"pruned {len(done.runs)} runs ({done.records:,} records) from {db}: "
         f"{done.bytes_before / 1e6:.1f} MB -> {done.bytes_after / 1e6:.1f} MB"
@@ -456,7 +466,8 @@ def prune_runs(args: argparse.Namespace) -> int:
 
 def import_run(args: argparse.Namespace) -> int:
     db = args.db or default_db()
-    run_id, added = store.import_saved(db, args.saved)
+    with RunStore(db, create=True) as runs:
+        run_id, added = runs.import_saved(args.saved)
     print(f"run #{run_id} in {db}, {added:,} records added from {args.saved}")
     return 0
 
@@ -464,7 +475,9 @@ def import_run(args: argparse.Namespace) -> int:
 def export_run(args: argparse.Namespace) -> int:
     if args.hgrm:
         return cli_multi.export_hgrm(args)
-    for path in store.export_csv(args.db or default_db(), args.run_id, args.out):
+    with RunStore(args.db or default_db()) as runs:
+        paths = runs.export_csv(args.run_id, args.out)
+    for path in paths:
         print(path)
     return 0
 
@@ -507,7 +520,7 @@ def _main(args: argparse.Namespace) -> int:
         return exc.exit_code
     except sqlite3.DatabaseError as exc:
         db = getattr(args, "db", None) or default_db()
-        if store.is_locked(exc):
+        if is_locked(exc):
             print(
                 f"loadgen: error: {db} is locked by another writer; try again when it is done",
                 file=sys.stderr,

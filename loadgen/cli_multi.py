@@ -7,15 +7,16 @@ import argparse
 import json
 import sys
 import time
-from contextlib import closing
 from typing import Any
 
-from loadgen import merge, report, store, workers
+from loadgen.engine import workers
 from loadgen.errors import LoadgenError
-from loadgen.hgrm import UNITS, hgrm
-from loadgen.histogram import Histogram
-from loadgen.params import RunParams, default_db
-from loadgen.summary import LoadRun
+from loadgen.reports import merge, report
+from loadgen.reports.hgrm import UNITS, hgrm
+from loadgen.results.histogram import Histogram
+from loadgen.results.params import RunParams, default_db
+from loadgen.results.summary import LoadRun, result_json
+from loadgen.store.runstore import RunStore
 
 PROCESSES_HELP = (
     "split the run across N worker processes and store it as one run: concurrency, "
@@ -59,10 +60,10 @@ def add_hgrm(export: argparse.ArgumentParser) -> None:
 def json_of(result: Any, db: str | None) -> dict[str, Any]:
     """A run's ``--json``, with the histograms ``loadgen merge`` needs (``merge.portable``):
     from its records in the store, or those still in memory for a run without one."""
-    base = report.result_json(result)
+    base = result_json(result)
     if db is not None and result.run_id is not None:
-        with closing(store.connect(db)) as conn:
-            rows = conn.execute(
+        with RunStore(db) as runs:
+            rows = runs.conn.execute(
                 "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?",
                 (result.run_id,),
             )
@@ -89,7 +90,7 @@ def run_split(runs: list[RunParams], args: argparse.Namespace, db: str | None) -
         if split.run.status != "ok":
             break
     if args.json:
-        payload = [merge.portable(report.result_json(s.run), s.merged.found) for s in done]
+        payload = [merge.portable(result_json(s.run), s.merged.found) for s in done]
         print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
     return exit_code([s.run for s in done])
 
@@ -109,7 +110,7 @@ def merge_runs(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     merged.run.run_id = merge.save(db, merged, parts)
     if args.json:
-        print(json.dumps(merge.portable(report.result_json(merged.run), merged.found), indent=2))
+        print(json.dumps(merge.portable(result_json(merged.run), merged.found), indent=2))
     else:
         print(report.run_table(merged.run))
         if not all(p.source is not None for p in parts):
@@ -119,9 +120,9 @@ def merge_runs(args: argparse.Namespace) -> int:
 
 def export_hgrm(args: argparse.Namespace) -> int:
     db = args.db or default_db()
-    run = store.load_run(db, args.run_id)
-    with closing(store.connect(db)) as conn:
-        rows = conn.execute(
+    with RunStore(db) as runs:
+        run = runs.load_run(args.run_id)
+        rows = runs.conn.execute(
             "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (args.run_id,)
         )
         found = merge.from_records((r[0], r[1], r[2]) for r in rows)

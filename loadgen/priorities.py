@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadgen.errors import LoadgenError
-from loadgen.params import default_urls
+from loadgen.results.params import default_urls
 from loadgen.sequences import error_kind, json_inputs, read_config
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelconfig import ModelConfig

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.errors import LoadgenError
-from loadgen.params import default_urls
+from loadgen.results.params import default_urls
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.modelconfig import ModelConfig, Tensor
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from loadgen.api import LoadgenError, RunParams, run
+from loadgen.engine.runner import LoadgenError, RunParams, run
 from promapi import PromClient, PrometheusError
 from stack import prometheus
 from stacksettings import Settings

@@ -90,3 +90,72 @@ def test_the_check_catches_an_upward_and_a_lazy_import(tmp_path: Path) -> None:
         "bench/common.py:1: bench imports tests",
         "loadgen/bad.py:2: loadgen imports stack",
     ]
+
+
+# Inside loadgen, highest first: the entry modules (cli, sequences, priorities...) stand on
+# the run engine, which stands on reports, the store, results and the wire clients; limits
+# and errors are below them all. Imports inside one sub-package, and between the entry
+# modules (priorities builds on sequences), are fine.
+LOADGEN_LAYERS: list[tuple[str, ...]] = [
+    ("__main__", "cli", "cli_multi", "sequences", "priorities"),
+    ("engine",),
+    ("reports",),
+    ("store",),
+    ("results",),
+    ("clients",),
+    ("limits",),
+    ("errors",),
+]
+LOADGEN_RANK = {part: level for level, parts in enumerate(LOADGEN_LAYERS) for part in parts}
+
+
+def loadgen_part(module: str) -> str | None:
+    """The sub-package or top-level module of ``loadgen.<part>...`` (None: not loadgen's)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "loadgen" and len(parts) > 1 else None
+
+
+def loadgen_violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "loadgen").rglob("*.py")):
+        rel = path.relative_to(root / "loadgen")
+        own = rel.parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+                if node.module == "loadgen":
+                    targets = [f"loadgen.{a.name}" for a in node.names]
+            for target in targets:
+                part = loadgen_part(target)
+                if part is None or part == own:
+                    continue
+                if LOADGEN_RANK[part] <= LOADGEN_RANK[own] and not (
+                    LOADGEN_RANK[part] == LOADGEN_RANK[own] == 0
+                ):
+                    found.append(f"loadgen/{rel}:{node.lineno}: {own} imports {part}")
+    return found
+
+
+def test_every_loadgen_part_is_placed_in_a_layer() -> None:
+    parts = {p.name.removesuffix(".py") for p in (ROOT / "loadgen").iterdir()}
+    parts -= {"__init__", "__pycache__"}
+    assert parts <= set(LOADGEN_RANK), f"add {sorted(parts - set(LOADGEN_RANK))}"
+
+
+def test_loadgen_parts_import_only_down_so_they_form_no_circle() -> None:
+    assert loadgen_violations(ROOT) == []
+
+
+def test_the_loadgen_check_catches_an_upward_import(tmp_path: Path) -> None:
+    (tmp_path / "loadgen" / "store").mkdir(parents=True)
+    (tmp_path / "loadgen" / "store" / "writer.py").write_text(
+        "from loadgen.results.summary import LoadRun\n"
+        "def f():\n    from loadgen.engine.runner import RunResult\n"
+    )
+    assert loadgen_violations(tmp_path) == ["loadgen/store/writer.py:3: store imports engine"]

@@ -15,7 +15,7 @@ from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
-from loadgen.summary import LoadRun, RunSummary
+from loadgen.results.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
 from stacksettings import Settings, admin_headers
 from tritonapi.client import TritonError

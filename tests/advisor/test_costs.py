@@ -21,8 +21,8 @@ import pytest
 
 from advisor import costs
 from advisor.cli import main
-from loadgen import store
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
+from loadgen.store.runstore import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated, procstat
 from tritonapi.client import TritonClient, TritonHTTPError
@@ -63,7 +63,8 @@ def test_a_stored_run_keeps_the_config_and_version_and_needs_nothing_else(
     params = RunParams("concurrency", model=MODEL, url=url, concurrency=4, duration_s=1.5)
     run_id = run(params, db=str(db)).run_id
     assert run_id is not None
-    stored = store.load_run(db, run_id)
+    with RunStore(db) as opened:
+        stored = opened.load_run(run_id)
     client = TritonClient(url)
     assert stored.triton_version == client.server_metadata()["version"]
     assert stored.model_config == client.model_config_json(MODEL)
@@ -79,8 +80,10 @@ def test_a_stored_run_keeps_the_config_and_version_and_needs_nothing_else(
 
 def test_an_old_store_has_no_config_and_reads_as_before() -> None:
     db = Path(__file__).parent / "data" / "loadruns.sqlite3"
-    assert store.load_server(db, 1) == ("", None)
-    assert store.load_run(db, 1).model_config is None
+    with RunStore(db) as opened:
+        assert opened.load_server(1) == ("", None)
+    with RunStore(db) as opened:
+        assert opened.load_run(1).model_config is None
 
 
 def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(

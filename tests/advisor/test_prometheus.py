@@ -9,7 +9,7 @@ import pytest
 
 from advisor.cli import main
 from advisor.fit import batch_times_from_prometheus, fit_service_times, traffic_from_prometheus
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stacksettings import Settings
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
-from loadgen.params import RunParams
+from loadgen.results.params import RunParams
 
 DATA = Path(__file__).parent / "data"
 DB = DATA / "loadruns.sqlite3"

@@ -11,7 +11,7 @@ import requests
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated
 from tritonapi.client import TritonClient

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.dashboard.conftest import closed_url

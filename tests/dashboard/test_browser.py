@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from loadgen import store
+from loadgen.store.runstore import RunStore
 from stacksettings import Settings
 from tests.dashboard.conftest import wait_for
 
@@ -110,7 +110,8 @@ def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
 def stored_runs(settings: Settings) -> int:
     """Runs in the store that have ended (a run's row is there from its start, 'running')."""
     db = settings.state_dir / "loadgen.sqlite3"
-    runs = store.list_runs(db) if db.exists() else []
+    with RunStore(db) as opened:
+        runs = opened.list_runs() if db.exists() else []
     return sum(r["status"] != "running" for r in runs)
 
 

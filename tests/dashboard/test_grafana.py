@@ -27,7 +27,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboard import grafana, live
 from dashboard import queries as q
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stack import deployfiles
 from stack.supervisor import running
 from stacksettings import Settings, isolated

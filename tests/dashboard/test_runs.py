@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import access, runs
-from loadgen import report
+from loadgen.reports import report
 from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
 

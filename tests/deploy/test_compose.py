@@ -272,7 +272,7 @@ def test_the_loadgen_service_reaches_triton_by_its_settings(
 ) -> None:
     """loadgen's default target comes from STACK_HOST: compose sets it to the service name."""
     from loadgen import cli as loadgen_cli
-    from loadgen import params
+    from loadgen.results import params
 
     svc = gpu["services"]["loadgen"]
     for name, value in svc["environment"].items():

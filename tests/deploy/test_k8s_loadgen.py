@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 
 from loadgen import cli
-from loadgen.params import default_urls
-from loadgen.target import check_target, parse_address
+from loadgen.clients.target import check_target, parse_address
+from loadgen.results.params import default_urls
 from tests.deploy.test_k8s import K8S, VERSIONS, kustomize
 
 LOADGEN = K8S / "loadgen"

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, isolated

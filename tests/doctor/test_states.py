@@ -21,7 +21,7 @@ import pytest
 
 from doctor import StatisticsSampler, diagnose
 from doctor.observe import Diagnosis
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated

@@ -29,7 +29,7 @@ from pathlib import Path
 import requests
 import tritonclient.http as httpclient
 
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stack.services import service_table
 from stack.supervisor import Supervisor
 from stacksettings import ROOT, Settings, isolated

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench.features import CACHE_BYTES, build_repository
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.dashboard.conftest import make_app, prom_has, scraped_after, wait_for

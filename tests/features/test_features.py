@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dashboard.features import config_notes
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
 from loadgen.sequences import (
     NO_START,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from stacksettings import Settings
 from tests.features.conftest import registry_for
 

@@ -18,7 +18,7 @@ from typing import Any
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from loadgen import store
+from loadgen.store.runstore import RunStore
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 # Run in a namespace, the page has no Prometheus (compose's `prometheus` service is not
@@ -46,6 +46,11 @@ def start_run(
     return page_errors(at)
 
 
+def stored_runs(db: Path) -> Any:
+    with RunStore(db) as opened:
+        return opened.runs_frame()
+
+
 def wait_done(at: AppTest, db: Path, timeout_s: float = 60.0) -> list[str]:
     """Re-run the page until the run is over (stored, or refused); the page's errors."""
     deadline = time.monotonic() + timeout_s
@@ -53,7 +58,7 @@ def wait_done(at: AppTest, db: Path, timeout_s: float = 60.0) -> list[str]:
         time.sleep(0.5)
         at.run()
         errors = page_errors(at)
-        if errors or (db.exists() and not store.runs_frame(db).empty and not at.get("progress")):
+        if errors or (db.exists() and not stored_runs(db).empty and not at.get("progress")):
             return errors
     raise AssertionError("the dashboard's run did not finish")
 
@@ -63,12 +68,15 @@ def newest_run(db: Path, timeout_s: float = 60.0) -> dict[str, Any]:
 
     A run's row is in the store from its start (status ``running``): wait for its end.
     """
-    run_id = int(store.runs_frame(db)["id"].iloc[0])
+    with RunStore(db) as opened:
+        run_id = int(opened.runs_frame()["id"].iloc[0])
     deadline = time.monotonic() + timeout_s
-    run = store.load_run(db, run_id)
+    with RunStore(db) as opened:
+        run = opened.load_run(run_id)
     while run.status == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-        run = store.load_run(db, run_id)
+        with RunStore(db) as opened:
+            run = opened.load_run(run_id)
     c = run.summary.client
     return {"url": run.params.url, "status": run.status, "sent": c.sent, "ok": c.ok}
 

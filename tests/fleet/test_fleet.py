@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamlit import config as st_config
 
 from dashboard import fleet as overview
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from promapi import PromClient
 from stack import cli as stack_cli
 from stack import dashboard as dashboard_row

@@ -25,7 +25,7 @@ import pytest
 import requests
 import yaml
 
-from loadgen.burst import infer_body
+from loadgen.clients.burst import infer_body
 from stack.supervisor import Supervisor, running
 from stacksettings import RULES_SETTINGS, Settings, isolated
 from tests.helpers import wait_for

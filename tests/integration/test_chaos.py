@@ -26,7 +26,7 @@ import pytest
 import requests
 import yaml
 
-from loadgen import store
+from loadgen.store.runstore import RunStore
 from stacksettings import PORTS, RULES_SETTINGS, Settings, isolated, procstat
 
 pytestmark = pytest.mark.integration
@@ -161,8 +161,10 @@ def test_every_service_comes_back_under_load_and_the_run_accounts_for_every_requ
         load.send_signal(signal.SIGINT)
         _, err = load.communicate(timeout=60)
     assert load.returncode in (0, 1, 130), err
-    (row,) = store.list_runs(db)
-    client = store.load_run(db, row["id"]).summary.client
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
+    with RunStore(db) as opened:
+        client = opened.load_run(row["id"]).summary.client
     assert client.sent > 0
     assert client.sent == client.ok + client.failed + client.timed_out
     print({"sent": client.sent, "ok": client.ok, "failed": client.failed})

@@ -14,7 +14,7 @@ import time
 import pytest
 import tritonclient.http as httpclient
 
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stacksettings import Settings
 from tests.helpers import infer_add, model_stats
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collector import BatchingCollector
 from exporter.scrape import Fetcher
 from exporter.targets import Target
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stacksettings import Settings, free_ports
 from tests.helpers import infer_add
 

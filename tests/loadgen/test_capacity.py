@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from loadgen import capacity, cli
-from loadgen.capacity import CapacityParams, Step
+from loadgen import cli
+from loadgen.engine import capacity
+from loadgen.engine.capacity import CapacityParams, Step
 from loadgen.errors import LoadgenError
 from stack.supervisor import running
 from stacksettings import Settings, isolated

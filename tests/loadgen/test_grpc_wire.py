@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
-from loadgen import http2, scenarios
-from loadgen.checks import WRONG_SUM
-from loadgen.grpcclient import GrpcClient
-from loadgen.payloads import Payloads, request_tensors
-from loadgen.recorder import Recorder
-from loadgen.target import Address, ModelSpec, TensorSpec
+from loadgen.clients import http2
+from loadgen.clients.checks import WRONG_SUM
+from loadgen.clients.grpc_client import GrpcClient
+from loadgen.clients.payloads import Payloads, request_tensors
+from loadgen.clients.target import Address, ModelSpec, TensorSpec
+from loadgen.engine import scenarios
+from loadgen.results.recorder import Recorder
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -120,20 +121,25 @@ def closed_loop(
     return asyncio.run(go())
 
 
+def recorded(client: GrpcClient) -> Recorder:
+    assert isinstance(client.recorder, Recorder)
+    return client.recorder
+
+
 def test_answers_are_checked_and_big_requests_respect_flow_control() -> None:
     # 12,000 floats per input: 96 kB a request, past the server's 64 KiB window and its
     # 16 KiB frames, so requests go out in pieces and wait for its WINDOW_UPDATEs.
     client, server = closed_loop(lambda n: "add", requests=24, width=12_000)
-    s = client.recorder.summary()
+    s = recorded(client).summary()
     assert (s.sent, s.ok, s.failed, s.timed_out) == (24, 24, 0, 0), s.errors
     assert server.calls == 24 and len(client.conns) <= 1
     wrong, _ = closed_loop(lambda n: "wrong" if n % 2 else "add", requests=20)
-    assert wrong.recorder.summary().errors == {WRONG_SUM: 10}
+    assert recorded(wrong).summary().errors == {WRONG_SUM: 10}
 
 
 def test_an_error_status_is_a_failure_named_by_its_code_and_message() -> None:
     client, _ = closed_loop(lambda n: "error" if n < 5 else "add", requests=20)
-    s = client.recorder.summary()
+    s = recorded(client).summary()
     assert (s.sent, s.ok, s.failed) == (20, 15, 5)
     assert s.errors == {"gRPC INVALID_ARGUMENT: bad input: 100% wrong": 5}
 
@@ -142,7 +148,7 @@ def test_a_late_answer_times_out_and_its_slot_goes_on_on_the_same_connection() -
     client, server = closed_loop(
         lambda n: "sleep" if n < 2 else "add", requests=10, concurrency=2, timeout_s=0.3
     )
-    s = client.recorder.summary()
+    s = recorded(client).summary()
     assert (s.sent, s.ok, s.timed_out, s.failed) == (10, 8, 2, 0)
     assert s.errors == {"no answer within 0.3s": 2}
     assert server.calls == 10
@@ -167,7 +173,7 @@ def test_a_server_that_goes_away_and_comes_back() -> None:
             await task
             await client.close()
             await server.stop()
-        return client.recorder
+        return recorded(client)
 
     rec = asyncio.run(go())
     s = rec.summary()

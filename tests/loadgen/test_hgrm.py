@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from loadgen.hgrm import hgrm
-from loadgen.histogram import Histogram
+from loadgen.reports.hgrm import hgrm
+from loadgen.results.histogram import Histogram
 
 # HdrHistogram's Java reference writes this header (printStream.format "%12s %14s %10s %14s").
 HEADER = "       Value     Percentile TotalCount 1/(1-Percentile)"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from loadgen import report, scenarios
-from loadgen.clients import Client
-from loadgen.recorder import LATE_THRESHOLD_S, OK, Recorder
-from loadgen.shapes import Arrivals, ConstantRate
-from loadgen.summary import ClientSummary
+from loadgen.clients.slots import OK, Client
+from loadgen.engine import scenarios
+from loadgen.engine.shapes import Arrivals, ConstantRate
+from loadgen.reports import report
+from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
+from loadgen.results.summary import ClientSummary
 
 
 class Clock:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import compare, merge, report, store
-from loadgen.histogram import Histogram
+from loadgen.reports import compare, merge, report
+from loadgen.results.histogram import Histogram
+from loadgen.store.runstore import RunStore
 from stack.supervisor import running
 from stacksettings import ROOT, isolated
 from tests.helpers import model_stats
@@ -54,14 +55,17 @@ def requests_served(url: str) -> int:
 def check_run_adds_up(db: Path, run_id: int) -> None:
     """sent = ok + failed + timed out; records = sent, numbered 0..n-1 by completion;
     the timeline sums to the totals; the summary's percentiles are the records'."""
-    run = store.load_run(db, run_id)
+    with RunStore(db) as opened:
+        run = opened.load_run(run_id)
     c = run.summary.client
     assert c.sent == c.ok + c.failed + c.timed_out
-    records = store.load_records(db, run_id)
+    with RunStore(db) as opened:
+        records = opened.load_records(run_id)
     assert [r["seq"] for r in records] == list(range(c.sent))
     done = [r["start_s"] + r["latency_s"] for r in records]
     assert done == sorted(done)
-    timeline = store.load_timeline(db, run_id)
+    with RunStore(db) as opened:
+        timeline = opened.load_timeline(run_id)
     for key in ("sent", "ok", "failed", "timed_out"):
         assert sum(row[key] for row in timeline) == getattr(c, key)
     hist = Histogram()
@@ -85,14 +89,17 @@ def test_two_processes_make_one_run_whose_counts_are_tritons(triton: str, tmp_pa
     c = out["client"]
     assert c["sent"] == c["ok"] == after - before > 0
     assert out["server"]["requests"] == after - before  # the whole window, read once
-    (row,) = store.list_runs(db)
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
     assert row["sent"] == c["sent"]
     check_run_adds_up(db, row["id"])
     # Both workers sent for the whole run: the merged timeline has load in every second.
-    timeline = store.load_timeline(db, row["id"])
+    with RunStore(db) as opened:
+        timeline = opened.load_timeline(row["id"])
     assert all(r["sent"] > 0 for r in timeline[:2])
     # The run reads back as any run: the table and a comparison with itself.
-    run = store.load_run(db, row["id"])
+    with RunStore(db) as opened:
+        run = opened.load_run(row["id"])
     assert "2 processes" in report.run_table(run)
     ratios = {r.measure: r.b_over_a for r in compare.compare(run.summary, run.summary)}
     assert ratios["throughput (req/s)"] == 1.0
@@ -106,10 +113,12 @@ def test_an_open_loop_rate_is_split_and_adds_up(triton: str, tmp_path: Path) -> 
     )  # fmt: skip
     after = requests_served(triton)
     assert done.returncode == 0, done.stderr
-    (row,) = store.list_runs(db)
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
     assert row["sent"] == row["ok"] == after - before
     assert 360 <= row["sent"] <= 440  # 2 x 100/s for 2 s, constant arrivals
-    run = store.load_run(db, row["id"])
+    with RunStore(db) as opened:
+        run = opened.load_run(row["id"])
     assert run.params.rate == 200
     check_run_adds_up(db, row["id"])
 
@@ -128,7 +137,8 @@ def test_ctrl_c_stops_every_worker_and_keeps_the_run(triton: str, tmp_path: Path
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    (row,) = store.list_runs(db)
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
     assert row["status"] == "interrupted"
     assert row["sent"] == requests_served(triton) - before  # nothing lost, nothing extra
     check_run_adds_up(db, row["id"])
@@ -166,10 +176,12 @@ def test_merge_runs_made_side_by_side(triton: str, tmp_path: Path) -> None:
     assert a["client"] == b["client"]
     assert a["seconds"] == b["seconds"]
     assert "error" in a["server"]  # the parts' windows overlap: no server side is invented
-    runs = store.list_runs(merged_db)
+    with RunStore(merged_db) as opened:
+        runs = opened.list_runs()
     assert [r["sent"] for r in runs] == [served, served]
     check_run_adds_up(merged_db, a["run_id"])  # records came from the stores
-    assert store.load_records(merged_db, b["run_id"]) == []  # JSON brings none
+    with RunStore(merged_db) as opened:
+        assert opened.load_records(b["run_id"]) == []  # JSON brings none
     twice = loadgen("merge", str(stores[0]), str(jsons[0]), "--db", str(merged_db))
     assert twice.returncode == 2 and "is the same run as" in twice.stderr
     # The merged run is itself mergeable, and the HDR export counts every ok request.
@@ -207,8 +219,8 @@ def test_merge_sums_every_count_a_summary_holds() -> None:
     """A count a later version adds to the client summary (late sends) is summed too."""
     from dataclasses import replace
 
-    from loadgen.params import RunParams
-    from loadgen.summary import ClientSummary, Latency, LoadRun, RunSummary
+    from loadgen.results.params import RunParams
+    from loadgen.results.summary import ClientSummary, Latency, LoadRun, RunSummary
 
     def part(sent: int, start: float) -> merge.Part:
         c = ClientSummary(sent, sent, 0, 0, 1.0, float(sent), Latency(), {"x": 1}, not_sent=2)

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import limits, report, store
-from loadgen.api import RunParams, run
+from loadgen import limits
 from loadgen.cli import main
+from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
-from loadgen.summary import ServerSummary
+from loadgen.reports import report
+from loadgen.results.summary import ServerSummary
+from loadgen.store.runstore import RunStore
+from loadgen.store.schema import STALE_S
 from stacksettings import ROOT, Settings
 from tests.helpers import model_stats
 
@@ -26,7 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 def stored_server(db: Path, run_id: int) -> ServerSummary:
-    server = store.load_run(db, run_id).summary.server
+    with RunStore(db) as opened:
+        server = opened.load_run(run_id).summary.server
     assert server is not None
     return server
 
@@ -83,10 +87,12 @@ def test_accounting_under_load(
     assert c.failed == c.timed_out == 0, c.errors
     assert server is not None and server.requests == c.sent
     assert (server.average_batch_size or 0) > 1  # 16 in flight get batched
-    records = store.load_records(db, result.run_id or 0)
+    with RunStore(db) as opened:
+        records = opened.load_records(result.run_id or 0)
     assert len(records) == c.sent
     assert sorted(r["seq"] for r in records) == list(range(c.sent))
-    timeline = store.load_timeline(db, result.run_id or 0)
+    with RunStore(db) as opened:
+        timeline = opened.load_timeline(result.run_id or 0)
     assert sum(t["ok"] for t in timeline) == c.ok
     assert sum(t["sent"] for t in timeline) == c.sent
 
@@ -144,8 +150,10 @@ def _running_with_records(db: Path) -> int:
     while True:
         assert time.monotonic() < deadline, "the run never showed up in the store"
         try:
-            runs = store.list_runs(db)
-            if runs and store.load_records(db, runs[0]["id"], limit=1):
+            with RunStore(db) as opened:
+                runs = opened.list_runs()
+                first = runs and opened.load_records(runs[0]["id"], limit=1)
+            if first:
                 assert runs[0]["status"] == "running"
                 return int(runs[0]["id"])
         except (sqlite3.OperationalError, LoadgenError):  # the store is being made
@@ -164,12 +172,15 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path, sig: signal.
     result = json.loads(out)
     assert result["status"] == "interrupted" and result["run_id"] == run_id
     assert result["client"]["duration_s"] < 20 and result["client"]["ended"] == "stop"
-    stored = store.load_run(db, result["run_id"])
+    with RunStore(db) as opened:
+        stored = opened.load_run(result["run_id"])
     assert stored.status == "interrupted"
     c = stored.summary.client
     assert c.sent == c.ok + c.failed + c.timed_out > 0
-    assert len(store.load_records(db, result["run_id"])) == c.sent
-    assert sum(t["sent"] for t in store.load_timeline(db, run_id)) == c.sent
+    with RunStore(db) as opened:
+        assert len(opened.load_records(result["run_id"])) == c.sent
+    with RunStore(db) as opened:
+        assert sum(t["sent"] for t in opened.load_timeline(run_id)) == c.sent
 
 
 def test_a_killed_run_keeps_all_but_its_last_second(triton_url: str, tmp_path: Path) -> None:
@@ -179,15 +190,18 @@ def test_a_killed_run_keeps_all_but_its_last_second(triton_url: str, tmp_path: P
     time.sleep(1.5)
     proc.kill()
     proc.communicate(timeout=30)
-    row = store.load_row(db, run_id)
+    with RunStore(db) as opened:
+        row = opened.load_row(run_id)
     assert row["status"] == "running"
-    records = store.load_records(db, run_id)
+    with RunStore(db) as opened:
+        records = opened.load_records(run_id)
     # Everything up to its last commit, which is at most about a second old.
     assert len(records) == row["ok"] + row["failed"] + row["timed_out"] > 1000
     assert row["summary"]["duration_s"] > 1.5
-    with store.connect(db, create=True) as conn:
-        assert store.settle_abandoned(conn, time.time() + store.STALE_S + 1) == [run_id]
-    assert store.load_run(db, run_id).status == "failed"
+    with RunStore(db, create=True) as opened:
+        assert opened.settle_abandoned(time.time() + STALE_S + 1) == [run_id]
+    with RunStore(db) as opened:
+        assert opened.load_run(run_id).status == "failed"
 
 
 def test_a_run_is_cut_short_by_nothing_but_its_own_limits(
@@ -202,7 +216,8 @@ def test_a_run_is_cut_short_by_nothing_but_its_own_limits(
     assert result.status == "ok" and c.ended == "duration"
     assert c.sent > 50 and c.duration_s >= 1.9
     assert "ended by      its duration (2 s asked)" in report.run_table(result)
-    assert store.load_run(db, result.run_id or 0).summary.client.ended == "duration"
+    with RunStore(db) as opened:
+        assert opened.load_run(result.run_id or 0).summary.client.ended == "duration"
     monkeypatch.undo()
     counted = run(RunParams("concurrency", url=triton_url, concurrency=4, requests=300), str(db))
     assert (counted.summary.client.sent, counted.summary.client.ended) == (300, "requests")
@@ -212,7 +227,7 @@ def test_a_locked_store_saves_the_run_beside_it_and_says_so_in_one_line(
     triton_url: str, tmp_path: Path
 ) -> None:
     db = tmp_path / "runs.sqlite3"
-    store.connect(db, create=True).close()
+    RunStore(db, create=True).close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
@@ -239,7 +254,8 @@ def test_a_locked_store_saves_the_run_beside_it_and_says_so_in_one_line(
         beside["client"] == printed["client"]
         and beside["records_in_file"] == printed["client"]["sent"]
     )
-    assert store.list_runs(db) == []
+    with RunStore(db) as opened:
+        assert opened.list_runs() == []
 
 
 BAD_INPUTS = [
@@ -269,7 +285,7 @@ def test_bad_input_exits_2_and_writes_nothing(
     message: str,
 ) -> None:
     db = tmp_path / "runs.sqlite3"
-    store.connect(db, create=True).close()
+    RunStore(db, create=True).close()
     before = db.read_bytes()
     assert main([*argv, "--url", triton_url, "--db", str(db)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -315,10 +331,12 @@ def test_compare_two_models_prints_the_ratio_table(
     out = capsys.readouterr().out
     assert code == 0
     assert "model executions" in out and "throughput (req/s)" in out and "B / A" in out
-    runs = store.list_runs(db)
+    with RunStore(db) as opened:
+        runs = opened.list_runs()
     assert [r["model"] for r in runs] == ["batch_add_model", "add_unbatched"]
     assert runs[0]["group_id"] == runs[1]["group_id"] != ""
-    unbatched = store.load_run(db, runs[1]["id"])
+    with RunStore(db) as opened:
+        unbatched = opened.load_run(runs[1]["id"])
     # No batching: one execution per request.
     assert stored_server(db, runs[1]["id"]).executions == unbatched.summary.client.ok
     # B batches, A cannot (its average batch is exactly 1): B / A reads above 1.
@@ -363,7 +381,8 @@ def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path
     )
     result = run(params, db=str(db))
     assert result.run_id is not None and result.summary.client.not_sent is not None
-    stored = store.load_run(db, result.run_id)
+    with RunStore(db) as opened:
+        stored = opened.load_run(result.run_id)
     assert stored.params == result.params
     assert stored.summary == result.summary
     assert (stored.status, stored.started_at, stored.finished_at, stored.group_id) == (
@@ -375,7 +394,8 @@ def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path
     assert stored.describe() == result.describe()
     # The restart flag is kept too (a restart itself is not provoked here).
     restarted = replace(result, summary=replace(result.summary, server_restarted=True))
-    assert store.load_run(db, store.save(db, restarted)).summary.server_restarted
+    with RunStore(db, create=True) as opened:
+        assert opened.load_run(opened.save(restarted)).summary.server_restarted
 
 
 def test_csv_export(triton_url: str, tmp_path: Path) -> None:
@@ -387,4 +407,5 @@ def test_csv_export(triton_url: str, tmp_path: Path) -> None:
     assert len(records) == 6
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM timeline").fetchone()[0] >= 1
-    assert list(store.records_frame(db, result.run_id or 0)["outcome"]) == ["ok"] * 5
+    with RunStore(db) as opened:
+        assert list(opened.records_frame(result.run_id or 0)["outcome"]) == ["ok"] * 5

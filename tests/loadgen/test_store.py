@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import report, store
-from loadgen.params import RunParams
-from loadgen.summary import Latency
+from loadgen.reports import report
+from loadgen.results.params import RunParams
+from loadgen.results.summary import Latency
+from loadgen.store.runstore import RunStore
 
 DB = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 
 
 def test_an_old_store_reads_as_typed_runs() -> None:
-    rate = store.load_run(DB, 1)
+    with RunStore(DB) as opened:
+        rate = opened.load_run(1)
     assert rate.params == RunParams(
         "rate",
         url="http://127.0.0.1:54429",
@@ -45,21 +47,25 @@ def test_an_old_store_reads_as_typed_runs() -> None:
     assert (server.requests, server.inferences, server.executions) == (1190, 1190, 956)
     assert server.executions_by_batch_size == {1: 733, 2: 217, 3: 1, 4: 5}
     assert set(server.compute_infer_s_per_execution_by_batch_size) == {1, 2, 3, 4}
-    closed = store.load_run(DB, 2)
+    with RunStore(DB) as opened:
+        closed = opened.load_run(2)
     assert closed.params.concurrency == 8 and closed.summary.client.not_sent is None
 
 
 @pytest.mark.parametrize("run_id", [1, 2])
 def test_the_types_write_the_shape_the_store_has_always_had(run_id: int) -> None:
-    row = store.load_row(DB, run_id)
-    run = store.load_run(DB, run_id)
+    with RunStore(DB) as opened:
+        row = opened.load_row(run_id)
+    with RunStore(DB) as opened:
+        run = opened.load_run(run_id)
     assert run.params.to_json() == row["params"]
     assert run.summary.client.to_json() == row["summary"]
     assert run.summary.server_json() == row["server"]
 
 
 def test_b_faster_than_a_gives_a_throughput_ratio_above_one() -> None:
-    a, b = store.load_run(DB, 1), store.load_run(DB, 2)  # 397/s, then 5,773/s
+    with RunStore(DB) as opened:
+        a, b = opened.load_run(1), opened.load_run(2)  # 397/s, then 5,773/s
     table = report.compare_table(a, b)
     header = table.splitlines()[3]
     assert header.split() == ["A", "B", "B", "/", "A"]

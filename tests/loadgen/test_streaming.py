@@ -13,15 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen import store
-from loadgen.api import RunResult
 from loadgen.cli import main, parse_age
+from loadgen.clients.slots import FAILED, OK
+from loadgen.engine.runner import RunResult
 from loadgen.errors import LoadgenError
-from loadgen.histogram import Histogram
-from loadgen.params import RunParams
-from loadgen.recorder import FAILED, OK, OTHER_ERRORS, Recorder
-from loadgen.summary import RunSummary
-from loadgen.writer import RunWriter, Tick
+from loadgen.results.histogram import Histogram
+from loadgen.results.params import RunParams
+from loadgen.results.recorder import OTHER_ERRORS, Recorder
+from loadgen.results.summary import RunSummary
+from loadgen.store.prune import check_rules
+from loadgen.store.runstore import RunStore
+from loadgen.store.schema import ABANDONED, IN_PROGRESS, STALE_S
+from loadgen.store.writer import RunWriter, Tick
 
 OLD_STORE = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 PARAMS = RunParams("concurrency", url="http://127.0.0.1:1", concurrency=8, duration_s=100)
@@ -66,7 +69,8 @@ def result_of(rec: Recorder, status: str = "ok") -> RunResult:
 def listed(db: Path) -> list[dict]:
     """The store's runs once the writer's thread has made it (empty before)."""
     try:
-        return store.list_runs(db)
+        with RunStore(db) as opened:
+            return opened.list_runs()
     except (LoadgenError, sqlite3.OperationalError):
         return []
 
@@ -169,7 +173,8 @@ def test_memory_stays_flat_over_200k_requests_streamed_into_the_store(tmp_path: 
     assert len(rec.pending) < 2000
     writer.finish(result_of(rec), tick(rec))
     assert writer.note == ""
-    run = store.load_run(db, writer.run_id or 0)
+    with RunStore(db) as opened:
+        run = opened.load_run(writer.run_id or 0)
     assert run.status == "ok" and run.summary.client.sent == 200_000
     with sqlite3.connect(db) as conn:
         count, seqs = conn.execute("SELECT COUNT(*), COUNT(DISTINCT seq) FROM records").fetchone()
@@ -192,24 +197,29 @@ def test_a_run_in_progress_reads_as_running_with_what_is_committed(tmp_path: Pat
     while not listed(db) or listed(db)[0]["sent"] < 3000:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    (row,) = store.list_runs(db)
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
     assert row["status"] == "running"
-    running = store.load_run(db, row["id"])
-    assert running.summary.server is None and running.summary.server_error == store.IN_PROGRESS
-    assert len(store.load_records(db, row["id"])) == 3000
-    assert sum(r["sent"] for r in store.load_timeline(db, row["id"])) == 3000
+    with RunStore(db) as opened:
+        running = opened.load_run(row["id"])
+    assert running.summary.server is None and running.summary.server_error == IN_PROGRESS
+    with RunStore(db) as opened:
+        assert len(opened.load_records(row["id"])) == 3000
+    with RunStore(db) as opened:
+        assert sum(r["sent"] for r in opened.load_timeline(row["id"])) == 3000
     # Its process dies here: the next writer, a minute on, marks it failed and says why.
-    with store.connect(db, create=True) as conn:
-        assert store.settle_abandoned(conn, time.time()) == []
-        assert store.settle_abandoned(conn, time.time() + store.STALE_S + 1) == [row["id"]]
-    dead = store.load_run(db, row["id"])
-    assert dead.status == "failed" and dead.summary.client.error == store.ABANDONED
+    with RunStore(db, create=True) as opened:
+        assert opened.settle_abandoned(time.time()) == []
+        assert opened.settle_abandoned(time.time() + STALE_S + 1) == [row["id"]]
+    with RunStore(db) as opened:
+        dead = opened.load_run(row["id"])
+    assert dead.status == "failed" and dead.summary.client.error == ABANDONED
     assert dead.summary.client.sent == 3000
 
 
 def test_a_locked_store_costs_nothing_and_says_where_the_run_went(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
-    store.connect(db, create=True).close()
+    RunStore(db, create=True).close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock to the end
     try:
@@ -234,15 +244,20 @@ def test_a_locked_store_costs_nothing_and_says_where_the_run_went(tmp_path: Path
     assert sum(r["sent"] for r in saved["timeline"]) == 3000
     records = (tmp_path / saved["records_file"]).read_text().splitlines()
     assert records[0] == "seq,start_s,latency_s,outcome,error" and len(records) == 3001
-    assert store.list_runs(db) == []
+    with RunStore(db) as opened:
+        assert opened.list_runs() == []
     # Once the lock is gone, `loadgen import` puts it where it belongs, once.
     assert main(["import", str(writer.saved_to), "--db", str(db)]) == 0
     assert main(["import", str(writer.saved_to), "--db", str(db)]) == 0
-    (row,) = store.list_runs(db)
-    imported = store.load_run(db, row["id"])
+    with RunStore(db) as opened:
+        (row,) = opened.list_runs()
+    with RunStore(db) as opened:
+        imported = opened.load_run(row["id"])
     assert imported.summary == result.summary and imported.status == "ok"
-    assert len(store.load_records(db, row["id"])) == 3000
-    assert sum(r["sent"] for r in store.load_timeline(db, row["id"])) == 3000
+    with RunStore(db) as opened:
+        assert len(opened.load_records(row["id"])) == 3000
+    with RunStore(db) as opened:
+        assert sum(r["sent"] for r in opened.load_timeline(row["id"])) == 3000
 
 
 def test_a_store_locked_midway_keeps_its_first_part_and_imports_the_rest(
@@ -269,16 +284,20 @@ def test_a_store_locked_midway_keeps_its_first_part_and_imports_the_rest(
         holder.close()
     assert writer.saved_to is not None and writer.run_id is not None
     assert f"1,200 records are in the store's run #{writer.run_id}" in writer.note
-    assert store.list_runs(db)[0]["status"] == "running"
-    run_id, added = store.import_saved(db, writer.saved_to)
+    with RunStore(db) as opened:
+        assert opened.list_runs()[0]["status"] == "running"
+    with RunStore(db, create=True) as opened:
+        run_id, added = opened.import_saved(writer.saved_to)
     assert (run_id, added) == (writer.run_id, 800)
-    assert store.load_run(db, run_id).summary == result.summary
-    assert len(store.load_records(db, run_id)) == 2000
+    with RunStore(db) as opened:
+        assert opened.load_run(run_id).summary == result.summary
+    with RunStore(db) as opened:
+        assert len(opened.load_records(run_id)) == 2000
 
 
 def test_a_lock_that_goes_away_costs_nothing(tmp_path: Path) -> None:
     db = tmp_path / "runs.sqlite3"
-    store.connect(db, create=True).close()
+    RunStore(db, create=True).close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     clock = Clock()
@@ -292,7 +311,8 @@ def test_a_lock_that_goes_away_costs_nothing(tmp_path: Path) -> None:
     holder.close()
     writer.finish(result_of(rec), tick(rec))
     assert writer.note == "" and writer.saved_to is None
-    assert len(store.load_records(db, writer.run_id or 0)) == 1000
+    with RunStore(db) as opened:
+        assert len(opened.load_records(writer.run_id or 0)) == 1000
 
 
 def test_a_file_that_is_not_a_store_costs_nothing(tmp_path: Path) -> None:
@@ -311,8 +331,10 @@ def test_a_file_that_is_not_a_store_costs_nothing(tmp_path: Path) -> None:
 def test_an_old_store_learns_the_running_status_and_keeps_its_runs(tmp_path: Path) -> None:
     db = tmp_path / "old.sqlite3"
     shutil.copy(OLD_STORE, db)
-    before = [store.load_row(db, i) for i in (1, 2)]
-    records = len(store.load_records(db, 1))
+    with RunStore(db) as opened:
+        before = [opened.load_row(i) for i in (1, 2)]
+    with RunStore(db) as opened:
+        records = len(opened.load_records(1))
     clock = Clock()
     rec = Recorder(clock=clock)
     writer = RunWriter(db, PARAMS)
@@ -320,8 +342,10 @@ def test_an_old_store_learns_the_running_status_and_keeps_its_runs(tmp_path: Pat
     feed(rec, clock, 100, 1000)
     writer.finish(result_of(rec), tick(rec))
     assert writer.run_id == 3 and writer.note == ""
-    assert [store.load_row(db, i) for i in (1, 2)] == before
-    assert len(store.load_records(db, 1)) == records
+    with RunStore(db) as opened:
+        assert [opened.load_row(i) for i in (1, 2)] == before
+    with RunStore(db) as opened:
+        assert len(opened.load_records(1)) == records
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         assert conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone() == (
@@ -335,7 +359,8 @@ def saved_run(db: Path, started_at: float, n: int = 10) -> int:
     feed(rec, clock, n, 1000)
     result = result_of(rec)
     result.started_at = started_at
-    return store.save(db, result)
+    with RunStore(db, create=True) as opened:
+        return opened.save(result)
 
 
 def test_prune_keeps_the_newest_and_the_young_and_a_run_still_going(
@@ -351,22 +376,26 @@ def test_prune_keeps_the_newest_and_the_young_and_a_run_still_going(
         time.sleep(0.02)
     assert main(["prune", "--older-than", "15d", "--db", str(db)]) == 0
     assert "pruned 2 runs (2,000 records)" in capsys.readouterr().out
-    assert [r["id"] for r in store.list_runs(db)] == [ids[-1] + 1, *reversed(ids[2:])]
-    pruned = store.prune(db, keep=2)
+    with RunStore(db) as opened:
+        assert [r["id"] for r in opened.list_runs()] == [ids[-1] + 1, *reversed(ids[2:])]
+    with RunStore(db) as opened:
+        pruned = opened.prune(keep=2)
     assert pruned.runs == [ids[2], ids[3]] and pruned.records == 2000
     assert pruned.bytes_after < pruned.bytes_before
-    remaining = [r["id"] for r in store.list_runs(db)]
+    with RunStore(db) as opened:
+        remaining = [r["id"] for r in opened.list_runs()]
     assert remaining == [ids[-1] + 1, ids[-1]]  # the running one is kept, and counts
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 1000
         assert conn.execute("SELECT COUNT(DISTINCT run_id) FROM timeline").fetchone()[0] == 1
-    assert store.prune(db, keep=0).runs == [ids[-1]]  # never the run still going
+    with RunStore(db) as opened:
+        assert opened.prune(keep=0).runs == [ids[-1]]  # never the run still going
     live.abort("interrupted", "test over")
 
 
 def test_prune_refuses_no_rule_and_bad_ages(tmp_path: Path) -> None:
     with pytest.raises(LoadgenError, match="--keep N, --older-than AGE"):
-        store.prune(tmp_path / "x.sqlite3")
+        check_rules(None, None)
     assert parse_age("30d") == 30 * 86400 and parse_age("90s") == 90
     for bad in ("30", "d", "-1h", "3x"):
         with pytest.raises(LoadgenError, match="--older-than"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from loadgen.clients.target import Address, check_target, parse_address
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams, default_urls, validate
-from loadgen.target import Address, check_target, parse_address
+from loadgen.results.params import RunParams, default_urls, validate
 
 
 @pytest.fixture(autouse=True)

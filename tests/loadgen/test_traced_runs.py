@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from advisor.cli import main as advisor_main
-from loadgen import store
-from loadgen.api import RunParams, run
 from loadgen.cli import main
-from loadgen.shapes import ConstantRate, count_arrivals
+from loadgen.engine.runner import RunParams, run
+from loadgen.engine.shapes import ConstantRate, count_arrivals
+from loadgen.store.runstore import RunStore
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
 from tests.helpers import TritonCrashes, served_whole
@@ -72,7 +72,8 @@ def test_every_request_joined_to_its_trace_and_batch(
 ) -> None:
     db = tmp_path / "runs.sqlite3"
     run_id = traced_run(traced_stack, db, concurrency=4, requests=300, protocol=protocol)
-    loaded = store.load_run(db, run_id)
+    with RunStore(db) as opened:
+        loaded = opened.load_run(run_id)
     trace, server = loaded.trace, loaded.summary.server
     assert trace is not None and server is not None
     # Triton 2.51 sometimes leaves the last trace of a window out of its file.
@@ -118,7 +119,8 @@ def test_a_poisson_run_shorter_than_its_rate_says_is_traced_whole(
     result = run(p, db=str(db))
     served_whole(result.summary.client.failed, result.summary.client.errors)
     assert result.status == "ok" and result.run_id is not None
-    trace = store.load_run(db, result.run_id).trace
+    with RunStore(db) as opened:
+        trace = opened.load_run(result.run_id).trace
     assert trace is not None
     assert trace.sent == planned and not trace.note, trace
     assert trace.traced in (planned - 1, planned), trace  # Triton may drop a window's last
@@ -131,8 +133,9 @@ def test_the_cli_report_shows_the_traced_side(
     argv = ["concurrency", "-c", "4", "--requests", "200", "--trace", "--db", str(tmp_path / "r")]
     code = main([*argv, "--url", s.url("triton_http"), "--exporter-url", s.url("exporter")])
     out = capsys.readouterr().out
-    for stored in store.list_runs(tmp_path / "r"):
-        client = store.load_run(tmp_path / "r", stored["id"]).summary.client
+    with RunStore(tmp_path / "r") as opened:
+        clients = [opened.load_run(r["id"]).summary.client for r in opened.list_runs()]
+    for client in clients:
         served_whole(client.failed, client.errors)
     assert code == 0
     assert "server side, traced (Triton's own traces of this run's requests:" in out
@@ -190,7 +193,8 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
     spread += r"simulated\)"
     assert re.search(spread, out), out
     # The run keeps Triton's timestamps: the hand-offs come from them, without the server.
-    kept = store.load_traced_requests(db, run_id, "batch_add_model")
+    with RunStore(db) as opened:
+        kept = opened.load_traced_requests(run_id, "batch_add_model")
     assert len(kept) in (599, 600) and all(r.queue_start_ns <= r.compute_start_ns for r in kept)
     line = next(x for x in out.splitlines() if x.startswith("hand-offs from traces: "))
     assert re.search(r"\(the run's (599|600) traced requests\)$", line), line

@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.checks import check_outputs
+from loadgen.clients.checks import check_outputs
+from loadgen.clients.payloads import Payloads, Tensor, request_tensors
+from loadgen.clients.slots import FAILED, OK, TIMED_OUT
+from loadgen.clients.target import ModelSpec, TensorSpec
+from loadgen.engine.shapes import Arrivals, ConstantRate, Steps, count_arrivals
 from loadgen.errors import LoadgenError
-from loadgen.histogram import Histogram, bucket_bounds, bucket_of
-from loadgen.params import RunParams, validate
-from loadgen.payloads import Payloads, Tensor, request_tensors
-from loadgen.recorder import FAILED, OK, TIMED_OUT, Recorder
-from loadgen.shapes import Arrivals, ConstantRate, Steps, count_arrivals
-from loadgen.target import ModelSpec, TensorSpec
-from loadgen.tracing import window_requests
+from loadgen.results.histogram import Histogram, bucket_bounds, bucket_of
+from loadgen.results.params import RunParams, validate
+from loadgen.results.recorder import Recorder
+from loadgen.results.tracing import window_requests
 from tritonapi.traces import TracedRequest
 
 ADD = ModelSpec(

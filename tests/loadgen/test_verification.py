@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.api import RunParams, run
-from loadgen.checks import WRONG_SUM
+from loadgen.clients.checks import WRONG_SUM
+from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated

@@ -18,7 +18,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stack.supervisor import Supervisor, running
 from stacksettings import Settings, isolated
 

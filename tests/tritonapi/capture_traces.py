@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tritonclient.http as httpclient
 
-from loadgen.burst import burst, infer_body
+from loadgen.clients.burst import burst, infer_body
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.helpers import add_inputs

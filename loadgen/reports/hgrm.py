@@ -6,7 +6,7 @@ TotalCount, 1/(1-Percentile)), the 100 % line without the last column, and a foo
 mean, standard deviation, max, total count, buckets and sub-buckets. Tools that plot HDR
 latency (HdrHistogram's plotter, hdr-plot) read it.
 
-The run's histogram (``loadgen.histogram``) is already an HDR histogram: integer
+The run's histogram (``loadgen.results.histogram``) is already an HDR histogram: integer
 microseconds, values below 256 exact and each power of two split into 128 sub-buckets, the
 layout of an HdrHistogram with a lowest discernible value of 1 and 2 significant digits
 (256 sub-buckets). So the text here is what HdrHistogram itself writes for the same
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from loadgen.histogram import SUB, Histogram, bucket_bounds, bucket_of
+from loadgen.results.histogram import SUB, Histogram, bucket_bounds, bucket_of
 
 SIGNIFICANT_DIGITS = 2  # the digits of the HdrHistogram whose layout ours is
 SUB_BUCKETS = 2 * SUB

@@ -1,16 +1,17 @@
 """The Python API of load runs (the CLI and the dashboard both call it).
 
-    from loadgen.api import RunParams, run
+    from loadgen.engine.runner import RunParams, run
     result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
     result.summary.client.throughput_per_s, result.run_id
 
-The result is a ``LoadRun`` (``loadgen.summary``): params, status, times and a typed
-``RunSummary``; ``loadgen.store.load_run`` reads a stored run back as the same type.
+The result is a ``LoadRun`` (``loadgen.results.summary``): params, status, times and a typed
+``RunSummary``; ``RunStore.load_run`` (``loadgen.store.runstore``) reads a stored run back
+as the same type.
 
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
 deltas for the window, and stores the run. The store gets it while it goes
-(``loadgen.writer``): status ``running``, the records and timeline committed each second,
+(``loadgen.store.writer``): status ``running``, the records and timeline committed each second,
 the final status at the end, so memory stays flat however long the run and a crash loses at
 most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
 another thread) ends sending, waits for the requests in flight, and stores the partial run
@@ -29,23 +30,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadgen import scenarios, serverside
-from loadgen.clients import Client
+from loadgen.clients.grpc_client import GrpcClient
+from loadgen.clients.http_client import HttpClient
+from loadgen.clients.payloads import Payloads, Tensor, request_tensors
+from loadgen.clients.slots import Client
+from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model, parse_address
+from loadgen.engine import scenarios, serverside
+from loadgen.engine.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
 from loadgen.errors import LoadgenError
-from loadgen.grpcclient import GrpcClient
-from loadgen.httpclient import HttpClient
-from loadgen.params import RunParams, validate
-from loadgen.payloads import Payloads, Tensor, request_tensors
-from loadgen.recorder import LATE_THRESHOLD_S, Recorder
-from loadgen.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
-from loadgen.summary import LoadRun, RunSummary, ServerSummary
-from loadgen.target import Address, ModelSpec, check_target, fetch_model, parse_address
-from loadgen.tracing import TracedRecord, Window, expected_requests, summarize
-from loadgen.writer import RunWriter, Tick
+from loadgen.results.params import RunParams, validate
+from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
+from loadgen.results.result import RunResult
+from loadgen.results.summary import LoadRun, RunSummary, ServerSummary
+from loadgen.results.tracing import Window, expected_requests, summarize
+from loadgen.store.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT
-from tritonapi.traces import TracedRequest
 
 __all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
 
@@ -67,24 +68,6 @@ class Prepared:
     # The open-loop arrival schedule's seed: --seed, else drawn once here, so that a traced
     # run knows how many requests its schedule holds before it starts.
     arrival_seed: int = 0
-
-
-@dataclass(kw_only=True)
-class RunResult(LoadRun):
-    """A run just made: a ``LoadRun`` with its per-second timeline and per-request records."""
-
-    timeline: list[dict[str, Any]]
-    recorder: Recorder
-    traced: list[TracedRecord] | None = None  # --trace: each traced request of the run
-    # --trace: the model's requests in the window with Triton's timestamps (not stored)
-    traced_requests: list[TracedRequest] | None = None
-    # Set when the store could not take (all of) the run: one line saying where it is.
-    store_note: str = ""
-
-    def records(self) -> list[tuple[int, float, float, str, str | None]]:
-        """The records still in memory: every one of a run made without a store (up to
-        ``recorder.keep``); none of a stored run (``store.load_records`` reads those)."""
-        return self.recorder.records()
 
 
 def prepare(params: RunParams) -> Prepared:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadgen.summary import RunSummary
+from loadgen.results.summary import RunSummary
 
 
 @dataclass(frozen=True)

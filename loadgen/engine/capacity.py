@@ -8,7 +8,7 @@ every request was answered right (none failed, timed out or left unsent) and the
 its latency, counted from each request's due time, is at or under the bound. The answer is
 the highest rate that passed; the true capacity lies between it and the lowest that failed.
 
-Every step is an ordinary open-loop run (``loadgen.api.run``), stored like any run, with
+Every step is an ordinary open-loop run (``loadgen.engine.runner.run``), stored like any run, with
 one group id for the search.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen import limits
-from loadgen.params import RunParams
-from loadgen.summary import LoadRun
+from loadgen.results.params import RunParams
+from loadgen.results.summary import LoadRun
 
 MAX_STEPS = 30
 MAX_P99_S = 120.0

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loadgen.payloads import DTYPES
-from loadgen.target import TensorSpec
+from loadgen.clients.payloads import DTYPES
+from loadgen.clients.target import TensorSpec
 
 WRONG_SUM = "wrong answer: OUTPUT_SUM != INPUT_A + INPUT_B"
 

@@ -1,6 +1,7 @@
 """The few pieces of HTTP/2 (RFC 9113) and HPACK (RFC 7541) a gRPC load client needs.
 
-Frames are built and parsed here as bytes; the connection logic is in ``loadgen.grpcclient``.
+Frames are built and parsed here as bytes; the connection logic is in
+``loadgen.clients.grpc_client``.
 The client asks the server for an HPACK dynamic table of size 0, so every header block the
 server sends decodes the same way whatever came before: a decoded block can be looked up
 by its bytes (``HeaderCache``) instead of decoded again (a gRPC server sends the same two

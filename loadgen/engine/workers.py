@@ -13,7 +13,7 @@ Each worker checks the target and its inputs, waits at a barrier until all are r
 they start together), and streams its run into a store of its own in a temporary folder.
 The parent reads the server's statistics before the barrier and after the last worker's
 last answer (the whole window's server side, once), then merges the workers' runs exactly
-(``loadgen.merge``) into one run of the real store, records included, and removes the
+(``loadgen.reports.merge``) into one run of the real store, records included, and removes the
 workers' stores.
 
 The merged run is stored when all workers have ended: while it goes, each worker's run is
@@ -33,10 +33,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen import api, limits, merge, serverside
+from loadgen import limits
+from loadgen.engine import runner, serverside
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams
-from loadgen.summary import LoadRun
+from loadgen.reports import merge
+from loadgen.results.params import RunParams
+from loadgen.results.summary import LoadRun
 
 MAX_PROCESSES = 64
 START_TIMEOUT_S = 120.0  # for every worker to import, check the target and be ready
@@ -100,7 +102,7 @@ def run(params: RunParams, n: int, db: str | None, group_id: str = "") -> SplitR
     Bad input raises LoadgenError before any worker starts. Ctrl-C or SIGTERM to this
     process stops the workers as it stops one run: they stop sending, wait for the requests
     in flight, and the merged run is stored as interrupted."""
-    prepared = api.prepare(params)
+    prepared = runner.prepare(params)
     shares = split(prepared.params, n)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(n + 1)
@@ -190,7 +192,7 @@ def _server_side(
     for part in parts:
         c = part.run.summary.client
         answered += c.ok + sum(
-            n for kind, n in c.errors.items() if kind.startswith(api.CHECKED_KINDS)
+            n for kind, n in c.errors.items() if kind.startswith(runner.CHECKED_KINDS)
         )
     try:
         after = serverside.settled_after(base, model, before, answered)
@@ -206,7 +208,7 @@ def _worker(index: int, params: RunParams, db: str, barrier: Any, results: Any) 
     os.setpgrp()
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        prepared = api.prepare(params)
+        prepared = runner.prepare(params)
     except (LoadgenError, KeyboardInterrupt) as exc:
         barrier.abort()
         results.put((index, str(exc) or "stopped", "unstarted"))
@@ -217,7 +219,7 @@ def _worker(index: int, params: RunParams, db: str, barrier: Any, results: Any) 
         results.put((index, "", "unstarted"))
         return
     try:
-        result = api.run(prepared, db, threading.Event(), handle_sigint=True)
+        result = runner.run(prepared, db, threading.Event(), handle_sigint=True)
         results.put((index, result.summary.client.error or result.store_note, result.status))
     except BaseException as exc:  # the run is in its store as far as it went
         results.put((index, f"worker {index}: {exc!r}", "failed"))

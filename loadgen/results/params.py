@@ -48,7 +48,7 @@ class RunParams:
     allow_remote: bool = False
     seed: int | None = None
     label: str = ""
-    # Trace every request in Triton (loadgen.tracing), read back through the exporter.
+    # Trace every request in Triton (loadgen.results.tracing), read back through the exporter.
     trace: bool = False
     exporter_url: str = ""
 

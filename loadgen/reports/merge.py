@@ -27,17 +27,17 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen import store
 from loadgen.errors import LoadgenError
-from loadgen.histogram import Histogram
-from loadgen.params import RunParams
-from loadgen.recorder import QUANTILES, TIMELINE_COLUMNS
-from loadgen.summary import ClientSummary, Latency, LoadRun, RunSummary, ServerSummary
+from loadgen.results.histogram import Histogram
+from loadgen.results.params import RunParams
+from loadgen.results.recorder import QUANTILES, TIMELINE_COLUMNS
+from loadgen.results.summary import ClientSummary, Latency, LoadRun, RunSummary, ServerSummary
+from loadgen.store import writes
+from loadgen.store.runstore import RunStore
 
 Row = tuple[float, float, str]  # start_s, latency_s, outcome
 # What must match for runs to be one run: the same requests to the same model.
@@ -134,17 +134,17 @@ def portable(base: dict[str, Any], found: FromRecords) -> dict[str, Any]:
 # ---- reading parts ------------------------------------------------------------------
 def part_from_store(db: Path, run_id: int | None, name: str) -> Part:
     """The run ``run_id`` of store ``db`` (its only one when None)."""
-    if run_id is None:
-        listed = store.list_runs(db, limit=2)
-        if len(listed) != 1:
-            many = f"holds {len(listed)}+ runs" if listed else "holds no run"
-            raise LoadgenError(f"{name} {many}: name one as {db}:RUN_ID")
-        run_id = int(listed[0]["id"])
-    run = store.load_run(db, run_id)
-    if run.status == "running":
-        raise LoadgenError(f"{name}: run #{run_id} is still going; merge it once it has ended")
-    with closing(store.connect(db)) as conn:
-        rows = conn.execute(
+    with RunStore(db) as runs:
+        if run_id is None:
+            listed = runs.list_runs(limit=2)
+            if len(listed) != 1:
+                many = f"holds {len(listed)}+ runs" if listed else "holds no run"
+                raise LoadgenError(f"{name} {many}: name one as {db}:RUN_ID")
+            run_id = int(listed[0]["id"])
+        run = runs.load_run(run_id)
+        if run.status == "running":
+            raise LoadgenError(f"{name}: run #{run_id} is still going; merge it once it has ended")
+        rows = runs.conn.execute(
             "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (run_id,)
         )
         found = from_records((r[0], r[1], r[2]) for r in rows)
@@ -381,32 +381,26 @@ def save(db: str | Path, merged: Merged, parts: Sequence[Part], group_id: str = 
     """The merged run into store ``db`` in one transaction, with its timeline and, when
     every part came from a store, its records in order of completion; returns its id."""
     run = merged.run
-    values = store.run_values(
+    values = writes.run_values(
         run.params,
         group_id,
         run.status,
         run.started_at,
         run.finished_at,
         run.summary.client,
-        _server_column(run.summary),
+        writes.server_column(run.summary),
     )
-    with closing(store.connect(db, create=True)) as conn:
+    with RunStore(db, create=True) as runs:
+        conn = runs.conn
         with conn:
             cur = conn.execute(
-                f"INSERT INTO runs ({store.RUN_VALUES}) VALUES ({','.join('?' * 18)})", values
+                f"INSERT INTO runs ({writes.RUN_VALUES}) VALUES ({','.join('?' * 18)})", values
             )
             run_id = int(cur.lastrowid or 0)
-            store.upsert_timeline(conn, run_id, merged.timeline)
+            writes.upsert_timeline(conn, run_id, merged.timeline)
         if all(p.source is not None for p in parts):
             _copy_records(conn, run_id, parts, merged.offsets)
     return run_id
-
-
-def _server_column(summary: RunSummary) -> dict[str, Any]:
-    server = summary.server_json()
-    if summary.server_restarted:
-        server["server_restarted"] = True
-    return server
 
 
 def _copy_records(

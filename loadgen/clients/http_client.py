@@ -15,10 +15,8 @@ import contextlib
 import json
 from typing import Any
 
-from loadgen.checks import WRONG_SUM, check_outputs
-from loadgen.clients import Client, Pending
-from loadgen.recorder import FAILED, OK, TIMED_OUT
-from loadgen.tracing import ID_DIGITS, request_id
+from loadgen.clients.checks import WRONG_SUM, check_outputs
+from loadgen.clients.slots import FAILED, ID_DIGITS, OK, TIMED_OUT, Client, Pending, request_id
 
 SETTLE_S = 0.05  # for a burst: time for the server to read everything but the last bytes
 
@@ -175,7 +173,7 @@ class HttpClient(Client):
         conn.transport.write(self.head_of(index) + inputs)
 
     async def burst(self, slots: list[Any], first_index: int) -> None:
-        """Last-byte synchronisation (as in loadgen.burst): every request goes out complete
+        """Last-byte synchronisation (as in loadgen.clients.burst): every request goes out complete
         but for its last byte, then all last bytes are written back to back, so the server
         can parse none before the final write and all arrive within microseconds."""
         datas = []

@@ -4,17 +4,44 @@ scenarios drive.
 A *slot* is one place a request can be in flight (an HTTP keep-alive connection, or a share
 of one gRPC channel). A scenario calls :meth:`Client.send` on an idle slot; when the
 request's outcome is recorded the client calls ``on_done(slot)`` to hand the slot back.
+
+A client records each request's outcome into an ``Outcomes`` (the run's recorder,
+``loadgen.results.recorder.Recorder``); the outcome codes and the request ids a traced run
+puts on the wire are defined here, with the clients that produce them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from loadgen.payloads import Payloads, Tensor
-from loadgen.recorder import Recorder
-from loadgen.target import Address, ModelSpec, TensorSpec
+from loadgen.clients.payloads import Payloads, Tensor
+from loadgen.clients.target import Address, ModelSpec, TensorSpec
+
+OK, FAILED, TIMED_OUT = 0, 1, 2  # a request's outcome, as clients record it
+ID_DIGITS = 10  # fixed width: the HTTP client's request head keeps its length
+
+
+def request_id(token: str, index: int) -> str:
+    return f"{token}-{index:0{ID_DIGITS}d}"
+
+
+class Outcomes(Protocol):
+    """What a client records into: the run's clock, each send and each outcome."""
+
+    done: int
+
+    def now(self) -> float: ...
+
+    def mark_sent(self, at: float) -> None: ...
+
+    def record(
+        self, start: float, outcome: int, error: str | None = None, index: int = -1
+    ) -> None: ...
+
+    @property
+    def in_flight(self) -> int: ...
 
 
 class Pending:
@@ -36,7 +63,7 @@ class Client:
         tensors: list[Tensor],
         outputs: list[TensorSpec],
         payloads: Payloads,
-        recorder: Recorder,
+        recorder: Outcomes,
         timeout_s: float,
         id_token: str = "",
     ) -> None:
@@ -71,6 +98,6 @@ class Client:
         raise NotImplementedError
 
 
-async def wait_idle(recorder: Recorder, poll_s: float = 0.005) -> None:
+async def wait_idle(recorder: Outcomes, poll_s: float = 0.005) -> None:
     while recorder.in_flight:
         await asyncio.sleep(poll_s)

@@ -1,16 +1,15 @@
 """What the user reads: a progress line while a run goes, a table after it, and the ratio
-table of a comparison (``loadgen.compare``, the one the dashboard shows too). Plain text: it
+table of a comparison (``loadgen.reports.compare``, the one the dashboard shows too). Plain text: it
 goes to logs and CI output as well as terminals."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from typing import IO, Any
 
-from loadgen.compare import compare
-from loadgen.summary import ENDED, LoadRun
-from loadgen.tracing import TraceSummary
+from loadgen.reports.compare import compare
+from loadgen.results.summary import ENDED, LoadRun
+from loadgen.results.tracing import TraceSummary
 from tritonapi.traces import REASON_TEXT
 
 
@@ -143,7 +142,7 @@ def _cell(value: float | None) -> str:
 
 
 def compare_table(a: LoadRun, b: LoadRun) -> str:
-    """``loadgen.compare`` as text: A, B and B / A per measure."""
+    """``loadgen.reports.compare`` as text: A, B and B / A per measure."""
     lines = [f"A: {a.describe()}", f"B: {b.describe()}", ""]
     lines.append(f"{'':<30}{'A':>14}{'B':>14}{'B / A':>10}")
     for row in compare(a.summary, b.summary):
@@ -157,16 +156,3 @@ def compare_json(a: LoadRun, b: LoadRun) -> list[dict[str, Any]]:
         {"measure": r.measure, "a": r.a, "b": r.b, "b_over_a": r.b_over_a}
         for r in compare(a.summary, b.summary)
     ]
-
-
-def result_json(run: LoadRun) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "group_id": run.group_id,
-        "status": run.status,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "params": run.params.to_json(),
-        **run.summary.to_json(),
-        **({"trace": asdict(run.trace)} if run.trace is not None else {}),
-    }

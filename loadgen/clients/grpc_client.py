@@ -22,7 +22,7 @@ serialized once, and each request's ``raw_input_contents`` (and id, in traced ru
 appended as protobuf fields; protobuf parses concatenated messages as one merged message.
 The header block is the same bytes for every request (literals the server never indexes),
 and the client asks for an HPACK table of size 0, so the server's header blocks decode
-without state and are looked up by their bytes (``loadgen.http2``). Flow control: the
+without state and are looked up by their bytes (``loadgen.clients.http2``). Flow control: the
 client opens its receive windows wide at the start and tops the connection's up; its
 sends respect the server's windows and frame size (a request that does not fit waits for
 the server's WINDOW_UPDATE). PINGs are answered, SETTINGS acknowledged, a GOAWAY moves
@@ -47,12 +47,10 @@ from urllib.parse import unquote
 import grpc
 from tritonclient.grpc import service_pb2
 
-from loadgen import http2
-from loadgen.checks import WRONG_SUM, check_outputs
-from loadgen.clients import Client, Pending
+from loadgen.clients import http2
+from loadgen.clients.checks import WRONG_SUM, check_outputs
+from loadgen.clients.slots import FAILED, OK, TIMED_OUT, Client, Pending, request_id
 from loadgen.errors import LoadgenError
-from loadgen.recorder import FAILED, OK, TIMED_OUT
-from loadgen.tracing import request_id
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 SLOTS_PER_CONNECTION = 256

@@ -9,7 +9,7 @@ folded into the run's when the second is over, and only its p50/p99/mean stay (t
 keeps 56 bytes a second in typed arrays).
 
 The per-request records wait in typed arrays (about 20 bytes each) until :meth:`drain` hands
-them on: a run with a store drains them every second (``loadgen.store.RunWriter``), so they
+them on: a run with a store drains them every second (``loadgen.store.writer.RunWriter``), so they
 never pile up. A run without one keeps the first ``keep`` records and counts the rest as
 ``dropped``.
 """
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.histogram import Histogram
-from loadgen.summary import ClientSummary, Latency
+from loadgen.clients.slots import OK
+from loadgen.results.histogram import Histogram
+from loadgen.results.summary import ClientSummary, Latency
 
-OK, FAILED, TIMED_OUT = 0, 1, 2
 OUTCOMES = ("ok", "failed", "timed_out")
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 # Distinct error texts kept as their own kind; past this, one kind for the rest (an error

@@ -1,7 +1,7 @@
 """The traffic patterns, each an async driver of a client's slots.
 
 - serial: N requests one at a time, a fixed gap after each answer.
-- concurrent: N requests at once (last-byte synchronised over HTTP, see loadgen.burst).
+- concurrent: N requests at once (last-byte synchronised over HTTP, see loadgen.clients.burst).
 - closed loop: C requests always in flight for a duration (or N requests).
 - open loop: arrivals at the rate a load shape gives (constant or Poisson), whether or not
   earlier answers came back. A request that finds every slot busy waits in a backlog and its
@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from loadgen.clients import Client, wait_idle
-from loadgen.shapes import Arrivals
+from loadgen.clients.slots import Client, wait_idle
+from loadgen.engine.shapes import Arrivals
 
 Stop = Callable[[], bool]
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import requests
 
+from loadgen.clients.target import admin_client
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams
-from loadgen.target import admin_client
+from loadgen.results.params import RunParams
 from tritonapi.client import TritonError
 from tritonapi.modelconfig import ModelConfig
 from tritonapi.traces import (
@@ -36,7 +36,6 @@ from tritonapi.traces import (
     with_reasons,
 )
 
-ID_DIGITS = 10  # fixed width: the HTTP client's request head keeps its length
 WAIT_S = 10.0  # the longest to wait for Triton to write the window and the exporter to read it
 
 
@@ -69,10 +68,6 @@ def check(p: RunParams, exact: int | None = None) -> int:
 
 def new_token() -> str:
     return f"lg{secrets.token_hex(4)}"
-
-
-def request_id(token: str, index: int) -> str:
-    return f"{token}-{index:0{ID_DIGITS}d}"
 
 
 @dataclass(frozen=True)

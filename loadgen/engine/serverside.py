@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from loadgen.errors import LoadgenError
-from loadgen.summary import ServerSummary
+from loadgen.results.summary import ServerSummary
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.clients.target import ModelSpec, TensorSpec
 from loadgen.errors import LoadgenError
 from loadgen.limits import MAX_REQUEST_BYTES
-from loadgen.target import ModelSpec, TensorSpec
 
 DTYPES: dict[str, str] = {
     "BOOL": "?",

@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from loadgen.params import RunParams
-from loadgen.tracing import TraceSummary
+from loadgen.results.params import RunParams
+from loadgen.results.tracing import TraceSummary
 
 
 @dataclass(frozen=True)
@@ -171,3 +171,17 @@ class LoadRun:
         name = "(not stored)" if self.run_id is None else f"#{self.run_id}"
         when = time.strftime("%H:%M:%S", time.localtime(self.started_at))
         return f"{name} {p.label or p.describe()} on {p.model} at {when}"
+
+
+def result_json(run: LoadRun) -> dict[str, Any]:
+    """A run as ``--json`` prints it (and as a run saved beside the store keeps it)."""
+    return {
+        "run_id": run.run_id,
+        "group_id": run.group_id,
+        "status": run.status,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "params": run.params.to_json(),
+        **run.summary.to_json(),
+        **({"trace": asdict(run.trace)} if run.trace is not None else {}),
+    }

@@ -15,7 +15,7 @@ When the store cannot take a commit, nothing is dropped:
   records the store did not take) and, at the end, ``<store>.run-<start time>.json`` (the
   run's summary and timeline as ``--json`` prints them, and which records are where).
   ``note`` then holds the one line that says where, and ``loadgen import`` puts the run
-  into the store later (``store.import_saved``).
+  into the store later (``RunStore.import_saved``).
 """
 
 from __future__ import annotations
@@ -28,17 +28,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loadgen import store
 from loadgen.errors import LoadgenError
-from loadgen.params import RunParams
-from loadgen.recorder import TIMELINE_COLUMNS, Records
-from loadgen.report import result_json
-from loadgen.summary import ClientSummary
-
-if TYPE_CHECKING:
-    from loadgen.api import RunResult
+from loadgen.results.params import RunParams
+from loadgen.results.recorder import TIMELINE_COLUMNS, Records
+from loadgen.results.result import RunResult
+from loadgen.results.summary import ClientSummary, result_json
+from loadgen.store import writes
+from loadgen.store.runstore import RunStore
+from loadgen.store.schema import IN_PROGRESS, is_locked
 
 MAX_BACKLOG = 2_000_000  # records held while the store is locked (about 100 MB)
 BUSY_S = 2.0  # SQLite's busy wait for a commit during the run (the next second retries)
@@ -121,7 +120,7 @@ class RunWriter:
 
     # ---- the writer's thread -------------------------------------------------------
     def _work(self) -> None:
-        conn: sqlite3.Connection | None = None
+        opened: RunStore | None = None
         pending: list[tuple[str, Any]] = []
         done = False
         while not done:
@@ -134,22 +133,23 @@ class RunWriter:
             done = pending[-1][0] in ("end", "discard", "abort")
             if self._beside is None:
                 try:
-                    if conn is None:
-                        conn = store.connect(self.db, create=True, timeout=self.busy_s)
+                    if opened is None:
+                        opened = RunStore(self.db, create=True, timeout=self.busy_s)
                     if done:
-                        conn.execute(f"PRAGMA busy_timeout = {int(self.final_busy_s * 1000)}")
-                    self._commit(conn, pending)
+                        busy_ms = int(self.final_busy_s * 1000)
+                        opened.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                    self._commit(opened.conn, pending)
                     pending = []
                 except (sqlite3.Error, LoadgenError, OSError) as exc:
                     self.error = str(exc)
-                    locked = store.is_locked(exc)
+                    locked = is_locked(exc)
                     if done or not locked or _backlog(pending) > MAX_BACKLOG:
                         self._go_beside()
             if self._beside is not None:
                 self._save_beside(pending)
                 pending = []
-        if conn is not None:
-            conn.close()
+        if opened is not None:
+            opened.close()
 
     def _commit(self, conn: sqlite3.Connection, items: list[tuple[str, Any]]) -> None:
         """Every item in one transaction: all of them are in the store, or none."""
@@ -158,10 +158,10 @@ class RunWriter:
         try:
             for kind, item in items:
                 if kind == "begin":
-                    store.settle_abandoned(conn)
+                    writes.settle_abandoned(conn)
                     started_at, client = item
                     cur = conn.execute(
-                        f"INSERT INTO runs ({store.RUN_VALUES}) VALUES ({','.join('?' * 18)})",
+                        f"INSERT INTO runs ({writes.RUN_VALUES}) VALUES ({','.join('?' * 18)})",
                         self._row("running", started_at, started_at, client),
                     )
                     run_id = int(cur.lastrowid or 0)
@@ -170,17 +170,17 @@ class RunWriter:
                     stored += self._tick(conn, run_id, item)
                 elif kind == "end":
                     assert run_id is not None
-                    values = store.final_values(item)
+                    values = writes.final_values(item)
                     conn.execute(
-                        f"UPDATE runs SET ({store.RUN_VALUES}) = ({','.join('?' * 18)}) "
+                        f"UPDATE runs SET ({writes.RUN_VALUES}) = ({','.join('?' * 18)}) "
                         "WHERE id = ?",
                         (*values, run_id),
                     )
                     if item.trace is not None:
-                        store.save_trace(conn, run_id, item)
-                    store.save_server(conn, run_id, item)
+                        writes.save_trace(conn, run_id, item)
+                    writes.save_server(conn, run_id, item)
                 elif kind == "abort" and run_id is not None:
-                    store.mark_ended(conn, run_id, *item)
+                    writes.mark_ended(conn, run_id, *item)
                 elif kind == "discard" and run_id is not None:
                     for table in ("records", "timeline", "runs"):
                         column = "id" if table == "runs" else "run_id"
@@ -194,12 +194,12 @@ class RunWriter:
         self.error = ""  # a lock that went away cost nothing
 
     def _row(self, status: str, started_at: float, at: float, client: ClientSummary) -> Any:
-        server = {"error": store.IN_PROGRESS}
-        return store.run_values(self.params, self.group_id, status, started_at, at, client, server)
+        server = {"error": IN_PROGRESS}
+        return writes.run_values(self.params, self.group_id, status, started_at, at, client, server)
 
     def _tick(self, conn: sqlite3.Connection, run_id: int, tick: Tick) -> int:
-        n = store.insert_records(conn, run_id, tick.records.rows(tick.errors))
-        store.upsert_timeline(conn, run_id, tick.timeline)
+        n = writes.insert_records(conn, run_id, tick.records.rows(tick.errors))
+        writes.upsert_timeline(conn, run_id, tick.timeline)
         c = tick.client
         conn.execute(
             "UPDATE runs SET finished_at = ?, sent = ?, ok = ?, failed = ?, timed_out = ?, "

@@ -1,0 +1,158 @@
+"""The store's tables, its connection settings and the migrations of older stores.
+
+Tables (see ``loadgen.store.runstore`` for what each holds): ``runs``, ``records``,
+``timeline``, ``traced``, ``traced_times``, ``trace_windows``, ``run_server``. A writer's
+connection (``create``) makes the file and missing tables, puts the store in WAL mode and
+teaches an older ``runs`` table the ``running`` status; tables added later (traces, the
+server's config) are made by ``CREATE TABLE IF NOT EXISTS`` and read as empty where missing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from loadgen.errors import LoadgenError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    group_id TEXT NOT NULL DEFAULT '',
+    label TEXT NOT NULL DEFAULT '',
+    scenario TEXT NOT NULL,
+    model TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    target TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'interrupted', 'failed')),
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    sent INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    timed_out INTEGER NOT NULL,
+    throughput_per_s REAL,
+    p99_s REAL,
+    params TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    server TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    start_s REAL NOT NULL,
+    latency_s REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timeline (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    second INTEGER NOT NULL,
+    sent INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    timed_out INTEGER NOT NULL,
+    p50_s REAL,
+    p99_s REAL,
+    mean_s REAL,
+    PRIMARY KEY (run_id, second)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS traced (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    record INTEGER,
+    queue_wait_s REAL NOT NULL,
+    compute_s REAL NOT NULL,
+    batch INTEGER NOT NULL,
+    batch_size INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS traced_times (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    trace_id INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    queue_start_ns INTEGER NOT NULL,
+    compute_start_ns INTEGER NOT NULL,
+    compute_end_ns INTEGER NOT NULL,
+    PRIMARY KEY (run_id, trace_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trace_windows (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    sent INTEGER NOT NULL,
+    note TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run_server (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    triton_version TEXT NOT NULL,
+    model_config TEXT NOT NULL
+);
+"""
+RUN_COLUMNS = (
+    "id, group_id, label, scenario, model, protocol, target, status, started_at, finished_at, "
+    "sent, ok, failed, timed_out, throughput_per_s, p99_s"
+)
+
+
+STALE_S = 60.0  # a running run with no commit for this long: its process died
+IN_PROGRESS = "the run is still going"
+ABANDONED = (
+    "the load generator stopped writing this run before it ended (killed, crashed, or it "
+    "lost the store); the figures are those of its last commit"
+)
+
+
+def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqlite3.Connection:
+    """A connection to the store; with ``create`` (writers) the file and tables are made if
+    missing, the store is put in WAL mode and an older store's ``runs`` table learns the
+    ``running`` status."""
+    path = Path(db)
+    if not create and not path.exists():
+        raise LoadgenError(f"no load-run store at {path} (run a load first, or pass --db)")
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(str(path), timeout=timeout)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        if create:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives our crash
+            conn.executescript(SCHEMA)
+            _learn_running(conn)
+        return conn
+    except sqlite3.DatabaseError as exc:
+        if is_locked(exc):  # a store in use, not a bad one: the caller waits or says so
+            raise
+        raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's answer when another connection holds the lock past the busy wait."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def _learn_running(conn: sqlite3.Connection) -> None:
+    """Stores written before runs were streamed refuse status 'running' (a CHECK); SQLite
+    cannot alter a CHECK, so the table is rebuilt with its rows and ids (SQLite's own
+    procedure: foreign keys off, copy, drop, rename, in one transaction)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()
+    if row is None or "'running'" in row[0]:
+        return
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()
+        if "'running'" not in row[0]:  # another writer may have done it meanwhile
+            new = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS runs") : SCHEMA.index(");") + 2]
+            conn.execute(new.replace("IF NOT EXISTS runs", "runs_with_running"))
+            conn.execute("INSERT INTO runs_with_running SELECT * FROM runs")
+            conn.execute("DROP TABLE runs")
+            conn.execute("ALTER TABLE runs_with_running RENAME TO runs")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
