@@ -125,6 +125,8 @@ def loadgen_violations(root: Path) -> list[str]:
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             targets: list[str] = []
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
