@@ -30,6 +30,7 @@ import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -67,6 +68,9 @@ class Cell:
     # Requests sent, as a multiple of what fills the window: above 1 the load goes on
     # after the window is written (a user's run longer than the window).
     load_factor: float = 1.0
+    # Triton writes the window's traces every log_frequency traces (0: once, when full),
+    # which keeps what was written before a crash.
+    log_frequency: int = 0
 
     @property
     def sent(self) -> int:
@@ -87,6 +91,8 @@ CELLS = [
     Cell("n2000-c8-poll", 2000, 1, concurrency=8, poll_s=0.5),
     Cell("n5000-c8-poll", 5000, 1, concurrency=8, poll_s=0.5),
     Cell("n5000-c8-after", 5000, 1, concurrency=8, poll_s=0.5, load_factor=2.4),
+    Cell("n2000-c8-lf500", 2000, 1, concurrency=8, log_frequency=500),
+    Cell("n5000-c8-lf1000", 5000, 1, concurrency=8, log_frequency=1000),
     Cell("n2000-c1", 2000, 1, concurrency=1),
     Cell("n2000-c2", 2000, 1, concurrency=2),
     Cell("n5000-c2", 5000, 1, concurrency=2),
@@ -192,7 +198,7 @@ def one_window(supervisor: Supervisor, settings: Settings, cell: Cell) -> tuple[
             "trace_level": ["TIMESTAMPS"],
             "trace_rate": cell.rate,
             "trace_count": cell.count,
-            "log_frequency": 0,
+            "log_frequency": cell.log_frequency,
         },
         model=MODEL,
     )
@@ -269,8 +275,6 @@ def poll(url: str, settings: Settings, every_s: float, done: threading.Event) ->
 
 def _signal_name(code: int) -> str:
     if code < 0:
-        import signal
-
         with contextlib.suppress(ValueError):
             return signal.Signals(-code).name
         return f"signal {-code}"
@@ -322,6 +326,8 @@ def main() -> int:
         "--budget-s", type=float, default=5400.0, help="no new round after this (default 5400)"
     )
     args = parser.parse_args()
+    # SIGTERM ends the run like Ctrl-C: the private Triton is stopped on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     cells = CELLS if args.cells == "all" else [c for c in CELLS if c.name in args.cells.split(",")]
     if not cells:
         parser.error(f"--cells {args.cells}: none of {', '.join(c.name for c in CELLS)}")
