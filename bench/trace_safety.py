@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -54,6 +55,9 @@ from tritonapi.traces import stop_window, window_left  # noqa: E402
 HANG_S = 30.0
 
 
+AFTER = 3_000  # about 1 s of closed-loop load at concurrency 8 here
+
+
 @dataclass(frozen=True)
 class Cell:
     name: str
@@ -65,9 +69,9 @@ class Cell:
     # Read the model's trace setting every poll_s during the window, as `stack trace` and
     # the exporter do (0: not during the window).
     poll_s: float = 0.0
-    # Requests sent, as a multiple of what fills the window: above 1 the load goes on
-    # after the window is written (a user's run longer than the window).
-    load_factor: float = 1.0
+    # Requests sent after those that fill the window: the load goes on while Triton
+    # writes the window and turns tracing off (a user's load outlives the window).
+    after: int = 0
     # Triton writes the window's traces every log_frequency traces (0: once, when full),
     # which keeps what was written before a crash.
     log_frequency: int = 0
@@ -75,32 +79,34 @@ class Cell:
     @property
     def sent(self) -> int:
         """Requests one window sends: enough to fill it, and one sampling period more."""
-        return round(self.count * self.rate * self.load_factor) + self.rate
+        return self.count * self.rate + self.rate + self.after
 
     def load(self) -> str:
         return f"c={self.concurrency}" if self.concurrency else f"{self.load_rate:g}/s Poisson"
 
 
 CELLS = [
-    Cell("n300-c8", 300, 1, concurrency=8),
-    Cell("n1000-c8", 1000, 1, concurrency=8),
+    # The load stops when the window is full.
     Cell("n2000-c8", 2000, 1, concurrency=8),
     Cell("n5000-c8", 5000, 1, concurrency=8),
-    Cell("n10000-c8", 10000, 1, concurrency=8),
     Cell("n20000-c8", 20000, 1, concurrency=8),
-    Cell("n2000-c8-poll", 2000, 1, concurrency=8, poll_s=0.5),
-    Cell("n5000-c8-poll", 5000, 1, concurrency=8, poll_s=0.5),
-    Cell("n5000-c8-after", 5000, 1, concurrency=8, poll_s=0.5, load_factor=2.4),
-    Cell("n2000-c8-lf500", 2000, 1, concurrency=8, log_frequency=500),
-    Cell("n5000-c8-lf1000", 5000, 1, concurrency=8, log_frequency=1000),
-    Cell("n2000-c1", 2000, 1, concurrency=1),
-    Cell("n2000-c2", 2000, 1, concurrency=2),
-    Cell("n5000-c2", 5000, 1, concurrency=2),
-    Cell("n500-c8-r10", 500, 10, concurrency=8),
-    Cell("n2000-c8-r10", 2000, 10, concurrency=8),
-    Cell("n2000-800/s", 2000, 1, load_rate=800.0),
-    Cell("n2000-c8-grpc", 2000, 1, concurrency=8, protocol="grpc"),
-    Cell("n5000-c8-grpc", 5000, 1, concurrency=8, protocol="grpc"),
+    # The load goes on past the window (as it does under `stack trace` and the dashboard's
+    # button), which reads the setting every 0.5 s as `stack trace` does.
+    Cell("n300-c8+", 300, 1, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n1000-c8+", 1000, 1, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n2000-c8+", 2000, 1, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n5000-c8+", 5000, 1, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n5000-c8+nopoll", 5000, 1, concurrency=8, after=AFTER),
+    Cell("n2000-c1+", 2000, 1, concurrency=1, after=AFTER, poll_s=0.5),
+    Cell("n1000-c2+", 1000, 1, concurrency=2, after=AFTER, poll_s=0.5),
+    Cell("n2000-c2+", 2000, 1, concurrency=2, after=AFTER, poll_s=0.5),
+    Cell("n200-c8-r10+", 200, 10, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n500-c8-r10+", 500, 10, concurrency=8, after=AFTER, poll_s=0.5),
+    Cell("n1000-800/s+", 1000, 1, load_rate=800.0, after=AFTER, poll_s=0.5),
+    Cell("n2000-800/s+", 2000, 1, load_rate=800.0, after=AFTER, poll_s=0.5),
+    Cell("n2000-c8-grpc+", 2000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
+    Cell("n5000-c8-grpc+", 5000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
+    Cell("n2000-c8-lf500+", 2000, 1, concurrency=8, log_frequency=500, after=AFTER, poll_s=0.5),
 ]
 
 
@@ -117,6 +123,20 @@ class Tally:
     # Traced requests the crashed Triton had served since it started (its own windows and
     # the cells' before it): heap damage may build up over a process's life.
     lived: list[int] = field(default_factory=list)
+
+    def add(self, record: dict[str, object]) -> None:
+        """Count one window's record (as --out writes it)."""
+        outcome = str(record["outcome"])
+        self.windows += 1
+        self.durations.append(float(record["wall_s"]))  # type: ignore[arg-type]
+        self.loads.append(float(record["load1"]))  # type: ignore[arg-type]
+        if outcome == "incomplete":
+            self.incomplete += 1
+        elif outcome != "ok":
+            self.crashes += 1
+            self.hangs += outcome == "hung"
+            self.signals[outcome] = self.signals.get(outcome, 0) + 1
+            self.lived.append(int(record["lived"]))  # type: ignore[call-overload]
 
 
 # ---- the interval -------------------------------------------------------------------------
@@ -290,7 +310,8 @@ def report(tallies: list[Tally], args: argparse.Namespace, started: str, wall_s:
         f"{wall_s / 60:.0f} min; target {args.windows} windows per cell"
     )
     head = (
-        f"{'cell':<15}{'count':>6}{'1/N':>5}{'load':>13}{'proto':>6}{'windows':>8}"
+        f"{'cell':<17}{'count':>6}{'1/N':>5}{'load':>13}{'after':>6}{'poll':>5}{'proto':>6}"
+        f"{'windows':>8}"
         f"{'crashes':>8}{'P(crash)':>9}{'95% CI':>15}{'win s':>7}{'load1':>6}  how"
     )
     print(head)
@@ -305,13 +326,25 @@ def report(tallies: list[Tally], args: argparse.Namespace, started: str, wall_s:
             how += f"{', ' if how else ''}window not filled {t.incomplete}"
         load = sum(t.loads) / len(t.loads) if t.loads else float("nan")
         print(
-            f"{c.name:<15}{c.count:>6}{c.rate:>5}{c.load():>13}{c.protocol:>6}{t.windows:>8}"
+            f"{c.name:<17}{c.count:>6}{c.rate:>5}{c.load():>13}{c.after:>6}{c.poll_s:>5g}"
+            f"{c.protocol:>6}{t.windows:>8}"
             f"{t.crashes:>8}{p:>9.2f}{f'[{lo:.2f}, {hi:.2f}]':>15}"
             f"{median(t.durations):>7.1f}{load:>6.1f}  {how}"
         )
     short = [t.cell.name for t in tallies if t.windows < args.windows]
     if short:
         print(f"fewer than {args.windows} windows (the time budget ran out): {', '.join(short)}")
+
+
+def report_file(args: argparse.Namespace) -> int:
+    records = [json.loads(line) for line in args.report.read_text().splitlines() if line]
+    tallies = {c.name: Tally(c) for c in CELLS}
+    for record in records:
+        tallies[record["cell"]].add(record)
+    shown = [t for t in tallies.values() if t.windows]
+    span = f"{records[0]['at']} to {records[-1]['at']} UTC" if records else "nothing"
+    report(shown, args, f"{args.report.name}: {span}", 0.0)
+    return 0
 
 
 def main() -> int:
@@ -325,7 +358,18 @@ def main() -> int:
     parser.add_argument(
         "--budget-s", type=float, default=5400.0, help="no new round after this (default 5400)"
     )
+    parser.add_argument(
+        "--out", type=Path, help="append each window's outcome to this file (JSON lines)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help="print the table of the windows recorded in this file (--out), run nothing",
+    )
     args = parser.parse_args()
+    if args.report:
+        return report_file(args)
+    out = args.out
     # SIGTERM ends the run like Ctrl-C: the private Triton is stopped on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     cells = CELLS if args.cells == "all" else [c for c in CELLS if c.name in args.cells.split(",")]
@@ -353,24 +397,26 @@ def main() -> int:
             for r in range(args.windows):
                 round_start = time.monotonic()
                 for t in tallies:
-                    t.loads.append(os.getloadavg()[0])
+                    load1 = os.getloadavg()[0]
                     outcome, wall = one_window(supervisor, settings, t.cell)
-                    t.windows += 1
                     since_start += t.cell.count
-                    t.durations.append(wall)
-                    if outcome in ("ok",):
-                        pass
-                    elif outcome == "incomplete":
-                        t.incomplete += 1
-                    else:
-                        t.lived.append(since_start + t.cell.count)
-                        since_start = -t.cell.count
-                        t.crashes += 1
-                        t.hangs += outcome == "hung"
-                        t.signals[outcome] = t.signals.get(outcome, 0) + 1
+                    record = {
+                        "cell": t.cell.name,
+                        "outcome": outcome,
+                        "wall_s": round(wall, 3),
+                        "load1": load1,
+                        "lived": since_start,
+                        "at": time.strftime("%H:%M:%S", time.gmtime()),
+                    }
+                    t.add(record)
+                    if outcome not in ("ok", "incomplete"):
+                        since_start = 0
+                    if out is not None:
+                        with out.open("a") as f:
+                            f.write(json.dumps(record) + "\n")
                     print(
-                        f"round {r + 1} {t.cell.name:<15} {outcome:<10} {wall:5.1f} s "
-                        f"load {t.loads[-1]:.1f}",
+                        f"round {r + 1} {t.cell.name:<17} {outcome:<10} {wall:5.1f} s "
+                        f"load {load1:.1f}",
                         flush=True,
                     )
                 used = time.monotonic() - t_start
