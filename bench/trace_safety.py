@@ -172,6 +172,59 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     return lower, upper
 
 
+def poisson_cdf(k: int, mean: float) -> float:
+    term = total = math.exp(-mean)
+    for i in range(1, k + 1):
+        term *= mean / i
+        total += term
+    return total
+
+
+def poisson_upper(k: int, alpha: float = 0.05) -> float:
+    """The exact upper (1 - alpha/2) limit of a Poisson mean after ``k`` events."""
+    lo, hi = 0.0, 10.0 * (k + 2)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if poisson_cdf(k, mid) > alpha / 2:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def pooled(tallies: list[Tally], bound: float) -> None:
+    """Crashes per traced request, pooled over the cells of one kind of load.
+
+    If each traced request carries the same small risk h (the upstream bug is a race
+    that each trace's release can lose), a window of n traced requests crashes with
+    probability 1 - (1 - h)^n, and all windows of one load bound h together, far more
+    tightly than 20 windows of one cell can.
+    """
+    kinds: dict[str, list[Tally]] = {}
+    for t in tallies:
+        c = t.cell
+        kind = (f"closed c={c.concurrency}" if c.concurrency else f"open {c.load_rate:g}/s") + (
+            "" if c.protocol == "http" else f" {c.protocol}"
+        )
+        kinds.setdefault(kind, []).append(t)
+    print(
+        f"\n{'load':<20}{'windows':>8}{'traced':>10}{'crashes':>8}{'per 100k':>9}"
+        f"{'95% upper':>10}{f'n at {bound:.0%}':>9}"
+    )
+    for kind, group in sorted(kinds.items()):
+        windows = sum(t.windows for t in group)
+        traced = sum(t.windows * t.cell.count for t in group)
+        crashes = sum(t.crashes for t in group)
+        upper = poisson_upper(crashes) / traced if traced else float("inf")
+        n_safe = math.log(1 - bound) / math.log(1 - upper) if upper < 1 else 0
+        print(
+            f"{kind:<20}{windows:>8}{traced:>10,}{crashes:>8}{crashes / traced * 1e5:>9.2f}"
+            f"{upper * 1e5:>10.2f}{n_safe:>9,.0f}"
+        )
+    print("per 100k: crashes per 100,000 traced requests; n: the largest window whose crash")
+    print(f"probability stays under {bound:.0%} at the 95 % upper limit of that rate")
+
+
 # ---- one window ---------------------------------------------------------------------------
 
 
@@ -331,6 +384,7 @@ def report(tallies: list[Tally], args: argparse.Namespace, started: str, wall_s:
             f"{t.crashes:>8}{p:>9.2f}{f'[{lo:.2f}, {hi:.2f}]':>15}"
             f"{median(t.durations):>7.1f}{load:>6.1f}  {how}"
         )
+    pooled(tallies, 0.01)
     short = [t.cell.name for t in tallies if t.windows < args.windows]
     if short:
         print(f"fewer than {args.windows} windows (the time budget ran out): {', '.join(short)}")
