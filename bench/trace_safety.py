@@ -206,6 +206,7 @@ def pooled(tallies: list[Tally], bound: float) -> None:
         kind = (f"closed c={c.concurrency}" if c.concurrency else f"open {c.load_rate:g}/s") + (
             "" if c.protocol == "http" else f" {c.protocol}"
         )
+        kind += "" if c.rate == 1 else f" 1/{c.rate}"
         kinds.setdefault(kind, []).append(t)
     print(
         f"\n{'load':<20}{'windows':>8}{'traced':>10}{'crashes':>8}{'per 100k':>9}"
