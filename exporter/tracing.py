@@ -190,6 +190,7 @@ class TraceBook:
         # still to come in it at the last read of the setting (None: unreadable).
         self._opened_ns: dict[str, int] = {}
         self._left: dict[str, int | None] = {}
+        self._closed_ns: dict[str, int] = {}  # the last read that saw no window
         # Per model: (from, to) steady-clock ns of each window that ended unfinished.
         self.cut: dict[str, list[tuple[int, int]]] = {}
 
@@ -207,7 +208,8 @@ class TraceBook:
                 found = self.ratio_of(model)
                 if found is not None:
                     self.sample_ratio[model], self.trace_rate[model] = found
-                self._follow_window(model, found, now)
+                first = min((r.queue_start_ns for r in new if r.model == model), default=now)
+                self._follow_window(model, found, now, first)
             for r in new:
                 counts = self.counts.setdefault((r.model, r.version), _ModelCounts())
                 counts.observe(r.queue_wait_ns / 1e9)
@@ -221,14 +223,21 @@ class TraceBook:
             ):
                 self.recent.popleft()
 
-    def _follow_window(self, model: str, found: tuple[float, int] | None, now_ns: int) -> None:
+    def _follow_window(
+        self, model: str, found: tuple[float, int] | None, now_ns: int, first_ns: int
+    ) -> None:
         """Mark a window that ended before its count: Triton unreadable (gone, restarting)
-        or its setting off with traces still to come (stopped, or a fresh Triton)."""
+        or its setting off with traces still to come (stopped, or a fresh Triton).
+
+        A window is seen open only at a read; it opened after the last read that saw it
+        closed, and no later than the first request of it read now (``first_ns``)."""
         tracing = found is not None and found[0] > 0
         opened = self._opened_ns.get(model)
         if tracing and opened is None:
-            self._opened_ns[model] = now_ns
-        elif not tracing and opened is not None:
+            self._opened_ns[model] = min(self._closed_ns.get(model, now_ns), first_ns)
+        elif not tracing:
+            self._closed_ns[model] = now_ns
+        if not tracing and opened is not None:
             del self._opened_ns[model]
             if found is None or self._left.get(model) != 0:
                 self.cut.setdefault(model, []).append((opened, now_ns))
