@@ -29,7 +29,6 @@ from tritonapi.traces import (
     read_exporter,
     start_window,
     stop_window,
-    window_left,
     with_reasons,
 )
 from tritonapi.tracesafety import safe_window
@@ -268,7 +267,17 @@ class TraceSwitch:
         try:
             while self.left and time.time() < self.until:
                 time.sleep(0.5)
-                self.left = window_left(client, model)
+                setting = client.trace_settings(model)
+                if "OFF" in (setting.get("trace_level") or ["OFF"]):
+                    # Not by this switch: a restarted Triton starts with tracing off.
+                    self.left, self.outcome = (
+                        0,
+                        f"tracing of {model} went off during the window (Triton restarted, or "
+                        "someone stopped it): the traces written before are shown, marked "
+                        "incomplete",
+                    )
+                    return
+                self.left = max(int(setting.get("trace_count", "0") or 0), 0)
             if self.left:
                 stop_window(client, model)
                 self.outcome = (
