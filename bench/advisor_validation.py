@@ -20,7 +20,8 @@ prediction for the own config, and a recommendation (objective p99 latency, boun
 ``--p99-ms``, noise over 3 seeds). When the advice is not "keep it", the recommended config
 is loaded as a scratch copy (``advisor.verify``), gets the same traffic, traced, and is
 unloaded. Every run's p99 queue wait comes from Triton's traces of that run (a count-bounded
-window, at most ``tritonapi.traces.MAX_COUNT`` requests: runs are sized under it), the
+window inside the server's safe region, ``tritonapi.tracesafety``: runs are sized under
+it, so on Triton before 2.57 each traced run holds only a few hundred requests), the
 average batch from the statistics API delta.
 
 Criteria (the issue's): average batch within 10 % at every point; p99 queue wait within 25 %
@@ -54,7 +55,7 @@ from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
-from tritonapi.traces import MAX_COUNT  # noqa: E402
+from tritonapi.tracesafety import safe_count, server_version  # noqa: E402
 
 VAR_CONFIG = """name: "var_add"
 backend: "python"
@@ -117,7 +118,8 @@ class Point:
 
 
 def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed: int) -> RunResult:
-    duration = min(seconds, 0.95 * MAX_COUNT / rate)
+    version = server_version(TritonClient(settings.url("triton_http")))
+    duration = min(seconds, 0.95 * safe_count(version, None) / rate)
     params = RunParams(
         "rate",
         model=model,

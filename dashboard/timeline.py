@@ -29,9 +29,9 @@ from tritonapi.traces import (
     read_exporter,
     start_window,
     stop_window,
-    window_left,
     with_reasons,
 )
+from tritonapi.tracesafety import safe_window
 
 MAX_SECONDS = 120
 # At most this many batches are drawn: a browser chart of more says nothing more.
@@ -56,6 +56,8 @@ class TraceWindow:
     gaps: int
     config: ModelConfig | None
     drawn: int = 0  # batches in the figure (the newest, at most MAX_BATCHES)
+    # Traced requests of windows that ended unfinished (Triton died, or tracing stopped).
+    incomplete: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
     def span_s(self) -> tuple[float, float]:
@@ -101,6 +103,7 @@ def fetch(
         gaps=found.gaps,
         config=config,
         drawn=min(len(batches), MAX_BATCHES),
+        incomplete=sum(found.cut([r]) for r in traced),
         reasons=dict(Counter(b.reason for b in batches if b.reason)),
     )
 
@@ -226,6 +229,7 @@ class TraceSwitch:
         self.model = ""
         self.until = 0.0
         self.left = 0
+        self.count = 0  # the window asked for (after the safe region's shrink)
         self.outcome = ""
 
     @property
@@ -239,7 +243,9 @@ class TraceSwitch:
         count: int,
         seconds: float,
         headers: dict[str, str] | None = None,
-    ) -> None:
+    ) -> str:
+        """Start a window of up to ``count`` requests, shrunk to the server's safe region
+        (tritonapi.tracesafety); returns the shrink note ("" when not shrunk)."""
         if not 0 < seconds <= MAX_SECONDS:
             raise TimelineError(f"trace for 1 to {MAX_SECONDS} seconds")
         with self._lock:
@@ -247,25 +253,42 @@ class TraceSwitch:
                 raise TimelineError(f"{self.model} is being traced already: wait for it")
             client = TritonClient(triton_url, headers=headers)
             try:
-                start_window(client, model, count)
+                window, _ = safe_window(client, model, count, shrink=True)
+                start_window(client, model, window.count)
             except (TritonError, ValueError) as exc:
                 raise TimelineError(f"cannot turn tracing on: {exc}") from None
-            self.model, self.left, self.outcome = model, count, ""
+            self.model, self.left, self.outcome = model, window.count, ""
+            self.count = window.count
             self.until = time.time() + seconds
         threading.Thread(target=self._watch, args=(client, model), daemon=True).start()
+        return window.note
 
     def _watch(self, client: TritonClient, model: str) -> None:
         try:
             while self.left and time.time() < self.until:
                 time.sleep(0.5)
-                self.left = window_left(client, model)
+                setting = client.trace_settings(model)
+                if "OFF" in (setting.get("trace_level") or ["OFF"]):
+                    # Not by this switch: a restarted Triton starts with tracing off.
+                    self.left, self.outcome = (
+                        0,
+                        f"tracing of {model} went off during the window (Triton restarted, or "
+                        "someone stopped it): the traces written before are shown, marked "
+                        "incomplete",
+                    )
+                    return
+                self.left = max(int(setting.get("trace_count", "0") or 0), 0)
             if self.left:
                 stop_window(client, model)
                 self.outcome = (
                     f"the window of {model} ended with {self.left:,} requests still to come: "
-                    "Triton 2.51 writes an unfinished window only at shutdown (send more load)"
+                    "the parts Triton had written are shown, marked incomplete (send more load)"
                 )
             else:
                 self.outcome = f"{model}: window complete, its traces are shown"
         except TritonError as exc:
-            self.left, self.outcome = 0, f"lost Triton during the window: {exc}"
+            self.left, self.outcome = (
+                0,
+                f"lost Triton during the window ({exc}); the supervisor starts it again, and "
+                "the traces written before are shown, marked incomplete",
+            )

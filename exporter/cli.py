@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
         "as Triton writes them (TRITON_TRACE_FILE, comma-separated)",
     )
     parser.add_argument(
+        "--trace-sample",
+        metavar="N",
+        help="keep each Triton tracing 1 request in N all the time, written to its trace "
+        "file in rotating parts, so the queue-wait histogram stays live (TRITON_TRACE_SAMPLE;"
+        " default 0: off). Only on Triton 2.57 (25.04) or newer: older releases crash under "
+        "a trace stream that never ends, and the exporter then leaves tracing off and says so",
+    )
+    parser.add_argument(
         "--triton-timeout",
         metavar="SECONDS",
         help="time allowed to read one Triton per scrape; keep it well under Prometheus' "
@@ -159,6 +167,7 @@ class Options:
     headers: dict[str, str] = field(default_factory=dict)
     config_ttl_s: float = CONFIG_TTL_S
     read_interval_s: float = 0.0
+    trace_sample: int = 0
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -196,7 +205,26 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
                 "`python -m stack up` wrote (.stack/triton-admin.key), or leave the flag out"
             )
         headers[ADMIN_KEY_HEADER] = key
-    return Options(targets, trace_files, timeout, host, port, level, headers, ttl, interval)
+    sample = parse_trace_sample(args.trace_sample or env.get("TRITON_TRACE_SAMPLE") or "")
+    if sample and not trace_files:
+        raise ValueError(
+            "--trace-sample needs --trace-file: the exporter reads the sampled traces from "
+            "Triton's trace file"
+        )
+    return Options(targets, trace_files, timeout, host, port, level, headers, ttl, interval, sample)
+
+
+def parse_trace_sample(value: str) -> int:
+    """1 in N (0: off)."""
+    if not value:
+        return 0
+    try:
+        rate = int(value)
+    except ValueError:
+        rate = -1
+    if not 0 <= rate <= 1_000_000:
+        raise ValueError(f"--trace-sample: {value!r} is not 0 (off) or N in 1..1000000")
+    return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     books = [
-        TraceBook(target, path, timeout_s=opts.timeout_s, headers=opts.headers)
+        TraceBook(
+            target,
+            path,
+            timeout_s=opts.timeout_s,
+            headers=opts.headers,
+            sample_rate=opts.trace_sample,
+        )
         for target, path in zip(opts.targets, opts.trace_files, strict=False)
     ]
     if books:

@@ -7,7 +7,10 @@ removes them, and keeps:
 - per model, a histogram of traced queue waits (sampled: only traced requests count);
 - per model and departure reason, the batches rebuilt from traces, counted only while
   the model is traced at rate 1 (with sampling, a batch's size is unknown);
-- the last ``retain_s`` seconds of traced requests, for the dashboard's batch timeline.
+- the last ``retain_s`` seconds of traced requests, for the dashboard's batch timeline;
+- the windows that ended before their count was reached (Triton died or tracing was
+  stopped): their traces written so far are kept, and marked incomplete by the span of
+  Triton's steady clock the window covered (``/api/traces`` returns the spans).
 
 Example::
 
@@ -46,6 +49,7 @@ from tritonapi.traces import (
     departure_reason,
     group_batches,
 )
+from tritonapi.tracesafety import continuous_allowed, server_version
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,79 @@ class _ModelCounts:
         self.wait_sum_s += wait_s
 
 
+# Always-on sampling: Triton writes a file every this many traces, and the setting is
+# checked (and put back after a Triton restart) this often.
+SAMPLE_LOG_FREQUENCY = 1_000
+SAMPLER_CHECK_S = 30.0
+
+
+class Sampler:
+    """Keeps one Triton tracing 1 request in ``rate`` all the time, where its version can.
+
+    Triton's global trace setting (``POST /v2/trace/setting``): level TIMESTAMPS, no count,
+    a file every ``log_frequency`` traces (PREFIX.0, PREFIX.1, ... which the exporter
+    reads as they come). Only on releases without the tracing crash
+    (``tritonapi.tracesafety.continuous_allowed``): before 2.57 a stream that never ends
+    kills the server, so the sampler stays off and ``state`` says why in one line. The
+    setting is checked every ``check_s``, which also turns it on again after a restart.
+    Models with a setting of their own (a window) keep it: Triton prefers it.
+    """
+
+    def __init__(
+        self,
+        client: TritonClient,
+        rate: int,
+        log_frequency: int = SAMPLE_LOG_FREQUENCY,
+        check_s: float = SAMPLER_CHECK_S,
+        version_of: Callable[[], str] | None = None,
+    ) -> None:
+        if rate < 1:
+            raise ValueError(f"trace sample rate {rate}: give 1 in N with N >= 1")
+        self.client = client
+        self.rate = rate
+        self.log_frequency = log_frequency
+        self.check_s = check_s
+        self.version_of = version_of or (lambda: server_version(client))
+        self.checked = -float("inf")
+        self.state = "not checked yet"
+
+    @property
+    def on(self) -> bool:
+        return self.state == "on"
+
+    def wanted(self) -> dict[str, Any]:
+        return {
+            "trace_level": ["TIMESTAMPS"],
+            "trace_rate": str(self.rate),
+            "trace_count": "-1",
+            "log_frequency": str(self.log_frequency),
+        }
+
+    def ensure(self, now: float | None = None) -> None:
+        """Check the version and the setting (at most every ``check_s``); fix the setting."""
+        now = time.monotonic() if now is None else now
+        if now - self.checked < self.check_s:
+            return
+        self.checked = now
+        try:
+            why = continuous_allowed(self.version_of())
+            if why:
+                if why != self.state:
+                    log.warning("%s", why)
+                self.state = why
+                return
+            current = self.client.trace_settings()
+            wanted = self.wanted()
+            if any(current.get(k) != v for k, v in wanted.items()):
+                self.client.update_trace_settings(wanted)
+                log.info("trace sampling on: 1 request in %d", self.rate)
+        except TritonError as exc:
+            self.state = f"trace sampling not set: {exc}"
+            self.checked = -float("inf")  # try again at the next read
+            return
+        self.state = "on"
+
+
 class TraceBook:
     """One target's traces: cumulative counts for Prometheus and a window for the timeline."""
 
@@ -87,6 +164,7 @@ class TraceBook:
         config_of: Callable[[str], ModelConfig | None] | None = None,
         ratio_of: Callable[[str], tuple[float, int] | None] | None = None,
         headers: dict[str, str] | None = None,
+        sample_rate: int = 0,
     ) -> None:
         self.target = target
         self.follower = TraceFollower(prefix, settle_s=settle_s)
@@ -105,19 +183,33 @@ class TraceBook:
         # Where a model's config and trace rate come from (Triton's API unless given).
         self.config_of = config_of or self._cached_config
         self.ratio_of = ratio_of or self._ratio
+        # Always-on sampling (0: off): 1 request in sample_rate, where the version allows.
+        self.sampler = Sampler(self._client, sample_rate) if sample_rate else None
         self._lock = threading.Lock()
+        # Per model: when (steady ns) a window was first seen open, while it is; the traces
+        # still to come in it at the last read of the setting (None: unreadable).
+        self._opened_ns: dict[str, int] = {}
+        self._left: dict[str, int | None] = {}
+        self._closed_ns: dict[str, int] = {}  # the last read that saw no window
+        # Per model: (from, to) steady-clock ns of each window that ended unfinished.
+        self.cut: dict[str, list[tuple[int, int]]] = {}
 
     # -- reading --------------------------------------------------------------------------
 
     def update(self, now_ns: int | None = None) -> None:
         """Read what Triton has written since the last call (thread-safe)."""
         with self._lock:
+            if self.sampler is not None:
+                self.sampler.ensure()
             new = self.follower.poll()
             models = {r.model for r in new}
-            for model in models | set(self.sample_ratio):
+            now = time.monotonic_ns() if now_ns is None else now_ns
+            for model in models | set(self.sample_ratio) | set(self._opened_ns):
                 found = self.ratio_of(model)
                 if found is not None:
                     self.sample_ratio[model], self.trace_rate[model] = found
+                first = min((r.queue_start_ns for r in new if r.model == model), default=now)
+                self._follow_window(model, found, now, first)
             for r in new:
                 counts = self.counts.setdefault((r.model, r.version), _ModelCounts())
                 counts.observe(r.queue_wait_ns / 1e9)
@@ -130,6 +222,31 @@ class TraceBook:
                 self.newest_start_ns - self.retain_ns
             ):
                 self.recent.popleft()
+
+    def _follow_window(
+        self, model: str, found: tuple[float, int] | None, now_ns: int, first_ns: int
+    ) -> None:
+        """Mark a window that ended before its count: Triton unreadable (gone, restarting)
+        or its setting off with traces still to come (stopped, or a fresh Triton).
+
+        A window is seen open only at a read; it opened after the last read that saw it
+        closed, and no later than the first request of it read now (``first_ns``)."""
+        tracing = found is not None and found[0] > 0
+        opened = self._opened_ns.get(model)
+        if tracing and opened is None:
+            self._opened_ns[model] = min(self._closed_ns.get(model, now_ns), first_ns)
+        elif not tracing:
+            self._closed_ns[model] = now_ns
+        if not tracing and opened is not None:
+            del self._opened_ns[model]
+            if found is None or self._left.get(model) != 0:
+                self.cut.setdefault(model, []).append((opened, now_ns))
+                log.warning("trace window of %s ended unfinished: its traces are incomplete", model)
+
+    def incomplete_spans(self, model: str, since_ns: int) -> list[tuple[int, int]]:
+        """The unfinished windows of ``model`` that reach past ``since_ns``."""
+        with self._lock:
+            return [(a, b) for a, b in self.cut.get(model, []) if b >= since_ns]
 
     def _settle(self, now_ns: int) -> None:
         """Count the batches that can no longer grow."""
@@ -159,7 +276,9 @@ class TraceBook:
             left = int(setting.get("trace_count", "-1") or -1)
         except (TritonError, ValueError) as exc:
             log.debug("trace settings of %s: %s", model, exc)
+            self._left[model] = None
             return None
+        self._left[model] = left
         tracing = rate > 0 and "OFF" not in level and left != 0
         return (1.0 / rate if tracing else 0.0), rate
 
@@ -222,6 +341,18 @@ class TraceCollector(Collector):
             f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
             labels=["target"],
         )
+        cut = CounterMetricFamily(
+            "triton_batching_trace_windows_cut",
+            f"Trace windows that ended before their count ({TRACE}): Triton died or tracing "
+            "was stopped; the traces written before are kept, marked incomplete.",
+            labels=["target", "model"],
+        )
+        sampler = GaugeMetricFamily(
+            "triton_batching_trace_sampler_on",
+            "1 while the exporter keeps Triton sampling traces all the time (--trace-sample), "
+            "0 when it cannot: a Triton before 2.57 (its tracing crash) or an error.",
+            labels=["target"],
+        )
         files = CounterMetricFamily(
             "triton_batching_trace_files_read",
             f"Trace files read and removed ({TRACE}).",
@@ -243,6 +374,11 @@ class TraceCollector(Collector):
                     batches.add_metric([url, model, version, reason], n)
             for model, value in sorted(book.sample_ratio.items()):
                 ratio.add_metric([url, model], value)
+            for model, spans in sorted(book.cut.items()):
+                cut.add_metric([url, model], len(spans))
+            if book.sampler is not None:
+                sampler.add_metric([url], 1.0 if book.sampler.on else 0.0)
             gaps.add_metric([url], book.follower.stats.gaps)
             files.add_metric([url], book.follower.stats.files_read)
-        yield from (f for f in (wait, batches, ratio, gaps, files) if f.samples)
+        families = (wait, batches, ratio, cut, sampler, gaps, files)
+        yield from (f for f in families if f.samples)

@@ -62,6 +62,8 @@ def traces_answer(books: Sequence[TraceBook], query: str) -> tuple[str, dict[str
         return "404 Not Found", {"error": "no trace files are read for that target"}
     book = chosen[0]
     requests = book.window(model, seconds)
+    since = min((r.queue_start_ns for r in requests), default=time.monotonic_ns())
+    spans = book.incomplete_spans(model, since)
     return "200 OK", {
         "target": book.target.url,
         "model": model,
@@ -71,6 +73,9 @@ def traces_answer(books: Sequence[TraceBook], query: str) -> tuple[str, dict[str
         "trace_rate": book.trace_rate.get(model),
         "gaps": book.follower.stats.gaps,
         "requests": [r.to_json() for r in requests],
+        # Windows that ended unfinished (Triton died, or tracing was stopped): the
+        # requests traced in these steady-clock spans are all there is of them.
+        "incomplete": [list(span) for span in spans],
     }
 
 

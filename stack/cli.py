@@ -167,9 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument(
         "--count",
         type=int,
-        default=DEFAULT_COUNT,
+        default=None,
         metavar="N",
-        help=f"traced requests in the window (default {DEFAULT_COUNT:,}, at most {MAX_COUNT:,})",
+        help=f"traced requests in the window (default {DEFAULT_COUNT:,}, at most {MAX_COUNT:,}; "
+        "Triton before 2.57 takes fewer: the default shrinks to its safe region, a larger "
+        "--count is refused)",
     )
     trace.add_argument(
         "--rate",

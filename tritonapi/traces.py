@@ -382,29 +382,37 @@ class TraceFollower:
 
 # ---- turning tracing on and off -----------------------------------------------------------
 #
-# A window traces the next ``count`` requests of one model, and Triton 2.51 writes them to
-# one file when the count is reached (``log_frequency`` 0: no writes during the window).
-# Long traced streams crash this Triton: tracing every request of closed-loop load at
-# concurrency 8 (about 4,000 requests/s) for 5 s killed tritonserver in 8 of 9 tries here
-# (SIGSEGV in free() under TRITONSERVER_ServerInferAsync, or glibc's
-# "__pthread_tpp_change_priority" assertion in TRITONBACKEND_RequestRelease), with or
-# without periodic writes, and so did one window of 10,000; windows of 5,000 (6 of 6) and
-# 2,000 (15 of 15) completed. Hence windows are counted, small, and capped. A window
-# stopped before its count is reached is not written (Triton keeps those traces until it
-# shuts down), and the last trace of a window is sometimes missing from the file (4,999 of
-# 5,000 once): the reader reports what it found.
+# A window traces the next ``count`` requests of one model. Triton writes them in parts of
+# ``WRITE_EVERY`` traces (``log_frequency``: PREFIX.0, PREFIX.1, ...) and the rest when the
+# count is reached, so that a window cut short (Triton died, or it was stopped) leaves
+# what it had written; the part still in Triton's buffer of a stopped window is written
+# only when Triton shuts down, and the last trace of a window is sometimes missing (4,999
+# of 5,000 once): the reader reports what it found. Triton before 2.57 can crash while it
+# traces (server PR #8144), the more likely the more traced requests it has handled:
+# ``tritonapi.tracesafety`` holds the window sizes that stay safe there, from the map
+# that bench/trace_safety.py draws (README: "Tracing on Triton before 2.57").
 
 # What one traced request costs on disk until it is read (measured: 50 traces of the add
 # model, with HTTP timestamps, take 45 KB).
 BYTES_PER_TRACE = 900
 DEFAULT_COUNT = 2_000
 MAX_COUNT = 5_000
+# Written in parts this large: a cut-short window keeps all but its last part.
+WRITE_EVERY = 100
 
 
 def start_window(
-    client: TritonClient, model: str, count: int = DEFAULT_COUNT, rate: int = 1
+    client: TritonClient,
+    model: str,
+    count: int = DEFAULT_COUNT,
+    rate: int = 1,
+    write_every: int = WRITE_EVERY,
 ) -> dict[str, Any]:
-    """Trace the next ``count`` traced requests of ``model`` (1 in ``rate`` of them)."""
+    """Trace the next ``count`` traced requests of ``model`` (1 in ``rate`` of them),
+    written every ``write_every`` traces (0: once, when the window is full).
+
+    The caller keeps the window inside the server's safe region
+    (``tritonapi.tracesafety.safe_window``)."""
     if rate < 1:
         raise ValueError(f"trace rate {rate}: give 1 (every request) or more (1 in N)")
     if not 1 <= count <= MAX_COUNT:
@@ -414,7 +422,7 @@ def start_window(
             "trace_level": ["TIMESTAMPS"],
             "trace_rate": rate,
             "trace_count": count,
-            "log_frequency": 0,
+            "log_frequency": write_every,
         },
         model=model,
     )
@@ -429,7 +437,7 @@ def window_left(client: TritonClient, model: str) -> int:
 
 
 def stop_window(client: TritonClient, model: str) -> dict[str, Any]:
-    """Stop tracing ``model`` (an unfinished window's traces are not written, see above)."""
+    """Stop tracing ``model`` (an unfinished window keeps only its parts already written)."""
     return client.update_trace_settings({"trace_level": ["OFF"]}, model=model)
 
 
@@ -445,6 +453,13 @@ class ExporterWindow:
     sample_ratio: float | None  # share traced now (0: off)
     trace_rate: int | None  # 1 in N: the rate the model is (or was last) traced at
     gaps: int
+    # Steady-clock (from, to) ns of windows that ended unfinished (Triton died, or tracing
+    # was stopped): the requests traced in them are all there is of those windows.
+    incomplete: tuple[tuple[int, int], ...] = ()
+
+    def cut(self, requests: Iterable[TracedRequest]) -> bool:
+        """Whether any of ``requests`` belongs to a window that ended unfinished."""
+        return any(a <= r.queue_start_ns <= b for r in requests for a, b in self.incomplete)
 
 
 class ExporterUnavailable(RuntimeError):
@@ -474,4 +489,5 @@ def read_exporter(
         sample_ratio=body.get("sample_ratio"),
         trace_rate=body.get("trace_rate"),
         gaps=int(body.get("gaps", 0)),
+        incomplete=tuple((int(a), int(b)) for a, b in body.get("incomplete", [])),
     )

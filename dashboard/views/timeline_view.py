@@ -12,6 +12,8 @@ from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
 from stacksettings import admin_headers
 
+# The button's window: shrunk to the server's safe region (tritonapi.tracesafety) on a
+# Triton with the tracing crash.
 TRACE_COUNT = 1_000
 TRACE_SECONDS = 60
 DEFAULT_MODEL = "batch_add_model"
@@ -52,7 +54,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         st.info(
             f"No traces of {model} in the last {WINDOWS[label]} s. Triton traces a model only "
             f"when asked: press 'Trace the next {TRACE_COUNT:,} requests' and send load, or run "
-            f"`.venv/bin/python -m stack trace --model {model} --count 5000` from a shell.",
+            f"`.venv/bin/python -m stack trace --model {model}` from a shell.",
             icon=":material/hourglass_empty:",
         )
         return
@@ -101,8 +103,12 @@ def _trace_switch(cfg: DashboardSettings, model: str) -> None:
     if st.button(label, help=f"Triton traces them (at most {TRACE_SECONDS} s), then stops"):
         try:
             headers = admin_headers(cfg.admin_key_file)
-            active.start(cfg.triton_url, model, TRACE_COUNT, TRACE_SECONDS, headers)
-            st.success(f"Tracing {model}: send load, then refresh.")
+            note = active.start(cfg.triton_url, model, TRACE_COUNT, TRACE_SECONDS, headers)
+            st.success(
+                f"Tracing the next {active.count:,} requests of {model}: send load, then refresh."
+            )
+            if note:
+                st.caption(note)
         except timeline.TimelineError as exc:
             st.error(str(exc))
 
@@ -115,6 +121,11 @@ def _notes(window: timeline.TraceWindow) -> None:
         notes.append(f"sampled: 1 request in {window.trace_rate} traced")
     if window.gaps:
         notes.append(f"{window.gaps} trace file(s) lost since the exporter started")
+    if window.incomplete:
+        notes.append(
+            f"{window.incomplete:,} requests from a window that ended unfinished (Triton "
+            "died or tracing was stopped): incomplete"
+        )
     st.caption("; ".join(notes))
 
 

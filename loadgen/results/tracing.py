@@ -5,8 +5,10 @@ Each request of a traced run carries the id ``<run token>-<index>``. A trace win
 exporter serves the traces (``/api/traces``), and each traced request is joined to its
 client record by that id. The run then knows, per request, its exact server-side queue
 wait and the batch it ran in; per run, the exact queue-wait percentiles and how its
-requests were grouped. A window holds at most ``tritonapi.traces.MAX_COUNT`` requests
-(longer traced streams crash Triton 2.51), so ``--trace`` needs a run of known size.
+requests were grouped. A window holds at most ``tritonapi.traces.MAX_COUNT`` requests,
+so ``--trace`` needs a run of known size; on a Triton with the tracing crash (before 2.57)
+the run must also fit the measured safe region under its own load
+(``tritonapi.tracesafety``), or it is refused before a request is sent.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tritonapi.traces import (
     window_left,
     with_reasons,
 )
+from tritonapi.tracesafety import Load, UnsafeTrace, safe_window
 
 WAIT_S = 10.0  # the longest to wait for Triton to write the window and the exporter to read it
 
@@ -48,6 +51,18 @@ def expected_requests(p: RunParams) -> int | None:
     if p.scenario == "rate":
         return round(p.rate * p.duration_s)
     return round(sum(rate * seconds for rate, seconds in p.stages))
+
+
+def run_load(p: RunParams) -> Load | None:
+    """The requests the run keeps in flight, where its scenario fixes them (None: an
+    open-loop run, whose in-flight count depends on the server's speed)."""
+    if p.scenario == "serial":
+        return Load.closed(1)
+    if p.scenario == "concurrency":
+        return Load.closed(p.concurrency)
+    if p.scenario == "concurrent":
+        return Load.closed(min(p.requests or 1, p.max_in_flight))
+    return None
 
 
 def check(p: RunParams, exact: int | None = None) -> int:
@@ -137,7 +152,10 @@ class Window:
         if answer.status_code != 200:
             raise LoadgenError(f"--trace: {url} answered {answer.status_code}: {answer.text}")
         try:
+            safe_window(self.triton, self.params.model, self.count, 1, False, run_load(self.params))
             start_window(self.triton, self.params.model, count=self.count)
+        except UnsafeTrace as exc:
+            raise LoadgenError(f"--trace: {exc}; or send fewer requests") from None
         except TritonError as exc:
             raise LoadgenError(f"--trace: cannot turn Triton's tracing on: {exc}") from None
         self.started_ns = time.monotonic_ns()
@@ -156,8 +174,8 @@ class Window:
         if left:
             return (
                 f"the trace window did not complete ({left:,} of {self.count:,} traces never "
-                "came: the run sent fewer requests than planned); Triton 2.51 writes an "
-                "unfinished window only at shutdown"
+                "came: the run sent fewer requests than planned); an unfinished window "
+                "keeps only the parts Triton had written"
             )
         traced = self._fetch(sent)
         self.requests = window_requests(traced, self.token, self.params.model)

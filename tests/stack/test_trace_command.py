@@ -11,7 +11,10 @@ import requests
 from stack.cli import main
 from stacksettings import Settings, free_ports
 from tests.dashboard.conftest import send_bursts
+from tests.helpers import wait_for
 from tritonapi.client import TritonClient
+from tritonapi.traces import DEFAULT_COUNT, stop_window
+from tritonapi.tracesafety import safe_count
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +30,11 @@ def traced(settings: Settings, model: str) -> list[dict[str, object]]:
     return list(body["requests"])
 
 
+def tracing(settings: Settings, model: str) -> bool:
+    triton = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
+    return "OFF" not in triton.trace_settings(model)["trace_level"]
+
+
 def test_a_window_traces_the_next_requests_then_turns_itself_off(
     running_stack: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -37,7 +45,7 @@ def test_a_window_traces_the_next_requests_then_turns_itself_off(
         )
     )
     window.start()
-    time.sleep(0.5)
+    wait_for("the window to open", lambda: tracing(running_stack, "add_unbatched"))
     sent = send_bursts(running_stack, "add_unbatched", 3, size=2)
     window.join(timeout=30)
     assert codes == [0]
@@ -71,10 +79,10 @@ def test_a_window_that_runs_out_of_time_says_so_and_stops(
     running_stack: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = running_stack.url("triton_http")
-    argv = ["trace", "--model", "add_unbatched", "--count", "1000", "--seconds", "1"]
+    argv = ["trace", "--model", "add_unbatched", "--count", "200", "--seconds", "1"]
     assert main([*argv, *where(running_stack)]) == 1
     out = capsys.readouterr().out
-    assert "stopped with 1,000 of 1,000 traced requests still to come" in out
+    assert "stopped with 200 of 200 traced requests still to come" in out
     triton = TritonClient(url, headers=running_stack.admin_headers())
     assert triton.trace_settings("add_unbatched")["trace_level"] == ["OFF"]
 
@@ -89,3 +97,34 @@ def test_unknown_model_and_unreachable_server(
     assert main(["trace", "--model", "m", "--seconds", "1", "--url", closed]) == 2
     err = capsys.readouterr().err
     assert "is not answering (connection refused): start the stack" in err
+
+
+def test_a_window_past_the_safe_region_is_refused_and_the_default_shrinks(
+    running_stack: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session's Triton is 2.51: its safe region is smaller than the default window."""
+    triton = TritonClient(running_stack.url("triton_http"), headers=running_stack.admin_headers())
+    version = triton.server_metadata()["version"]
+    limit = safe_count(version, None)
+    assert limit < DEFAULT_COUNT
+    argv = ["trace", "--model", "add_unbatched", "--seconds", "3"]
+    assert main([*argv, "--count", str(limit + 1), *where(running_stack)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"Triton {version} takes at most {limit:,}" in err
+    assert "crash risk under 1% per window" in err and "Triton 2.57 (25.04) or newer" in err
+    # Refused before anything started (Triton's own setting says so).
+    assert not tracing(running_stack, "add_unbatched")
+    # The default window: shrunk to the region, and Triton is asked for that many.
+    codes: list[int] = []
+    window = threading.Thread(target=lambda: codes.append(main([*argv, *where(running_stack)])))
+    window.start()
+    try:
+        wait_for("the window to open", lambda: tracing(running_stack, "add_unbatched"))
+        asked = triton.trace_settings("add_unbatched")["trace_count"]
+    finally:
+        window.join(timeout=30)
+        stop_window(triton, "add_unbatched")
+    assert codes == [1] and int(asked) == limit
+    out = capsys.readouterr().out
+    assert f"shrunk from {DEFAULT_COUNT:,} to {limit:,}: Triton {version}" in out
+    assert f"stopped with {limit:,} of {limit:,} traced requests still to come" in out

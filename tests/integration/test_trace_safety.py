@@ -1,0 +1,221 @@
+"""Tracing on the real Triton 2.51, which can crash while it traces (server PR #8144).
+
+A private, supervised Triton and exporter (as ./stack/up runs them). Every window here
+lies inside the safe region (``tritonapi.tracesafety``), and the one crash is made on
+purpose: SIGKILL to tritonserver in the middle of a window, which leaves what the upstream
+crash leaves (a dead process, a window cut short).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import requests
+
+from loadgen.api import RunParams, run
+from loadgen.errors import LoadgenError
+from stack import tracewindow
+from stack.errors import StackError
+from stack.supervisor import Supervisor, running
+from stacksettings import PORTS, Settings, isolated
+from tests.helpers import wait_for
+from tritonapi.client import TritonClient
+from tritonapi.traces import WRITE_EVERY, read_exporter, start_window, stop_window, window_left
+from tritonapi.tracesafety import Load, safe_count
+
+pytestmark = pytest.mark.integration
+
+MODEL = "batch_add_model"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = isolated(tmp_path_factory.mktemp("trace-safety"))
+    # The exporter is asked for always-on sampling: it must refuse it on this 2.51.
+    env = {"TRITON_TRACE_SAMPLE": "100"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with running(settings, only={"triton", "exporter"}, supervise=True):
+            yield settings
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def stack_state(stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """loadgen finds the key of the stack's restricted APIs as a user's loadgen does; a
+    Triton killed by a test before is back."""
+    wait_for("Triton ready", lambda: TritonClient(stack.url("triton_http")).is_ready(2.0), 120)
+    monkeypatch.setenv("STACK_STATE_DIR", str(stack.state_dir))
+    for name, (_, var) in PORTS.items():
+        monkeypatch.setenv(var, str(stack.port(name)))
+
+
+def admin(settings: Settings) -> TritonClient:
+    return TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
+
+
+def triton_pid(settings: Settings) -> int:
+    return next(r.pid for r in Supervisor(settings, []).read_state() if r.name == "triton")
+
+
+def metric(settings: Settings, name: str) -> float | None:
+    for line in requests.get(f"{settings.url('exporter')}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_loadgen_refuses_a_traced_run_past_the_region_before_sending(stack: Settings) -> None:
+    triton = admin(stack)
+    limit = safe_count(triton.server_metadata()["version"], Load.closed(8))
+    before = triton.model_stats(MODEL).inference_count
+    params = RunParams(
+        "concurrency",
+        url=stack.url("triton_http"),
+        exporter_url=stack.url("exporter"),
+        concurrency=8,
+        requests=limit + 1,
+        trace=True,
+    )
+    with pytest.raises(LoadgenError) as refused:
+        run(params)
+    line = str(refused.value)
+    assert "\n" not in line and "2.51.0" in line and "2.57" in line and "1%" in line
+    # Nothing was sent, and tracing never started (Triton's own counts and setting).
+    assert triton.model_stats(MODEL).inference_count == before
+    assert "OFF" in triton.trace_settings(MODEL)["trace_level"]
+
+
+def test_stack_trace_under_load_shrinks_its_window_to_the_region(stack: Settings) -> None:
+    triton = admin(stack)
+    version = triton.server_metadata()["version"]
+    limit = safe_count(version, None)
+    stop = threading.Event()
+    # Closed-loop load that outlives the window, as a user's does.
+    params = RunParams("concurrency", url=stack.url("triton_http"), concurrency=4, duration_s=30)
+    load = threading.Thread(target=run, args=(params,), kwargs={"stop": stop})
+    load.start()
+    out = io.StringIO()
+    try:
+        wait_for("load on the model", lambda: triton.model_stats(MODEL).inference_count > 200)
+        with redirect_stdout(out):
+            code = tracewindow.run(
+                stack.url("triton_http"), MODEL, None, 1, 30.0, stack.admin_headers()
+            )
+    finally:
+        stop.set()
+        load.join(timeout=60)
+    text = out.getvalue()
+    assert code == 0, text
+    assert f"shrunk from 2,000 to {limit:,}: Triton {version}" in text and "in flight" in text
+    # What Triton wrote for the window (read by the exporter): exactly the shrunk count
+    # (2.51 sometimes leaves a window's last trace out).
+    found = wait_for(
+        "the window's traces at the exporter",
+        lambda: read_exporter(stack.url("exporter"), MODEL, 120).requests,
+    )
+    assert limit - 1 <= len(found) <= limit
+    assert window_left(triton, MODEL) == 0
+
+
+def test_parts_of_a_window_are_read_as_triton_writes_them(stack: Settings) -> None:
+    """The always-on sampler's file rotation, tried with a window inside the region."""
+    triton = admin(stack)
+    files_before = metric(stack, "triton_batching_trace_files_read_total") or 0.0
+    count = 3 * WRITE_EVERY
+    assert count <= safe_count(triton.server_metadata()["version"], Load.closed(2))
+    start_window(triton, MODEL, count)
+    try:
+        params = RunParams(
+            "concurrency", url=stack.url("triton_http"), concurrency=2, requests=count
+        )
+        assert run(params).summary.client.failed == 0
+    finally:
+        left = window_left(triton, MODEL)
+        stop_window(triton, MODEL)
+    assert left == 0
+    # PREFIX.0, .1, .2: one file per WRITE_EVERY traces, each read and removed.
+    read = wait_for(
+        "three more files read",
+        lambda: (
+            (n := metric(stack, "triton_batching_trace_files_read_total")) is not None
+            and n - files_before >= 3
+            and n
+        ),
+    )
+    assert read - files_before == 3
+    assert not list(Path(stack.trace_file).parent.glob(Path(stack.trace_file).name + ".*"))
+
+
+def test_the_exporter_leaves_always_on_sampling_off_on_2_51(stack: Settings) -> None:
+    triton = admin(stack)
+    assert metric(stack, "triton_batching_trace_sampler_on") == 0.0
+    assert "OFF" in triton.trace_settings()["trace_level"]
+
+
+def test_a_crash_during_a_window_is_one_line_a_restart_and_kept_marked_traces(
+    stack: Settings,
+) -> None:
+    triton = admin(stack)
+    limit = safe_count(triton.server_metadata()["version"], None)
+    assert limit > 2 * WRITE_EVERY
+    pid = triton_pid(stack)
+    outcome: list[BaseException | int] = []
+
+    def window() -> None:
+        try:
+            outcome.append(
+                tracewindow.run(
+                    stack.url("triton_http"), MODEL, limit, 1, 60.0, stack.admin_headers()
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=window)
+    thread.start()
+    wait_for("the window to open", lambda: window_left(triton, MODEL) == limit)
+    # Two parts' worth, slowly: Triton writes them, the window stays open.
+    params = RunParams(
+        "concurrency", url=stack.url("triton_http"), concurrency=1, requests=2 * WRITE_EVERY + 10
+    )
+    assert run(params).summary.client.failed == 0
+    exporter = stack.url("exporter")
+    wait_for(
+        "the exporter to read the written parts",
+        lambda: len(read_exporter(exporter, MODEL, 120).requests) >= 2 * WRITE_EVERY,
+    )
+    os.kill(pid, signal.SIGKILL)  # what the upstream crash does, on purpose
+    thread.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], StackError), outcome
+    line = str(outcome[0])
+    assert "\n" not in line and ("lost Triton" in line or "went off" in line)
+    assert "supervisor starts it again" in line or "restarted" in line
+    # The supervisor started a new Triton.
+    wait_for(
+        "a restarted Triton",
+        lambda: TritonClient(stack.url("triton_http")).is_ready(2.0) and triton_pid(stack) != pid,
+        120,
+    )
+    # The parts written before the kill are kept, and marked incomplete.
+    found = wait_for(
+        "the cut window marked",
+        lambda: (w := read_exporter(exporter, MODEL, 120)).incomplete and w,
+        30,
+    )
+    mine = [r for r in found.requests if found.cut([r])]
+    assert len(mine) >= 2 * WRITE_EVERY
+    assert metric(stack, f'triton_batching_trace_windows_cut_total{{model="{MODEL}"') == 1.0
