@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "secrets",
         parents=[common],
-        help="make Triton's admin key and the dashboard token (mode 0600) if missing; "
-        "compose and `up --expose` use them",
+        help="make Triton's admin key, the dashboard token and Alertmanager's password "
+        "(mode 0600) if missing; compose and `up --expose` use them",
     )
     status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -309,8 +309,9 @@ def reachable(settings: Settings) -> str:
         f"Triton inference, metadata and health on :{p('triton_http')} and "
         f":{p('triton_grpc')} (model-repository, shared-memory, trace and logging need the key "
         f"in {settings.admin_key_file}), Triton's metrics :{p('triton_metrics')}, the exporter "
-        f":{p('exporter')}, Prometheus' queries :{p('prometheus')} and Alertmanager "
-        f":{p('alertmanager')} without authentication, the dashboard :{p('dashboard')} (load "
+        f":{p('exporter')} and Prometheus' queries :{p('prometheus')} without authentication, "
+        f"Alertmanager :{p('alertmanager')} (user batchscope, the password in "
+        f"{settings.alertmanager_password_file}), the dashboard :{p('dashboard')} (load "
         f"runs and the advisor need the token in {settings.dashboard_token_file})"
     )
 
@@ -592,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
             for path in (settings.admin_key_file, settings.dashboard_token_file):
                 ensure_secret(path)
                 print(f"{path} (mode 0600)")
+            web = alertmanager.write_web_config(
+                settings.alertmanager_password_file, settings.state_dir / alertmanager.WEB_CONFIG
+            )
+            print(f"{settings.alertmanager_password_file} (mode 0600) and its hash, {web}")
             return 0
         if args.command == "down":
             stopped = Supervisor(settings, []).down()

@@ -29,7 +29,7 @@ import requests
 
 from stack.errors import StackError
 from stack.services import Service
-from stacksettings import PORTS, Settings, procstat
+from stacksettings import ALERTMANAGER_USER, PORTS, Settings, procstat, read_secret
 
 STOP_TIMEOUT_S = 15.0
 # Restart backoff: 1 s, 2 s, 4 s, ... at most 30 s; a service that stayed up for
@@ -53,6 +53,7 @@ class Running:
     log: str
     restarts: int = 0  # times the supervisor started it again after it died or on request
     last_exit: str = ""  # how the previous process ended, e.g. "killed by SIGKILL at 02:41:07"
+    health_auth_file: str = ""  # the basic-auth password its health URL needs, if any
 
 
 @dataclass
@@ -115,11 +116,18 @@ def group_members(run: Running) -> list[int]:
     return [p.pid for p in procstat.processes() if p.pgid == run.pid and not p.zombie]
 
 
-def is_healthy(url: str, timeout: float = 2.0) -> bool:
+def is_healthy(url: str, timeout: float = 2.0, auth_file: Path | str | None = None) -> bool:
+    auth = None
+    if auth_file:
+        auth = (ALERTMANAGER_USER, read_secret(auth_file) or "")
     try:
-        return requests.get(url, timeout=timeout).status_code == 200
+        return requests.get(url, timeout=timeout, auth=auth).status_code == 200
     except requests.RequestException:
         return False
+
+
+def run_healthy(run: Running, timeout: float = 2.0) -> bool:
+    return is_healthy(run.health_url, timeout, run.health_auth_file)
 
 
 def tail(path: Path | str, lines: int = 20) -> str:
@@ -271,7 +279,15 @@ class Supervisor:
         self._spawned.append(proc)
         started = procstat.start_time(proc.pid) or ""
         self.log(f"started {svc.name} (pid {proc.pid}), log: {log_path}")
-        return Running(svc.name, proc.pid, started, svc.health_url, svc.urls, str(log_path))
+        return Running(
+            svc.name,
+            proc.pid,
+            started,
+            svc.health_url,
+            svc.urls,
+            str(log_path),
+            health_auth_file=str(svc.health_auth_file or ""),
+        )
 
     def _wait_ready(self, svc: Service, run: Running) -> None:
         deadline = time.monotonic() + svc.startup_timeout_s
@@ -283,7 +299,7 @@ class Supervisor:
                     f"{svc.name} exited with code {code} while starting. "
                     f"Last lines of {run.log}:\n{tail(run.log)}"
                 )
-            if is_healthy(svc.health_url, timeout=1.0):
+            if is_healthy(svc.health_url, timeout=1.0, auth_file=svc.health_auth_file):
                 self.log(f"{svc.name} is healthy: {svc.health_url}")
                 return
             time.sleep(0.25)
@@ -432,7 +448,7 @@ class Supervisor:
                 new = self._restart(old, "on request")
                 running[index] = new
                 tracks[name] = _Backoff(started_at=time.monotonic())
-            ok = self._alive(new) and is_healthy(new.health_url)
+            ok = self._alive(new) and run_healthy(new)
             result.write_text(f"ok: pid {new.pid}" if ok else f"error: see {new.log}")
             request.unlink(missing_ok=True)
 
@@ -517,7 +533,7 @@ class Supervisor:
         rows = []
         for run in self.read_state():
             alive = is_alive(run)
-            healthy = alive and is_healthy(run.health_url)
+            healthy = alive and run_healthy(run)
             state = "healthy" if healthy else ("unhealthy" if alive else "exited")
             rows.append(
                 {

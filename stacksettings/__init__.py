@@ -27,6 +27,12 @@ ADMIN_KEY_NAME = "triton-admin.key"
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
 # The dashboard asks for this token before a load run or the advisor when it is not on loopback.
 DASHBOARD_TOKEN_NAME = "dashboard.token"
+# Alertmanager answers only this user with the password in the state folder (basic auth via
+# its --web.config.file): its API creates silences and takes alerts, and it allows every
+# origin in CORS, so without a password any web page in a user's browser could silence the
+# stack. Prometheus sends alerts and scrapes it with the same pair.
+ALERTMANAGER_USER = "batchscope"
+ALERTMANAGER_PASSWORD_NAME = "alertmanager.password"
 
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
@@ -132,6 +138,15 @@ class Settings:
     @property
     def dashboard_token_file(self) -> Path:
         return self.state_dir / DASHBOARD_TOKEN_NAME
+
+    @property
+    def alertmanager_password_file(self) -> Path:
+        """Alertmanager's basic-auth password for ALERTMANAGER_USER (mode 0600, made by `up`)."""
+        return self.state_dir / ALERTMANAGER_PASSWORD_NAME
+
+    def alertmanager_auth(self) -> tuple[str, str]:
+        """(user, password) for Alertmanager's API and UI."""
+        return ALERTMANAGER_USER, read_secret(self.alertmanager_password_file) or ""
 
     @property
     def on_loopback(self) -> bool:
