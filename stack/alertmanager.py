@@ -104,6 +104,7 @@ def service(settings: Settings) -> Service:
         name="alertmanager",
         argv=[],
         health_url=f"{url}/-/ready",
+        live_url=f"{url}/-/healthy",
         ports=[settings.port("alertmanager")],
         urls={"ui": url, "alerts": f"{url}/api/v2/alerts"},
         health_auth_file=settings.alertmanager_password_file,

@@ -36,6 +36,7 @@ from stacksettings import (
     from_env,
     from_env_or_default,
     parse_port,
+    parse_seconds,
 )
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
@@ -85,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="Prometheus scrape and rule interval (STACK_SCRAPE_INTERVAL, 5)",
+    )
+    up.add_argument(
+        "--hung-after",
+        metavar="SECONDS",
+        help="restart a running service whose health check has failed this long, as if it "
+        "had died (STACK_HUNG_AFTER, 20; 0: never)",
     )
     up.add_argument(
         "--rules-settings",
@@ -266,6 +273,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if not 0 < args.scrape_interval < math.inf:
             raise SettingsError("--scrape-interval must be a positive number of seconds")
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
+    if getattr(args, "hung_after", None) is not None:
+        hung = parse_seconds(args.hung_after, "--hung-after", settings.hung_after_s)
+        settings = replace(settings, hung_after_s=hung)
     settings = attached_from(args, settings)
     if getattr(args, "skip", None):
         known = {s.name for s in service_table(settings)}

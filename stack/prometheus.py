@@ -164,6 +164,7 @@ def service(settings: Settings) -> Service:
         name="prometheus",
         argv=[],
         health_url=f"{url}/-/ready",
+        live_url=f"{url}/-/healthy",
         ports=[settings.port("prometheus")],
         urls={"ui": url},
     )

@@ -40,6 +40,14 @@ BACKOFF_RESET_S = 60.0
 TICK_S = 0.5
 # What is left of a service whose main process died gets this long after SIGTERM.
 LOST_GRACE_S = 2.0
+# A running service's health is checked this often (each check waits at most
+# HEALTH_TIMEOUT_S: a stopped process accepts connections but never answers).
+HEALTH_EVERY_S = 1.0
+HEALTH_TIMEOUT_S = 1.0
+# The alert the supervisor sends Alertmanager itself when it restarts a hung service
+# (Triton's hang already pages as TritonDown: the exporter cannot read it).
+HUNG_ALERT = "ServiceHung"
+HUNG_ALERT_S = 300.0  # how long the alert stays active unless sent again
 Log = Callable[[str], None]
 
 
@@ -54,6 +62,7 @@ class Running:
     restarts: int = 0  # times the supervisor started it again after it died or on request
     last_exit: str = ""  # how the previous process ended, e.g. "killed by SIGKILL at 02:41:07"
     health_auth_file: str = ""  # the basic-auth password its health URL needs, if any
+    live_url: str = ""  # what a hang is judged by (Service.live_url); empty: health_url
 
 
 @dataclass
@@ -61,6 +70,8 @@ class _Backoff:
     failures: int = 0
     started_at: float = 0.0  # monotonic
     due: float | None = None  # when the next start is due; None while it runs
+    checked_at: float = 0.0  # monotonic: the last health check while it runs
+    unhealthy_since: float | None = None  # monotonic: the first of the failed checks in a row
 
     def next_delay(self, now: float) -> float:
         if now - self.started_at >= BACKOFF_RESET_S:
@@ -162,6 +173,8 @@ class Supervisor:
         self.foreground = False
         # The list supervise() keeps; start_service() from another thread updates it.
         self.watched: list[Running] = []
+        # Alerts about hung services not yet accepted by Alertmanager.
+        self.pages: list[dict[str, Any]] = []
         # Every child this object started, reaped on down() whatever path it left by.
         self._spawned: list[subprocess.Popen[bytes]] = []
         self._lock = threading.RLock()
@@ -287,6 +300,7 @@ class Supervisor:
             svc.urls,
             str(log_path),
             health_auth_file=str(svc.health_auth_file or ""),
+            live_url=svc.live_url,
         )
 
     def _wait_ready(self, svc: Service, run: Running) -> None:
@@ -375,6 +389,7 @@ class Supervisor:
         self.watched = running
         while not self.stop_requested.wait(TICK_S):
             self._serve_restart_requests(running, tracks)
+            self._send_pages()
             for index in range(len(running)):
                 if self.stop_requested.is_set():
                     return
@@ -389,12 +404,24 @@ class Supervisor:
         now = time.monotonic()
         if track.due is None:
             if self._alive(run):
-                return run
-            proc = self.children.get(run.name)
-            run.last_exit = describe_exit(proc.poll() if proc is not None else None)
-            # Its stubs or workers may live on: the restart needs the whole tree gone.
-            # The leader is dead, so there is no clean shutdown to wait for.
-            self._stop([run], quiet=True, grace_s=LOST_GRACE_S)
+                hung_s = self._hung_for(run, track, now)
+                if hung_s is None:
+                    return run
+                # Stopped or deadlocked: SIGTERM may never be handled, and nothing of it
+                # is worth waiting for. Killed, it is restarted like a dead one.
+                self._kill_tree(run)
+                run.last_exit = (
+                    f"restarted: hung for {hung_s:.0f} s (health check failing; killed at "
+                    f"{time.strftime('%H:%M:%S')})"
+                )
+                self._page_hung(run, hung_s)
+            else:
+                proc = self.children.get(run.name)
+                run.last_exit = describe_exit(proc.poll() if proc is not None else None)
+                # Its stubs or workers may live on: the restart needs the whole tree gone.
+                # The leader is dead, so there is no clean shutdown to wait for.
+                self._stop([run], quiet=True, grace_s=LOST_GRACE_S)
+            track.unhealthy_since = None
             delay = track.next_delay(now)
             track.due = now + delay
             self.log(f"{run.name} (pid {run.pid}) {run.last_exit}; starting it again in {delay:g}s")
@@ -404,6 +431,64 @@ class Supervisor:
             return run
         track.due, track.started_at = None, now
         return self._restart(run, f"restart {run.restarts + 1}")
+
+    def _hung_for(self, run: Running, track: _Backoff, now: float) -> float | None:
+        """Seconds its health check has failed in a row, once that reaches the setting."""
+        limit = self.settings.hung_after_s
+        if limit <= 0 or now - track.checked_at < HEALTH_EVERY_S:
+            return None
+        track.checked_at = now
+        url = run.live_url or run.health_url
+        if is_healthy(url, HEALTH_TIMEOUT_S, run.health_auth_file):
+            track.unhealthy_since = None
+            return None
+        if track.unhealthy_since is None:
+            track.unhealthy_since = now
+            self.log(f"{run.name} (pid {run.pid}) fails its health check: {url}")
+        failing = time.monotonic() - track.unhealthy_since
+        return failing if failing >= limit else None
+
+    def _page_hung(self, run: Running, hung_s: float) -> None:
+        """Send Alertmanager one alert for the hang (none for Triton: TritonDown pages)."""
+        self.log(f"{run.name} (pid {run.pid}) {run.last_exit}")
+        if run.name == "triton" or "alertmanager" in self.settings.skip:
+            return
+        self.pages.append(
+            {
+                "labels": {"alertname": HUNG_ALERT, "service": run.name, "severity": "warning"},
+                "annotations": {
+                    "summary": f"{run.name} hung and was restarted",
+                    "description": f"{run.name}'s health check failed for "
+                    f"{hung_s:.0f} s; the supervisor killed its processes and started it again. "
+                    f"Its log: {run.log}",
+                },
+            }
+        )
+
+    def _send_pages(self) -> None:
+        """Hand queued alerts to Alertmanager; they wait while it is down (or hung itself)."""
+        if not self.pages:
+            return
+        now = time.time()
+        body = [
+            {
+                **page,
+                "startsAt": _rfc3339(now),
+                "endsAt": _rfc3339(now + HUNG_ALERT_S),
+            }
+            for page in self.pages
+        ]
+        try:
+            response = requests.post(
+                f"{self.settings.url('alertmanager')}/api/v2/alerts",
+                json=body,
+                auth=self.settings.alertmanager_auth(),
+                timeout=HEALTH_TIMEOUT_S,
+            )
+        except requests.RequestException:
+            return
+        if response.status_code == 200:
+            self.pages.clear()
 
     def _restart(self, old: Running, why: str) -> Running:
         svc = next(s for s in self.services if s.name == old.name)
@@ -547,6 +632,10 @@ class Supervisor:
                 }
             )
         return rows
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def restart_requests(settings: Settings) -> Path:

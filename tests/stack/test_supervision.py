@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,56 @@ def test_restart_of_an_unknown_service_is_misuse(settings: Settings) -> None:
     with pytest.raises(cli.StackError, match="no service 'nosuch'") as err:
         cli.restart(settings, "nosuch")
     assert err.value.exit_code == 2
+
+
+def test_a_hung_service_is_killed_with_its_tree_and_comes_back(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """SIGSTOP: alive, but no answer. After ``hung_after_s`` of failed health checks it is
+    handled like a dead one: its group killed (the stopped leader and its child), restarted."""
+    (port,) = free_ports(1)
+    pids = tmp_path / "children"
+    svc = stubborn(port, pids)
+    settings = replace(settings, hung_after_s=3.0, skip=frozenset({"alertmanager"}))
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        first = running[0]
+        (stub,) = [int(p) for p in pids.read_text().split()]
+        os.killpg(first.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        assert wait_until(lambda: running[0].pid != first.pid and is_healthy(svc.health_url), 40)
+        # Not before the setting: 3 s of failed checks, then the 1 s backoff.
+        assert time.monotonic() - stopped_at >= 3.0
+        assert not alive(first.pid) and not alive(stub)
+        (row,) = supervisor.status()
+        assert row["restarts"] == 1 and row["state"] == "healthy"
+        hung_s = int(row["last_exit"].removeprefix("restarted: hung for ").split()[0])
+        assert 3 <= hung_s <= 10, row["last_exit"]
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
+
+
+def test_hung_after_zero_leaves_a_hung_service_alone(settings: Settings, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    svc = stubborn(port, tmp_path / "children")
+    settings = replace(settings, hung_after_s=0.0)
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        first = running[0]
+        os.killpg(first.pid, signal.SIGSTOP)
+        time.sleep(4)
+        assert running[0].pid == first.pid and alive(first.pid)
+        os.killpg(first.pid, signal.SIGCONT)
+        assert wait_until(lambda: is_healthy(svc.health_url), 10)
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
