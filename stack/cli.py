@@ -531,7 +531,8 @@ def restart(settings: Settings, name: str) -> int:
     if supervisor.read_supervisor() is None:
         raise StackError(
             f"nothing supervises the stack in {settings.state_dir} (its supervisor was killed): "
-            "run `python -m stack down`, then `up` again"
+            "run `python -m stack up --detach` (it keeps the services still running and "
+            "healthy, and starts the rest), then restart again"
         )
     folder = restart_requests(settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -564,7 +565,8 @@ def status(settings: Settings, as_json: bool) -> int:
         print(
             f"supervisor    pid {keeper}: restarts services that die"
             if keeper
-            else "supervisor    none: a service that dies stays down (`down`, then `up`)"
+            else "supervisor    none: a service that dies stays down; `up --detach` supervises "
+            "again (keeping what still runs)"
         )
         for row in rows:
             urls = "  ".join(f"{k}: {v}" for k, v in row["urls"].items())

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,6 +63,7 @@ class Running:
     last_exit: str = ""  # how the previous process ended, e.g. "killed by SIGKILL at 02:41:07"
     health_auth_file: str = ""  # the basic-auth password its health URL needs, if any
     live_url: str = ""  # what a hang is judged by (Service.live_url); empty: health_url
+    argv: list[str] = field(default_factory=list)  # what was exec'd: checked before adopting
 
 
 @dataclass
@@ -173,6 +174,8 @@ class Supervisor:
         self.foreground = False
         # The list supervise() keeps; start_service() from another thread updates it.
         self.watched: list[Running] = []
+        # Services a lost supervisor left running and healthy, kept by up() (preflight).
+        self.adopted: dict[str, Running] = {}
         # Alerts about hung services not yet accepted by Alertmanager.
         self.pages: list[dict[str, Any]] = []
         # Every child this object started, reaped on down() whatever path it left by.
@@ -217,23 +220,32 @@ class Supervisor:
 
     # ---- up ---------------------------------------------------------------------------
     def preflight(self) -> None:
+        """Refuse a stack that is running and supervised; adopt what a lost supervisor left.
+
+        With the supervising process gone, the services that still run as recorded (the
+        same pid, start time and argv: not a recycled pid) and answer their health check
+        are kept (:attr:`adopted`); what is left of the others is removed, to be started.
+        """
         previous = self.read_state()
         live = [r for r in previous if is_alive(r)]
-        if live:
+        keeper = self.read_supervisor()
+        if live and keeper is not None and keeper != os.getpid():
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in live)
             raise StackError(
                 f"the stack in {self.settings.state_dir} is already running: {names}; "
                 "run `python -m stack down` first, or `python -m stack restart SERVICE`"
             )
+        self.adopted = {r.name: r for r in live if self._adoptable(r)}
         # A stack that was killed outright can leave grandchildren behind (Triton's
         # stubs hold the backend folder busy): remove them before starting again.
         for run in previous:
-            if group_members(run):
+            if run.name not in self.adopted and group_members(run):
                 self.log(f"removing what is left of {run.name}'s processes (group {run.pid})")
                 self._kill_tree(run)
         busy = [
             (svc.name, port)
             for svc in self.services
+            if svc.name not in self.adopted
             for port in svc.ports
             if port_in_use(self.settings.host, port)
         ]
@@ -245,8 +257,22 @@ class Supervisor:
                 exit_code=2,
             )
 
+    def _adoptable(self, run: Running) -> bool:
+        svc = next((s for s in self.services if s.name == run.name), None)
+        return (
+            svc is not None
+            and svc.health_url == run.health_url
+            and bool(run.argv)
+            and procstat.cmdline(run.pid) == run.argv
+            and is_alive(run)
+            and run_healthy(run)
+        )
+
     def up(self, foreground: bool = False) -> list[Running]:
-        """Start every service and wait until each is healthy; on failure stop them all."""
+        """Start every service and wait until each is healthy; on failure stop them all.
+
+        Services adopted by :meth:`preflight` are kept as they run, not started again.
+        """
         self.foreground = foreground
         self.preflight()
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -255,6 +281,12 @@ class Supervisor:
             for svc in self.services:
                 if self.stop_requested.is_set():
                     raise StackError("interrupted while starting; stopped what had started")
+                adopted = self.adopted.get(svc.name)
+                if adopted is not None:
+                    self.log(f"adopted {svc.name} (pid {adopted.pid}): it still runs and answers")
+                    running.append(adopted)
+                    self._write_state(running)
+                    continue
                 running.append(self._start(svc, foreground))
                 self._write_state(running)
                 self._wait_ready(svc, running[-1])
@@ -301,6 +333,7 @@ class Supervisor:
             str(log_path),
             health_auth_file=str(svc.health_auth_file or ""),
             live_url=svc.live_url,
+            argv=list(svc.argv),
         )
 
     def _wait_ready(self, svc: Service, run: Running) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -192,3 +193,43 @@ def test_hung_after_zero_leaves_a_hung_service_alone(settings: Settings, tmp_pat
         supervisor.stop_requested.set()
         keeper.join(timeout=30)
         supervisor.down()
+
+
+def test_only_the_recorded_process_answering_its_health_check_is_adopted(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A supervisor that lost its predecessor adopts a service only if the pid is still the
+    process it started (start time and argv: a recycled pid is another process) and it
+    answers; otherwise it removes what is left and starts it."""
+    (port,) = free_ports(1)
+    svc = stubborn(port, tmp_path / "children")
+    first = Supervisor(settings, [svc], log=lambda _: None)
+    first.supervising = True
+    (run,) = first.up()
+    # The state as a killed supervisor leaves it, with one field changed at a time.
+    state = json.loads(settings.state_file.read_text())
+    state["supervisor"] = {"pid": 1, "started": "0"}  # not a live supervisor of ours
+    try:
+        for field_, value, adopted in (
+            (None, None, True),
+            ("argv", ["/usr/bin/python3", "-m", "something.else"], False),
+            ("started", str(int(run.started) + 1), False),
+            ("health_url", f"http://127.0.0.1:{port}/missing", False),
+        ):
+            entry = dict(state["services"][0])
+            if field_ is not None:
+                entry[field_] = value
+            settings.state_file.write_text(json.dumps({**state, "services": [entry]}))
+            second = Supervisor(settings, [svc], log=lambda _: None)
+            if field_ == "health_url":
+                # The table's URL matches what is recorded, but nothing answers there.
+                second.services = [replace(svc, health_url=entry["health_url"])]
+            if adopted:
+                second.preflight()
+                assert list(second.adopted) == ["stubborn"], field_
+            else:
+                assert not second._adoptable(Running(**entry)), field_
+        assert alive(run.pid)
+    finally:
+        settings.state_file.write_text(json.dumps(state))
+        first.down()
