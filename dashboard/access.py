@@ -10,6 +10,8 @@ site's page from driving the form through the user's browser.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 import streamlit as st
 
@@ -68,3 +70,33 @@ def gate(cfg: DashboardSettings) -> bool:
             icon=":material/lock:",
         )
     return False
+
+
+def foreign_origin(headers: Mapping[str, str], bound_to_loopback: bool) -> str | None:
+    """Why this session comes from another site's page, or None when it is the dashboard's own.
+
+    Streamlit's CORS check compares host names only, so a page served on any other
+    port of 127.0.0.1 may open the dashboard's websocket and drive its widgets (start a
+    load run, the advisor, the trace switch). Every script run therefore checks the
+    websocket's ``Origin`` against its ``Host``; on loopback the host must also be a
+    loopback name, so that a DNS-rebound name (evil.example -> 127.0.0.1) is foreign too.
+    No Origin (a non-browser client, which no web page can be) passes.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    origin, host = lowered.get("origin"), lowered.get("host", "")
+    if origin is None:
+        return None
+    if urlsplit(origin).netloc.lower() != host.lower():
+        return f"the page at {origin} is not this dashboard ({host})"
+    if bound_to_loopback and not is_loopback(urlsplit(f"//{host}").hostname or ""):
+        return f"{host} is not a loopback name, and this dashboard listens on loopback only"
+    return None
+
+
+def refuse_foreign_pages() -> None:
+    """Stop the script run (nothing below it runs) when another site's page opened it."""
+    address = str(st.get_option("server.address") or "")
+    why = foreign_origin(dict(st.context.headers), bool(address) and is_loopback(address))
+    if why:
+        st.error(f"Refused: {why}. Open the dashboard at its own address.")
+        st.stop()

@@ -22,8 +22,9 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from dashboard import data as cached  # noqa: E402 - set_page_config must run first
-from dashboard import settings  # noqa: E402
+# set_page_config must run before these imports.
+from dashboard import access, settings  # noqa: E402
+from dashboard import data as cached  # noqa: E402
 from dashboard.views import (  # noqa: E402
     config_view,
     fleet_view,
@@ -62,6 +63,8 @@ def choose_server(cfg: settings.DashboardSettings) -> settings.DashboardSettings
 
 
 def main() -> None:
+    # Before any widget: another site's page must not drive this one (dashboard/access.py).
+    access.refuse_foreign_pages()
     try:
         cfg = settings.from_env()
     except settings.SettingsError as exc:

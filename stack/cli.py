@@ -36,6 +36,7 @@ from stacksettings import (
     from_env,
     from_env_or_default,
     parse_port,
+    parse_seconds,
 )
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus scrape and rule interval (STACK_SCRAPE_INTERVAL, 5)",
     )
     up.add_argument(
+        "--hung-after",
+        metavar="SECONDS",
+        help="restart a running service whose health check has failed this long, as if it "
+        "had died (STACK_HUNG_AFTER, 20; 0: never)",
+    )
+    up.add_argument(
         "--rules-settings",
         type=Path,
         metavar="FILE",
@@ -135,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "secrets",
         parents=[common],
-        help="make Triton's admin key and the dashboard token (mode 0600) if missing; "
-        "compose and `up --expose` use them",
+        help="make Triton's admin key, the dashboard token and Alertmanager's password "
+        "(mode 0600) if missing; compose and `up --expose` use them",
     )
     status = sub.add_parser("status", parents=[common], help="each service, pid, URL, health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -268,6 +275,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if not 0 < args.scrape_interval < math.inf:
             raise SettingsError("--scrape-interval must be a positive number of seconds")
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
+    if getattr(args, "hung_after", None) is not None:
+        hung = parse_seconds(args.hung_after, "--hung-after", settings.hung_after_s)
+        settings = replace(settings, hung_after_s=hung)
     settings = attached_from(args, settings)
     if getattr(args, "skip", None):
         known = {s.name for s in service_table(settings)}
@@ -311,8 +321,9 @@ def reachable(settings: Settings) -> str:
         f"Triton inference, metadata and health on :{p('triton_http')} and "
         f":{p('triton_grpc')} (model-repository, shared-memory, trace and logging need the key "
         f"in {settings.admin_key_file}), Triton's metrics :{p('triton_metrics')}, the exporter "
-        f":{p('exporter')}, Prometheus' queries :{p('prometheus')} and Alertmanager "
-        f":{p('alertmanager')} without authentication, the dashboard :{p('dashboard')} (load "
+        f":{p('exporter')} and Prometheus' queries :{p('prometheus')} without authentication, "
+        f"Alertmanager :{p('alertmanager')} (user batchscope, the password in "
+        f"{settings.alertmanager_password_file}), the dashboard :{p('dashboard')} (load "
         f"runs and the advisor need the token in {settings.dashboard_token_file})"
     )
 
@@ -522,7 +533,8 @@ def restart(settings: Settings, name: str) -> int:
     if supervisor.read_supervisor() is None:
         raise StackError(
             f"nothing supervises the stack in {settings.state_dir} (its supervisor was killed): "
-            "run `python -m stack down`, then `up` again"
+            "run `python -m stack up --detach` (it keeps the services still running and "
+            "healthy, and starts the rest), then restart again"
         )
     folder = restart_requests(settings)
     folder.mkdir(parents=True, exist_ok=True)
@@ -555,7 +567,8 @@ def status(settings: Settings, as_json: bool) -> int:
         print(
             f"supervisor    pid {keeper}: restarts services that die"
             if keeper
-            else "supervisor    none: a service that dies stays down (`down`, then `up`)"
+            else "supervisor    none: a service that dies stays down; `up --detach` supervises "
+            "again (keeping what still runs)"
         )
         for row in rows:
             urls = "  ".join(f"{k}: {v}" for k, v in row["urls"].items())
@@ -594,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
             for path in (settings.admin_key_file, settings.dashboard_token_file):
                 ensure_secret(path)
                 print(f"{path} (mode 0600)")
+            web = alertmanager.write_web_config(
+                settings.alertmanager_password_file, settings.state_dir / alertmanager.WEB_CONFIG
+            )
+            print(f"{settings.alertmanager_password_file} (mode 0600) and its hash, {web}")
             return 0
         if args.command == "down":
             stopped = Supervisor(settings, []).down()

@@ -47,6 +47,8 @@ COMPOSE_TARGETS = {
     "exporter": "exporter:9733",
     "alertmanager": COMPOSE_ALERTMANAGER,
 }
+# Alertmanager's password as compose.yaml hands it to Prometheus (a compose secret).
+COMPOSE_ALERTMANAGER_PASSWORD = "/run/secrets/alertmanager_password"
 # Where compose.yaml mounts stack/rules/generated/ in the Prometheus container.
 COMPOSE_RULES_DIR = "/etc/prometheus/rules"
 
@@ -68,6 +70,7 @@ def compose_prometheus(settings: Settings, rules: RuleSettings) -> dict[str, Any
         settings.scrape_interval_s,
         rule_files=files,
         alertmanagers=[COMPOSE_ALERTMANAGER],
+        alertmanager_password_file=COMPOSE_ALERTMANAGER_PASSWORD,
     )
 
 

@@ -8,6 +8,7 @@ built; the compose and Kubernetes renderings call it with their own targets.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ import yaml
 from stack import rulegen, rulesettings
 from stack.errors import StackError
 from stack.services import Service
-from stacksettings import Settings
+from stacksettings import ALERTMANAGER_USER, Settings, ensure_secret
 
 INSTALL_HINT = (
     "install it with `apt-get install prometheus` (Debian/Ubuntu; ./stack/up does this when "
@@ -39,9 +40,13 @@ def config(
     scrape_interval_s: float,
     rule_files: Sequence[str] = (),
     alertmanagers: Sequence[str] = (),
+    alertmanager_password_file: str = "",
 ) -> dict[str, Any]:
     """prometheus.yml as a dict: one scrape job per entry of ``targets``, the rule files,
-    and the Alertmanagers (host:port) that receive the alerts."""
+    and the Alertmanagers (host:port) that receive the alerts.
+
+    With ``alertmanager_password_file`` both the alerts and the ``alertmanager`` scrape
+    job carry Alertmanager's basic auth (stack.alertmanager: it refuses anything else)."""
     interval = _duration(scrape_interval_s)
     body: dict[str, Any] = {
         "global": {
@@ -55,12 +60,36 @@ def config(
             for job, addrs in targets.items()
         ],
     }
+
+    def auth() -> dict[str, Any]:
+        # A fresh dict each time: a shared one would be dumped as a YAML anchor.
+        if not alertmanager_password_file:
+            return {}
+        return {
+            "basic_auth": {
+                "username": ALERTMANAGER_USER,
+                "password_file": alertmanager_password_file,
+            }
+        }
+
+    for job in body["scrape_configs"]:
+        if job["job_name"] == "alertmanager":
+            job.update(auth())
     if rule_files:
         body["rule_files"] = list(rule_files)
     if alertmanagers:
         targets_ = [{"targets": list(alertmanagers)}]
-        body["alerting"] = {"alertmanagers": [{"static_configs": targets_}]}
+        body["alerting"] = {"alertmanagers": [{**auth(), "static_configs": targets_}]}
     return body
+
+
+def cors_origin(url: str) -> str:
+    """--web.cors.origin: Prometheus' own origin only (the flag is an anchored regex).
+
+    Its default, ``.*``, lets a page of any origin read every query's answer (the fleet's
+    model names, rates and configs); its own UI is same-origin and needs no CORS.
+    """
+    return re.escape(url.rstrip("/"))
 
 
 def _static_configs(addrs: Sequence[str]) -> list[dict[str, Any]]:
@@ -107,13 +136,17 @@ def write_config(settings: Settings) -> Path:
         rulegen.render(rulesettings.load(settings.rules_settings)), folder / "rules"
     )
     alertmanagers = []
+    password_file = ""
     if "alertmanager" not in settings.skip:
         alertmanagers.append(f"{settings.host}:{settings.port('alertmanager')}")
+        password_file = str(settings.alertmanager_password_file)
+        ensure_secret(settings.alertmanager_password_file)
     body = config(
         local_targets(settings),
         settings.scrape_interval_s,
         rule_files=[str(p) for p in rules],
         alertmanagers=alertmanagers,
+        alertmanager_password_file=password_file,
     )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(
@@ -131,6 +164,7 @@ def service(settings: Settings) -> Service:
         name="prometheus",
         argv=[],
         health_url=f"{url}/-/ready",
+        live_url=f"{url}/-/healthy",
         ports=[settings.port("prometheus")],
         urls={"ui": url},
     )
@@ -143,6 +177,7 @@ def service(settings: Settings) -> Service:
             f"--config.file={cfg}",
             f"--storage.tsdb.path={folder / 'data'}",
             f"--web.listen-address={settings.host}:{settings.port('prometheus')}",
+            f"--web.cors.origin={cors_origin(url)}",
             "--storage.tsdb.retention.time=7d",
         ]
 

@@ -24,6 +24,11 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     startup_timeout_s: float = 60.0
+    # Answers while the process works, whatever its models' state (Triton's readiness
+    # also waits on every model): a hang is judged by it. Empty: the health URL.
+    live_url: str = ""
+    # The basic-auth password (user stacksettings.ALERTMANAGER_USER) its health URL needs.
+    health_auth_file: Path | None = None
     # Writes config files; runs just before the process starts.
     prepare: Callable[[], None] | None = None
 

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,7 +29,7 @@ import requests
 
 from stack.errors import StackError
 from stack.services import Service
-from stacksettings import PORTS, Settings, procstat
+from stacksettings import ALERTMANAGER_USER, PORTS, Settings, procstat, read_secret
 
 STOP_TIMEOUT_S = 15.0
 # Restart backoff: 1 s, 2 s, 4 s, ... at most 30 s; a service that stayed up for
@@ -40,6 +40,14 @@ BACKOFF_RESET_S = 60.0
 TICK_S = 0.5
 # What is left of a service whose main process died gets this long after SIGTERM.
 LOST_GRACE_S = 2.0
+# A running service's health is checked this often (each check waits at most
+# HEALTH_TIMEOUT_S: a stopped process accepts connections but never answers).
+HEALTH_EVERY_S = 1.0
+HEALTH_TIMEOUT_S = 1.0
+# The alert the supervisor sends Alertmanager itself when it restarts a hung service
+# (Triton's hang already pages as TritonDown: the exporter cannot read it).
+HUNG_ALERT = "ServiceHung"
+HUNG_ALERT_S = 300.0  # how long the alert stays active unless sent again
 Log = Callable[[str], None]
 
 
@@ -53,6 +61,9 @@ class Running:
     log: str
     restarts: int = 0  # times the supervisor started it again after it died or on request
     last_exit: str = ""  # how the previous process ended, e.g. "killed by SIGKILL at 02:41:07"
+    health_auth_file: str = ""  # the basic-auth password its health URL needs, if any
+    live_url: str = ""  # what a hang is judged by (Service.live_url); empty: health_url
+    argv: list[str] = field(default_factory=list)  # what was exec'd: checked before adopting
 
 
 @dataclass
@@ -60,6 +71,8 @@ class _Backoff:
     failures: int = 0
     started_at: float = 0.0  # monotonic
     due: float | None = None  # when the next start is due; None while it runs
+    checked_at: float = 0.0  # monotonic: the last health check while it runs
+    unhealthy_since: float | None = None  # monotonic: the first of the failed checks in a row
 
     def next_delay(self, now: float) -> float:
         if now - self.started_at >= BACKOFF_RESET_S:
@@ -115,11 +128,18 @@ def group_members(run: Running) -> list[int]:
     return [p.pid for p in procstat.processes() if p.pgid == run.pid and not p.zombie]
 
 
-def is_healthy(url: str, timeout: float = 2.0) -> bool:
+def is_healthy(url: str, timeout: float = 2.0, auth_file: Path | str | None = None) -> bool:
+    auth = None
+    if auth_file:
+        auth = (ALERTMANAGER_USER, read_secret(auth_file) or "")
     try:
-        return requests.get(url, timeout=timeout).status_code == 200
+        return requests.get(url, timeout=timeout, auth=auth).status_code == 200
     except requests.RequestException:
         return False
+
+
+def run_healthy(run: Running, timeout: float = 2.0) -> bool:
+    return is_healthy(run.health_url, timeout, run.health_auth_file)
 
 
 def tail(path: Path | str, lines: int = 20) -> str:
@@ -154,6 +174,10 @@ class Supervisor:
         self.foreground = False
         # The list supervise() keeps; start_service() from another thread updates it.
         self.watched: list[Running] = []
+        # Services a lost supervisor left running and healthy, kept by up() (preflight).
+        self.adopted: dict[str, Running] = {}
+        # Alerts about hung services not yet accepted by Alertmanager.
+        self.pages: list[dict[str, Any]] = []
         # Every child this object started, reaped on down() whatever path it left by.
         self._spawned: list[subprocess.Popen[bytes]] = []
         self._lock = threading.RLock()
@@ -196,23 +220,32 @@ class Supervisor:
 
     # ---- up ---------------------------------------------------------------------------
     def preflight(self) -> None:
+        """Refuse a stack that is running and supervised; adopt what a lost supervisor left.
+
+        With the supervising process gone, the services that still run as recorded (the
+        same pid, start time and argv: not a recycled pid) and answer their health check
+        are kept (:attr:`adopted`); what is left of the others is removed, to be started.
+        """
         previous = self.read_state()
         live = [r for r in previous if is_alive(r)]
-        if live:
+        keeper = self.read_supervisor()
+        if live and keeper is not None and keeper != os.getpid():
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in live)
             raise StackError(
                 f"the stack in {self.settings.state_dir} is already running: {names}; "
                 "run `python -m stack down` first, or `python -m stack restart SERVICE`"
             )
+        self.adopted = {r.name: r for r in live if self._adoptable(r)}
         # A stack that was killed outright can leave grandchildren behind (Triton's
         # stubs hold the backend folder busy): remove them before starting again.
         for run in previous:
-            if group_members(run):
+            if run.name not in self.adopted and group_members(run):
                 self.log(f"removing what is left of {run.name}'s processes (group {run.pid})")
                 self._kill_tree(run)
         busy = [
             (svc.name, port)
             for svc in self.services
+            if svc.name not in self.adopted
             for port in svc.ports
             if port_in_use(self.settings.host, port)
         ]
@@ -224,8 +257,22 @@ class Supervisor:
                 exit_code=2,
             )
 
+    def _adoptable(self, run: Running) -> bool:
+        svc = next((s for s in self.services if s.name == run.name), None)
+        return (
+            svc is not None
+            and svc.health_url == run.health_url
+            and bool(run.argv)
+            and procstat.cmdline(run.pid) == run.argv
+            and is_alive(run)
+            and run_healthy(run)
+        )
+
     def up(self, foreground: bool = False) -> list[Running]:
-        """Start every service and wait until each is healthy; on failure stop them all."""
+        """Start every service and wait until each is healthy; on failure stop them all.
+
+        Services adopted by :meth:`preflight` are kept as they run, not started again.
+        """
         self.foreground = foreground
         self.preflight()
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -234,6 +281,12 @@ class Supervisor:
             for svc in self.services:
                 if self.stop_requested.is_set():
                     raise StackError("interrupted while starting; stopped what had started")
+                adopted = self.adopted.get(svc.name)
+                if adopted is not None:
+                    self.log(f"adopted {svc.name} (pid {adopted.pid}): it still runs and answers")
+                    running.append(adopted)
+                    self._write_state(running)
+                    continue
                 running.append(self._start(svc, foreground))
                 self._write_state(running)
                 self._wait_ready(svc, running[-1])
@@ -271,7 +324,17 @@ class Supervisor:
         self._spawned.append(proc)
         started = procstat.start_time(proc.pid) or ""
         self.log(f"started {svc.name} (pid {proc.pid}), log: {log_path}")
-        return Running(svc.name, proc.pid, started, svc.health_url, svc.urls, str(log_path))
+        return Running(
+            svc.name,
+            proc.pid,
+            started,
+            svc.health_url,
+            svc.urls,
+            str(log_path),
+            health_auth_file=str(svc.health_auth_file or ""),
+            live_url=svc.live_url,
+            argv=list(svc.argv),
+        )
 
     def _wait_ready(self, svc: Service, run: Running) -> None:
         deadline = time.monotonic() + svc.startup_timeout_s
@@ -283,7 +346,7 @@ class Supervisor:
                     f"{svc.name} exited with code {code} while starting. "
                     f"Last lines of {run.log}:\n{tail(run.log)}"
                 )
-            if is_healthy(svc.health_url, timeout=1.0):
+            if is_healthy(svc.health_url, timeout=1.0, auth_file=svc.health_auth_file):
                 self.log(f"{svc.name} is healthy: {svc.health_url}")
                 return
             time.sleep(0.25)
@@ -359,6 +422,7 @@ class Supervisor:
         self.watched = running
         while not self.stop_requested.wait(TICK_S):
             self._serve_restart_requests(running, tracks)
+            self._send_pages()
             for index in range(len(running)):
                 if self.stop_requested.is_set():
                     return
@@ -373,12 +437,24 @@ class Supervisor:
         now = time.monotonic()
         if track.due is None:
             if self._alive(run):
-                return run
-            proc = self.children.get(run.name)
-            run.last_exit = describe_exit(proc.poll() if proc is not None else None)
-            # Its stubs or workers may live on: the restart needs the whole tree gone.
-            # The leader is dead, so there is no clean shutdown to wait for.
-            self._stop([run], quiet=True, grace_s=LOST_GRACE_S)
+                hung_s = self._hung_for(run, track, now)
+                if hung_s is None:
+                    return run
+                # Stopped or deadlocked: SIGTERM may never be handled, and nothing of it
+                # is worth waiting for. Killed, it is restarted like a dead one.
+                self._kill_tree(run)
+                run.last_exit = (
+                    f"restarted: hung for {hung_s:.0f} s (health check failing; killed at "
+                    f"{time.strftime('%H:%M:%S')})"
+                )
+                self._page_hung(run, hung_s)
+            else:
+                proc = self.children.get(run.name)
+                run.last_exit = describe_exit(proc.poll() if proc is not None else None)
+                # Its stubs or workers may live on: the restart needs the whole tree gone.
+                # The leader is dead, so there is no clean shutdown to wait for.
+                self._stop([run], quiet=True, grace_s=LOST_GRACE_S)
+            track.unhealthy_since = None
             delay = track.next_delay(now)
             track.due = now + delay
             self.log(f"{run.name} (pid {run.pid}) {run.last_exit}; starting it again in {delay:g}s")
@@ -388,6 +464,64 @@ class Supervisor:
             return run
         track.due, track.started_at = None, now
         return self._restart(run, f"restart {run.restarts + 1}")
+
+    def _hung_for(self, run: Running, track: _Backoff, now: float) -> float | None:
+        """Seconds its health check has failed in a row, once that reaches the setting."""
+        limit = self.settings.hung_after_s
+        if limit <= 0 or now - track.checked_at < HEALTH_EVERY_S:
+            return None
+        track.checked_at = now
+        url = run.live_url or run.health_url
+        if is_healthy(url, HEALTH_TIMEOUT_S, run.health_auth_file):
+            track.unhealthy_since = None
+            return None
+        if track.unhealthy_since is None:
+            track.unhealthy_since = now
+            self.log(f"{run.name} (pid {run.pid}) fails its health check: {url}")
+        failing = time.monotonic() - track.unhealthy_since
+        return failing if failing >= limit else None
+
+    def _page_hung(self, run: Running, hung_s: float) -> None:
+        """Send Alertmanager one alert for the hang (none for Triton: TritonDown pages)."""
+        self.log(f"{run.name} (pid {run.pid}) {run.last_exit}")
+        if run.name == "triton" or "alertmanager" in self.settings.skip:
+            return
+        self.pages.append(
+            {
+                "labels": {"alertname": HUNG_ALERT, "service": run.name, "severity": "warning"},
+                "annotations": {
+                    "summary": f"{run.name} hung and was restarted",
+                    "description": f"{run.name}'s health check failed for "
+                    f"{hung_s:.0f} s; the supervisor killed its processes and started it again. "
+                    f"Its log: {run.log}",
+                },
+            }
+        )
+
+    def _send_pages(self) -> None:
+        """Hand queued alerts to Alertmanager; they wait while it is down (or hung itself)."""
+        if not self.pages:
+            return
+        now = time.time()
+        body = [
+            {
+                **page,
+                "startsAt": _rfc3339(now),
+                "endsAt": _rfc3339(now + HUNG_ALERT_S),
+            }
+            for page in self.pages
+        ]
+        try:
+            response = requests.post(
+                f"{self.settings.url('alertmanager')}/api/v2/alerts",
+                json=body,
+                auth=self.settings.alertmanager_auth(),
+                timeout=HEALTH_TIMEOUT_S,
+            )
+        except requests.RequestException:
+            return
+        if response.status_code == 200:
+            self.pages.clear()
 
     def _restart(self, old: Running, why: str) -> Running:
         svc = next(s for s in self.services if s.name == old.name)
@@ -432,7 +566,7 @@ class Supervisor:
                 new = self._restart(old, "on request")
                 running[index] = new
                 tracks[name] = _Backoff(started_at=time.monotonic())
-            ok = self._alive(new) and is_healthy(new.health_url)
+            ok = self._alive(new) and run_healthy(new)
             result.write_text(f"ok: pid {new.pid}" if ok else f"error: see {new.log}")
             request.unlink(missing_ok=True)
 
@@ -517,7 +651,7 @@ class Supervisor:
         rows = []
         for run in self.read_state():
             alive = is_alive(run)
-            healthy = alive and is_healthy(run.health_url)
+            healthy = alive and run_healthy(run)
             state = "healthy" if healthy else ("unhealthy" if alive else "exited")
             rows.append(
                 {
@@ -531,6 +665,10 @@ class Supervisor:
                 }
             )
         return rows
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def restart_requests(settings: Settings) -> Path:

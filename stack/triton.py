@@ -168,6 +168,7 @@ def service(settings: Settings) -> Service:
         name="triton",
         argv=[],  # filled by prepare(): finding the runtime may fail, and only `up` needs it
         health_url=f"{settings.url('triton_http')}/v2/health/ready",
+        live_url=f"{settings.url('triton_http')}/v2/health/live",
         ports=[settings.port(p) for p in ("triton_http", "triton_grpc", "triton_metrics")],
         urls={
             "http": settings.url("triton_http"),

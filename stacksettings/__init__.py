@@ -9,6 +9,7 @@ same ``STACK_*`` variables through :func:`from_env`, so both agree on where thin
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import secrets
 import socket
@@ -27,6 +28,12 @@ ADMIN_KEY_NAME = "triton-admin.key"
 RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
 # The dashboard asks for this token before a load run or the advisor when it is not on loopback.
 DASHBOARD_TOKEN_NAME = "dashboard.token"
+# Alertmanager answers only this user with the password in the state folder (basic auth via
+# its --web.config.file): its API creates silences and takes alerts, and it allows every
+# origin in CORS, so without a password any web page in a user's browser could silence the
+# stack. Prometheus sends alerts and scrapes it with the same pair.
+ALERTMANAGER_USER = "batchscope"
+ALERTMANAGER_PASSWORD_NAME = "alertmanager.password"
 
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
@@ -54,6 +61,9 @@ class Settings:
     triton_venv: Path = ROOT / ".venv-triton"
     ports: dict[str, int] = field(default_factory=lambda: {k: v[0] for k, v in PORTS.items()})
     scrape_interval_s: float = 5.0
+    # A running service whose health check has failed this long is hung: the supervisor
+    # kills its process group and starts it again, as if it had died (0: never).
+    hung_after_s: float = 20.0
     # Thresholds, windows and routing of the Prometheus rules and Alertmanager.
     rules_settings: Path = RULES_SETTINGS
     # Services left out of `up` (e.g. {"dashboard"} for a headless run).
@@ -132,6 +142,15 @@ class Settings:
     @property
     def dashboard_token_file(self) -> Path:
         return self.state_dir / DASHBOARD_TOKEN_NAME
+
+    @property
+    def alertmanager_password_file(self) -> Path:
+        """Alertmanager's basic-auth password for ALERTMANAGER_USER (mode 0600, made by `up`)."""
+        return self.state_dir / ALERTMANAGER_PASSWORD_NAME
+
+    def alertmanager_auth(self) -> tuple[str, str]:
+        """(user, password) for Alertmanager's API and UI."""
+        return ALERTMANAGER_USER, read_secret(self.alertmanager_password_file) or ""
 
     @property
     def on_loopback(self) -> bool:
@@ -219,6 +238,9 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
             ) from None
     return replace(
         base,
+        hung_after_s=parse_seconds(
+            env.get("STACK_HUNG_AFTER", ""), "STACK_HUNG_AFTER", base.hung_after_s
+        ),
         triton_cache_bytes=_cache_bytes(env.get("STACK_TRITON_CACHE_BYTES", "")),
         triton_urls=env_list(env, "STACK_TRITON_URLS"),
         triton_metrics_urls=env_list(env, "STACK_TRITON_METRICS_URLS"),
@@ -235,6 +257,22 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def parse_seconds(text: str, what: str, default: float, zero_ok: bool = True) -> float:
+    """A number of seconds from a flag or variable ('' gives ``default``); 0 only when
+    ``zero_ok`` (it then means "never"). Anything else is one SettingsError line."""
+    if text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not (low_ok and value < 86_400):
+        allowed = "0 (never) or a positive number" if zero_ok else "a positive number"
+        raise SettingsError(f"{what}: {text!r} is not {allowed} of seconds below 86400")
+    return value
 
 
 def _cache_bytes(text: str) -> int:

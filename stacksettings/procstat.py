@@ -90,3 +90,12 @@ def machine_busy_seconds() -> float:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
     return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The process' argv as it exec'd it, or None if it is gone (or a zombie: empty)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else None

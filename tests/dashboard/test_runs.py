@@ -172,3 +172,27 @@ def test_off_loopback_without_a_token_the_form_is_off(make_app: MakeApp, tmp_pat
     assert not at.exception
     assert any("no access token is set" in w.value for w in at.warning)
     assert not [b for b in at.button if b.key == "form_start"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "loopback", "refused"),
+    [
+        # The dashboard's own page, by either loopback name.
+        ({"Origin": "http://127.0.0.1:8501", "Host": "127.0.0.1:8501"}, True, False),
+        ({"origin": "http://localhost:8501", "host": "localhost:8501"}, True, False),
+        # Another port of the same address: Streamlit's own check lets it in.
+        ({"Origin": "http://127.0.0.1:9999", "Host": "127.0.0.1:8501"}, True, True),
+        ({"Origin": "http://evil.example", "Host": "127.0.0.1:8501"}, True, True),
+        # DNS rebinding: same origin as far as the browser knows, but not a loopback name.
+        ({"Origin": "http://evil.example:8501", "Host": "evil.example:8501"}, True, True),
+        # Behind compose's port or an ingress the name is the operator's.
+        ({"Origin": "https://batch.example", "Host": "batch.example"}, False, False),
+        ({"Origin": "https://evil.example", "Host": "batch.example"}, False, True),
+        # Not a browser page: no Origin.
+        ({"Host": "127.0.0.1:8501"}, True, False),
+    ],
+)
+def test_a_page_of_another_origin_is_refused(
+    headers: dict[str, str], loopback: bool, refused: bool
+) -> None:
+    assert (access.foreign_origin(headers, loopback) is not None) is refused

@@ -73,6 +73,7 @@ class Stack:
         response = requests.get(
             f"{self.settings.url('alertmanager')}/api/v2/alerts",
             params={"filter": f'alertname="{name}"'},
+            auth=self.settings.alertmanager_auth(),
             timeout=5,
         )
         response.raise_for_status()

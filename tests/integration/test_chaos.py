@@ -207,3 +207,158 @@ def kill_and_recover(stack: Settings, service: str) -> None:
     if service == "prometheus":
         held = prom(stack, "/api/v1/query", query='up{job="triton"}', time=held_at)
         assert held["result"], "Prometheus lost the samples from before its kill"
+
+
+# ---- hung, not dead: SIGSTOP ------------------------------------------------------------
+HUNG_AFTER_S = 6
+
+
+def shipped_alerts(folder: Path) -> Path:
+    """The shipped alerts and `for` durations (TritonDown 0s, ExporterDown 2m), short windows."""
+    data = yaml.safe_load(RULES_SETTINGS.read_text())
+    data["windows"] = {"short": "5s", "long": "10s"}
+    data["alertmanager"].update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+    path = folder / "rules-settings.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hung_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    folder = tmp_path_factory.mktemp("hung")
+    settings = replace(isolated(folder / "state"), rules_settings=shipped_alerts(folder))
+    ports = [
+        a for name in PORTS for a in (f"--{name.replace('_', '-')}-port", str(settings.port(name)))
+    ]
+    args = ["up", "--detach", "--no-warmup", "--scrape-interval", "1", *ports]
+    args += ["--rules-settings", str(settings.rules_settings), "--hung-after", str(HUNG_AFTER_S)]
+    try:
+        started = cli(settings, *args)
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield settings
+    finally:
+        down = cli(settings, "down")
+        assert down.returncode == 0, down.stderr
+        assert not any(p.cmdline_has(str(settings.state_dir)) for p in _processes()), "leftovers"
+
+
+def alertmanager_alerts(settings: Settings, name: str) -> list[dict[str, Any]]:
+    response = requests.get(
+        f"{settings.url('alertmanager')}/api/v2/alerts",
+        params={"filter": f'alertname="{name}"'},
+        auth=settings.alertmanager_auth(),
+        timeout=5,
+    )
+    response.raise_for_status()
+    alerts: list[dict[str, Any]] = response.json()
+    return alerts
+
+
+def firing_spans(settings: Settings, alert: str, since: float) -> int:
+    """Separate firing spans of ``alert`` since ``since`` (1 s steps): one page is one span."""
+    query = f'ALERTS{{alertname="{alert}",alertstate="firing"}}'
+    result = prom(
+        settings, "/api/v1/query_range", query=query, start=since, end=time.time(), step="1s"
+    )["result"]
+    spans = 0
+    for series in result:
+        times = [float(t) for t, _ in series["values"]]
+        spans += 1 + sum(b - a > 1.5 for a, b in zip(times, times[1:], strict=False))
+    return spans
+
+
+def stop_and_recover(settings: Settings, service: str) -> tuple[float, dict[str, Any]]:
+    """SIGSTOP the service's main process; it must come back as a new, healthy process."""
+    before = status(settings)[service]
+    stopped_at = time.time()
+    os.kill(before["pid"], signal.SIGSTOP)
+
+    def restarted() -> dict[str, Any] | None:
+        row = status(settings)[service]
+        return row if row["pid"] != before["pid"] and row["state"] == "healthy" else None
+
+    back = wait_for(f"{service} restarted after hanging", restarted, timeout_s=90)
+    assert back is not None
+    print(f"{service}: healthy again {time.time() - stopped_at:.1f}s after SIGSTOP")
+    assert back["restarts"] == before["restarts"] + 1
+    assert back["last_exit"].startswith("restarted: hung for "), back["last_exit"]
+    hung_s = int(back["last_exit"].removeprefix("restarted: hung for ").split()[0])
+    assert HUNG_AFTER_S <= hung_s <= HUNG_AFTER_S + 10, back["last_exit"]
+    assert procstat.start_time(before["pid"]) is None, "the hung process was left running"
+    text = cli(settings, "status", timeout=60).stdout
+    assert f"restarted: hung for {hung_s} s" in text, text
+    return stopped_at, back
+
+
+def triton_successes(settings: Settings, model: str) -> int:
+    url = f"{settings.url('triton_http')}/v2/models/{model}/stats"
+    stats = requests.get(url, timeout=5).json()["model_stats"][0]
+    return int(stats["inference_stats"]["success"]["count"])
+
+
+def test_a_hung_triton_is_restarted_and_the_client_agrees_with_tritons_statistics(
+    hung_stack: Settings, tmp_path: Path
+) -> None:
+    db = tmp_path / "hung.sqlite3"
+    load = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "rate", "-r", "40", "-d", "45", "--timeout", "2"]
+        + ["--url", hung_stack.url("triton_http"), "--db", str(db), "--label", "hung"]
+        + ["--model", "batch_add_model"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            "Prometheus has seen the load",
+            lambda: prom(
+                hung_stack, "/api/v1/query", query="sum(triton_batching_inferences_total) > 20"
+            )["result"],
+        )
+        stopped_at, _ = stop_and_recover(hung_stack, "triton")
+        _, err = load.communicate(timeout=120)
+    finally:
+        if load.poll() is None:
+            load.send_signal(signal.SIGINT)
+            load.communicate(timeout=60)
+    assert load.returncode in (0, 1), err
+    (row,) = store.list_runs(db)
+    run = store.load_run(db, row["id"])
+    client = run.summary.client
+    assert client.sent == client.ok + client.failed + client.timed_out
+    records = store.load_records(db, row["id"])
+    assert len(records) == client.sent
+    # After the SIGSTOP the old process answered nothing more: every request answered since
+    # was answered by the new one, whose own statistics began at zero (no warm-up, and
+    # nothing but this run sends inferences). It may also have executed requests the client
+    # had given up on (timed out at 2 s on a busy machine), never one that failed to connect.
+    after = [r["outcome"] for r in records if run.started_at + r["start_s"] >= stopped_at]
+    ok_after, timed_out_after = after.count("ok"), after.count("timed_out")
+    served = triton_successes(hung_stack, "batch_add_model")
+    print({"sent": client.sent, "after the stop": len(after), "ok": ok_after, "served": served})
+    assert ok_after <= served <= ok_after + timed_out_after
+    assert ok_after > 0
+    assert client.timed_out + client.failed > 0  # the hang cost requests, and says so
+    # One page: TritonDown (the exporter could not read Triton), and no ServiceHung beside it.
+    wait_for("TritonDown fired", lambda: firing_spans(hung_stack, "TritonDown", stopped_at - 1))
+    assert firing_spans(hung_stack, "TritonDown", stopped_at - 1) == 1
+    assert alertmanager_alerts(hung_stack, "ServiceHung") == []
+
+
+def test_a_hung_exporter_is_restarted_and_pages_once(hung_stack: Settings) -> None:
+    wait_for(
+        "Prometheus scraping the exporter",
+        lambda: prom(
+            hung_stack, "/api/v1/query", query='count_over_time(up{job="exporter"}[4s]) >= 3'
+        )["result"],
+    )
+    stopped_at, _ = stop_and_recover(hung_stack, "exporter")
+    pages = wait_for(
+        "ServiceHung in Alertmanager", lambda: alertmanager_alerts(hung_stack, "ServiceHung")
+    )
+    assert [p["labels"]["service"] for p in pages] == ["exporter"]
+    time.sleep(3)  # a second page would have arrived by now
+    assert len(alertmanager_alerts(hung_stack, "ServiceHung")) == 1
+    # ExporterDown waits 2m: a hang the supervisor ends in seconds pages only once.
+    assert firing_spans(hung_stack, "ExporterDown", stopped_at - 1) == 0

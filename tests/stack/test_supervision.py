@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,96 @@ def test_restart_of_an_unknown_service_is_misuse(settings: Settings) -> None:
     with pytest.raises(cli.StackError, match="no service 'nosuch'") as err:
         cli.restart(settings, "nosuch")
     assert err.value.exit_code == 2
+
+
+def test_a_hung_service_is_killed_with_its_tree_and_comes_back(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """SIGSTOP: alive, but no answer. After ``hung_after_s`` of failed health checks it is
+    handled like a dead one: its group killed (the stopped leader and its child), restarted."""
+    (port,) = free_ports(1)
+    pids = tmp_path / "children"
+    svc = stubborn(port, pids)
+    settings = replace(settings, hung_after_s=3.0, skip=frozenset({"alertmanager"}))
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        first = running[0]
+        (stub,) = [int(p) for p in pids.read_text().split()]
+        os.killpg(first.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        assert wait_until(lambda: running[0].pid != first.pid and is_healthy(svc.health_url), 40)
+        # Not before the setting: 3 s of failed checks, then the 1 s backoff.
+        assert time.monotonic() - stopped_at >= 3.0
+        assert not alive(first.pid) and not alive(stub)
+        (row,) = supervisor.status()
+        assert row["restarts"] == 1 and row["state"] == "healthy"
+        hung_s = int(row["last_exit"].removeprefix("restarted: hung for ").split()[0])
+        assert 3 <= hung_s <= 10, row["last_exit"]
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
+
+
+def test_hung_after_zero_leaves_a_hung_service_alone(settings: Settings, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    svc = stubborn(port, tmp_path / "children")
+    settings = replace(settings, hung_after_s=0.0)
+    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    running = supervisor.up()
+    keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
+    keeper.start()
+    try:
+        first = running[0]
+        os.killpg(first.pid, signal.SIGSTOP)
+        time.sleep(4)
+        assert running[0].pid == first.pid and alive(first.pid)
+        os.killpg(first.pid, signal.SIGCONT)
+        assert wait_until(lambda: is_healthy(svc.health_url), 10)
+    finally:
+        supervisor.stop_requested.set()
+        keeper.join(timeout=30)
+        supervisor.down()
+
+
+def test_only_the_recorded_process_answering_its_health_check_is_adopted(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A supervisor that lost its predecessor adopts a service only if the pid is still the
+    process it started (start time and argv: a recycled pid is another process) and it
+    answers; otherwise it removes what is left and starts it."""
+    (port,) = free_ports(1)
+    svc = stubborn(port, tmp_path / "children")
+    first = Supervisor(settings, [svc], log=lambda _: None)
+    first.supervising = True
+    (run,) = first.up()
+    # The state as a killed supervisor leaves it, with one field changed at a time.
+    state = json.loads(settings.state_file.read_text())
+    state["supervisor"] = {"pid": 1, "started": "0"}  # not a live supervisor of ours
+    try:
+        for field_, value, adopted in (
+            (None, None, True),
+            ("argv", ["/usr/bin/python3", "-m", "something.else"], False),
+            ("started", str(int(run.started) + 1), False),
+            ("health_url", f"http://127.0.0.1:{port}/missing", False),
+        ):
+            entry = dict(state["services"][0])
+            if field_ is not None:
+                entry[field_] = value
+            settings.state_file.write_text(json.dumps({**state, "services": [entry]}))
+            second = Supervisor(settings, [svc], log=lambda _: None)
+            if field_ == "health_url":
+                # The table's URL matches what is recorded, but nothing answers there.
+                second.services = [replace(svc, health_url=entry["health_url"])]
+            if adopted:
+                second.preflight()
+                assert list(second.adopted) == ["stubborn"], field_
+            else:
+                assert not second._adoptable(Running(**entry)), field_
+        assert alive(run.pid)
+    finally:
+        settings.state_file.write_text(json.dumps(state))
+        first.down()
