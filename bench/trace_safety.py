@@ -46,7 +46,7 @@ from bench.common import MODEL, median  # noqa: E402
 from loadgen.api import RunParams, run  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
 from stack.supervisor import Supervisor, running  # noqa: E402
-from stacksettings import ROOT, Settings, isolated  # noqa: E402
+from stacksettings import PORTS, ROOT, Settings, isolated  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
 from tritonapi.traces import stop_window, window_left  # noqa: E402
 
@@ -75,10 +75,15 @@ class Cell:
     # Triton writes the window's traces every log_frequency traces (0: once, when full),
     # which keeps what was written before a crash.
     log_frequency: int = 0
+    # The window made by `loadgen --trace` (request ids, the window is exactly the run,
+    # read back through the exporter), as the test suite's traced runs make it.
+    loadgen_trace: bool = False
 
     @property
     def sent(self) -> int:
         """Requests one window sends: enough to fill it, and one sampling period more."""
+        if self.loadgen_trace:
+            return self.count
         return self.count * self.rate + self.rate + self.after
 
     def load(self) -> str:
@@ -107,6 +112,9 @@ CELLS = [
     Cell("n2000-c8-grpc+", 2000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
     Cell("n5000-c8-grpc+", 5000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
     Cell("n2000-c8-lf500+", 2000, 1, concurrency=8, log_frequency=500, after=AFTER, poll_s=0.5),
+    # As the tests trace (run with --exporter): the exporter reads the files as they come.
+    Cell("n300-c4-lg", 300, 1, concurrency=4, loadgen_trace=True),
+    Cell("n300-c4", 300, 1, concurrency=4),
 ]
 
 
@@ -212,7 +220,8 @@ def pooled(tallies: list[Tally], bound: float) -> None:
         f"\n{'load':<20}{'windows':>8}{'traced':>10}{'crashes':>8}{'per 100k':>9}"
         f"{'95% upper':>10}{f'n at {bound:.0%}':>9}"
     )
-    for kind, group in sorted(kinds.items()):
+    kinds["all loads"] = list(tallies)
+    for kind, group in sorted(kinds.items(), key=lambda kv: (kv[0] == "all loads", kv[0])):
         windows = sum(t.windows for t in group)
         traced = sum(t.windows * t.cell.count for t in group)
         crashes = sum(t.crashes for t in group)
@@ -264,18 +273,21 @@ def one_window(supervisor: Supervisor, settings: Settings, cell: Cell) -> tuple[
         poisson=True,
         duration_s=600.0 if cell.concurrency else cell.sent / max(cell.load_rate, 1.0),
         timeout_s=5.0,
+        trace=cell.loadgen_trace,
+        exporter_url=settings.url("exporter") if cell.loadgen_trace else "",
     )
     t0 = time.monotonic()
-    # Not tritonapi.traces.start_window: the map must reach past the bound it enforces.
-    admin.update_trace_settings(
-        {
-            "trace_level": ["TIMESTAMPS"],
-            "trace_rate": cell.rate,
-            "trace_count": cell.count,
-            "log_frequency": cell.log_frequency,
-        },
-        model=MODEL,
-    )
+    if not cell.loadgen_trace:
+        # Not tritonapi.traces.start_window: the map must reach past the bound it enforces.
+        admin.update_trace_settings(
+            {
+                "trace_level": ["TIMESTAMPS"],
+                "trace_rate": cell.rate,
+                "trace_count": cell.count,
+                "log_frequency": cell.log_frequency,
+            },
+            model=MODEL,
+        )
     timed_out = 0
     done, stop, hung = threading.Event(), threading.Event(), threading.Event()
     poller = threading.Thread(target=poll, args=(url, settings, cell.poll_s, done))
@@ -414,6 +426,12 @@ def main() -> int:
         "--budget-s", type=float, default=5400.0, help="no new round after this (default 5400)"
     )
     parser.add_argument(
+        "--exporter",
+        action="store_true",
+        help="run the stack's exporter beside Triton, reading the trace files as they come "
+        "(the *-lg cells need it)",
+    )
+    parser.add_argument(
         "--out", type=Path, help="append each window's outcome to this file (JSON lines)"
     )
     parser.add_argument(
@@ -436,7 +454,13 @@ def main() -> int:
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-trace-safety-{os.getpid()}"
     try:
         settings = isolated(tmp / "state")
-        with running(settings, only={"triton"}) as supervisor:
+        services = {"triton", "exporter"} if args.exporter else {"triton"}
+        with running(settings, only=services) as supervisor:
+            # loadgen --trace opens the trace settings with this stack's key, as a user's
+            # loadgen finds the ./stack/up stack's.
+            os.environ["STACK_STATE_DIR"] = str(settings.state_dir)
+            for name, (_, var) in PORTS.items():
+                os.environ[var] = str(settings.port(name))
             # Warm-up: the first requests pay for the stub's start.
             run(
                 RunParams(
