@@ -6,7 +6,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import requests
@@ -121,7 +121,7 @@ class TritonCrashes:
             services = json.loads(self.settings.state_file.read_text())["services"]
         except (OSError, ValueError, KeyError):
             return 0, ""
-        row = next((s for s in services if s.get("name") == "triton"), {})
+        row: dict[str, Any] = next((s for s in services if s.get("name") == "triton"), {})
         return int(row.get("restarts", 0)), str(row.get("last_exit", ""))
 
     def crashed(self, error: BaseException | None = None) -> bool:
