@@ -80,6 +80,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker, so
+    its module fixtures (a Triton of its own) start once; modules that share something of
+    the machine name one group (the fleet's network namespaces). Before xdist reads the
+    marks, hence tryfirst."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if item.get_closest_marker("xdist_group") is None and module is not None:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
+
+
 @pytest.fixture(scope="session")
 def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return isolated(tmp_path_factory.mktemp("stack"))
