@@ -15,10 +15,11 @@ the warm minute to the last. The warm-up is left out because Prometheus is still
 its head block then: each series gets its first in-memory chunk, cut after 120 samples (2 min
 at the stack's 1 s scrapes), and the Go heap finds its size. The growth from the very first
 minute is printed too. Prometheus' own Go heap and head series are read from its /metrics.
-Then the accounting: sent = ok + failed + timed out, the records and timeline in
-the store against it, Triton's own inference count over the window; and the store's size
-per request. The bench stops by itself: the run has its duration, and a run still going
-90 s past it gets SIGTERM, then SIGKILL.
+Then the accounting: the client's ok against Triton's own success count over the window
+(the statistics API, which the load generator does not control; a timed-out request Triton
+still served is the one difference explained), the records and timeline in the store
+against the client; and the store's size per request. The bench stops by itself: the run
+has its duration, and a run still going 90 s past it gets SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from loadgen.store.runstore import RunStore  # noqa: E402
 from stack.supervisor import Supervisor, group_members  # noqa: E402
 from stacksettings import ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient  # noqa: E402
+from tritonapi.stats import ModelStats  # noqa: E402
 
 SERVICES = ("triton", "exporter", "alertmanager", "prometheus", "dashboard")
 SAMPLE_S = 5.0
@@ -148,7 +150,7 @@ def soak(
         f"Prometheus head series: {head_series[0]:.0f} at the start, {head_series[-1]:.0f} at "
         f"the end; its GOGC: {GOGC}"
     )
-    return report_accounting(result, db, after.minus(before).inference_count, err, samples)
+    return report_accounting(result, db, after.minus(before), err, samples)
 
 
 def report_rss(
@@ -185,33 +187,54 @@ def report_rss(
     )
 
 
-def report_accounting(
-    result: dict, db: Path, server_inferences: int, err: str, samples: list
-) -> int:
+def report_accounting(result: dict, db: Path, server: ModelStats, err: str, samples: list) -> int:
+    """The client's counts against Triton's statistics over the same window (an observer
+    the load generator does not control), and the store against the client. Unaccounted:
+    every difference the run cannot explain. The only explained one: a request the client
+    gave up on (timed out) that Triton still served, which Triton counts as a success."""
     c = result["client"]
     run_id = result["run_id"]
-    records, timeline = 0, []
+    records, timeline = [], []
     if run_id is not None:
         with RunStore(db) as runs:
-            records, timeline = len(runs.load_records(run_id)), runs.load_timeline(run_id)
-    outcomes = c["ok"] + c["failed"] + c["timed_out"]
-    unaccounted = (c["sent"] - outcomes) + (c["sent"] - records)
+            records, timeline = runs.load_records(run_id), runs.load_timeline(run_id)
+    stored = {
+        o: sum(1 for r in records if r["outcome"] == o) for o in ("ok", "failed", "timed_out")
+    }
+    served, refused = server.phase("success").count, server.phase("fail").count
+    # Triton served more than the client got: only timed-out requests may explain it.
+    over = max(0, served - c["ok"] - c["timed_out"])
+    under = max(0, c["ok"] - served)  # an ok the server never counted: never explained
+    # The client's failures are printed with their errors beside Triton's: some never
+    # reached it (the client's own faults), so the two failure counts need not agree.
+    store_gaps = sum(abs(stored[o] - c[o]) for o in stored) + abs(len(records) - c["sent"])
+    store_gaps += abs(sum(t["sent"] for t in timeline) - c["sent"])
+    unaccounted = over + under + store_gaps
     size = sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
-    print("\nrequests:")
+    print("\nrequests (the client's, then Triton's statistics API over the window):")
     print(
-        f"  sent {c['sent']:,} = ok {c['ok']:,} + failed {c['failed']:,} + timed out "
+        f"  client: sent {c['sent']:,}: ok {c['ok']:,}, failed {c['failed']:,}, timed out "
         f"{c['timed_out']:,}   over {c['duration_s']:.1f} s: {c['throughput_per_s'] or 0:,.0f}/s"
     )
     print(
+        f"  Triton: {served:,} served, {refused:,} failed, {server.inference_count:,} inferences "
+        f"in {server.execution_count:,} executions"
+    )
+    print(
         f"  status {result['status']}, ended by {c.get('ended', '?')}; records in the store "
-        f"{records:,}; timeline: sent {sum(t['sent'] for t in timeline):,}, ok "
+        f"{len(records):,} (ok {stored['ok']:,}, failed {stored['failed']:,}, timed out "
+        f"{stored['timed_out']:,}); timeline: sent {sum(t['sent'] for t in timeline):,}, ok "
         f"{sum(t['ok'] for t in timeline):,} over {len(timeline)} seconds"
     )
-    print(f"  Triton's own inference count over the window: {server_inferences:,}")
-    print(f"  unaccounted for: {unaccounted:,}")
+    if c["failed"] or c["timed_out"]:
+        print(f"  the client's errors: {c.get('errors', {})}")
     print(
-        f"store: {size / 1e6:.1f} MB for {records:,} records: "
-        f"{size / max(records, 1):.1f} bytes a request (as many MB per million requests)"
+        f"  unaccounted for: {unaccounted:,} (ok the server never counted {under:,}; served "
+        f"beyond ok + timed out {over:,}; store against client {store_gaps:,})"
+    )
+    print(
+        f"store: {size / 1e6:.1f} MB for {len(records):,} records: "
+        f"{size / max(len(records), 1):.1f} bytes a request (as many MB per million requests)"
     )
     if err.strip():
         print(f"load generator's stderr: {err.strip()[-500:]}")

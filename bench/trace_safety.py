@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import MODEL, median  # noqa: E402
-from loadgen.api import RunParams, run  # noqa: E402
+from loadgen.engine.runner import RunParams, run  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
 from stack.supervisor import Supervisor, running  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings, isolated  # noqa: E402

@@ -1,13 +1,95 @@
-"""Fixtures shared by every test: the real stack, started once per session."""
+"""Fixtures shared by every test: the real stack, started once per session. And the
+session's account of reruns: each is listed with its cause, and too many fail the run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from importlib.metadata import version
 
 import pytest
 
 from stack.supervisor import running
 from stacksettings import Settings, isolated
+from tests.helpers import RERUN_CAUSES
+
+# Reruns are for Triton 2.51's tracing crash only (tests/helpers.TritonCrashes). A session
+# where more tests than this needed one fails: a crash that frequent is worth a look, and a
+# suite that passes only on second tries hides it.
+MAX_RERUN_TESTS = 3
+
+# The first pytest-rerunfailures that calls a callable `condition`; older ones take any
+# callable as true and rerun every failure of a flaky-marked module.
+RERUN_PLUGIN = (16, 7)
+
+# node id -> the cause of each of its reruns, as the reports carry them (xdist included).
+_reruns: dict[str, list[str]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    found = version("pytest-rerunfailures")
+    major_minor = re.match(r"(\d+)\.(\d+)", found)
+    if major_minor is None or tuple(map(int, major_minor.groups())) < RERUN_PLUGIN:
+        raise pytest.UsageError(
+            f"pytest-rerunfailures {found} reruns every failure of a flaky module; the tests "
+            "need 16.7 or later: run ./stack/test, which installs the test extra's pins"
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Put the cause into a rerun's report (before xdist sends it from a worker), and
+    count it (in the process that runs the terminal)."""
+    if report.outcome != "rerun":
+        return
+    causes = dict(report.user_properties)
+    if "rerun_cause" not in causes:
+        cause = RERUN_CAUSES.get(report.nodeid, "no cause recorded (a plugin rerun it?)")
+        report.user_properties.append(("rerun_cause", cause))
+        causes["rerun_cause"] = cause
+    _reruns.setdefault(report.nodeid, []).append(str(causes["rerun_cause"]))
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None:  # the header says it too, but -q hides the header
+        terminalreporter.write_line(
+            f"tests ran in random order: replay with --randomly-seed={seed}"
+        )
+    if not _reruns:
+        return
+    terminalreporter.section("reruns, with their causes")
+    for nodeid, causes in sorted(_reruns.items()):
+        for n, cause in enumerate(causes, 1):
+            terminalreporter.line(f"RERUN {n} {nodeid}: {cause}")
+    verdict = "over the limit: the session fails" if _too_many() else "within the limit"
+    terminalreporter.line(
+        f"{len(_reruns)} test(s) needed a rerun; at most {MAX_RERUN_TESTS} may ({verdict})"
+    )
+
+
+def _too_many() -> bool:
+    return len(_reruns) > MAX_RERUN_TESTS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _too_many() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker, so
+    its module fixtures (a Triton of its own) start once; modules that share something of
+    the machine name one group (the fleet's network namespaces). Before xdist reads the
+    marks, hence tryfirst."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if item.get_closest_marker("xdist_group") is None and module is not None:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
 @pytest.fixture(scope="session")

@@ -216,7 +216,9 @@ def test_advise_against_the_running_stack(
     assert "instance counts searched: 1 (the current; others with --try-instances" in " ".join(
         result["notes"]
     )
-    assert result["recommended"] is None or result["recommended"]["config"].endswith(
-        "1 instance(s)"
-    )
+    # The search ends on the current config (keep) or on a change, never on nothing: the
+    # current one meets a 20 ms bound at this load by far. Either way with one instance.
+    assert result["keep"] != (result["recommended"] is not None), result
+    best = result["current"] if result["keep"] else result["recommended"]
+    assert best["config"].endswith("1 instance(s)"), best
     assert 1.0 <= result["current"]["mean_batch_size"] <= 4.0

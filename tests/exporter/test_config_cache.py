@@ -1,21 +1,32 @@
 """Model configs are cached between scrapes; a reload, a new version or the TTL refetch them.
 
 A fake Triton (the endpoints the exporter reads, with answers the test changes) counts the
-config requests it receives.
+config requests it receives; the last test reloads a real Triton's model with another config.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.scrape import Fetcher, parse_snapshot
 from exporter.targets import Target
+from stack.supervisor import running
+from stacksettings import ROOT, Settings, isolated
+from tests.helpers import infer_add
+from tritonapi.client import TritonClient
 
 METRICS = '# TYPE nv_inference_count counter\nnv_inference_count{model="m0",version="1"} 3\n'
 
@@ -140,3 +151,45 @@ def test_a_model_that_goes_away_leaves_the_cache(triton: FakeTriton) -> None:
     triton.config_requests.clear()
     scrape(fetcher, triton)
     assert triton.config_requests == ["m1"]
+
+
+def config_gauges(settings: Settings, model: str) -> tuple[float, set[float]]:
+    """The exporter's max_queue_delay_seconds and preferred sizes of ``model``."""
+    text = requests.get(f"{settings.url('exporter')}/metrics", timeout=10).text
+    delay, preferred = float("nan"), set()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name == "triton_batching_max_queue_delay_seconds":
+                delay = sample.value
+            elif sample.name == "triton_batching_preferred_batch_size":
+                preferred.add(sample.value)
+    return delay, preferred
+
+
+@pytest.mark.integration
+def test_a_real_reload_with_another_config_reaches_the_next_scrape(tmp_path: Path) -> None:
+    """A real Triton (explicit model control) and the exporter as the launcher runs them:
+    the model reloaded through the repository API with another config (the override lives
+    in Triton's memory) is what the next scrape exports, well inside the 60 s TTL."""
+    repo = tmp_path / "models"
+    shutil.copytree(ROOT / "model_repository" / "batch_add_model", repo / "batch_add_model")
+    settings = replace(isolated(tmp_path / "state"), model_repository=repo)
+    model = "batch_add_model"
+    with running(settings, only={"triton", "exporter"}):
+        triton = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
+        client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
+        for i in range(3):  # counters a reload visibly resets
+            assert infer_add(client, model, i, 1) == i + 1
+        assert config_gauges(settings, model) == (0.0005, {2.0, 4.0})
+        config = triton.model_config_json(model)
+        config["dynamic_batching"].update(
+            max_queue_delay_microseconds=2000, preferred_batch_size=[3]
+        )
+        scraped_at = time.monotonic()
+        triton.load_model(model, config=config)
+        assert triton.model_config(model).max_queue_delay_us == 2000  # Triton serves it
+        assert infer_add(client, model, 2, 2) == 4
+        assert config_gauges(settings, model) == (0.002, {3.0})
+        assert time.monotonic() - scraped_at < 60  # not the TTL's doing

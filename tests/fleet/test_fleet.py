@@ -39,7 +39,8 @@ from tests.fleet import dashboard_run
 from tests.fleet.netns import Fleet, Server
 from tests.helpers import model_stats, wait_for
 
-pytestmark = pytest.mark.integration
+# One xdist worker for both fleet modules: the namespaces' names are the machine's.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("fleet")]
 
 BASE = (ROOT / "model_repository" / "batch_add_model" / "config.pbtxt").read_text()
 KEY = "fleet-key-0"

@@ -1,7 +1,7 @@
 """Nothing of a fleet is left behind: namespaces, veth pairs, hosts files, processes.
 
-This module runs after test_fleet.py (file order), so its first test also checks what the
-fleet fixture's teardown left.
+Its first test checks that no fleet is left on the machine: when it runs after
+test_fleet.py (the order is shuffled), that is what the fleet fixture's teardown left.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.netns import Fleet, Server, leftovers, namespaces
+
+# One xdist worker for both fleet modules: the namespaces' names are the machine's.
+pytestmark = pytest.mark.xdist_group("fleet")
 
 
 def test_nothing_of_a_fleet_is_left_on_this_machine() -> None:

@@ -29,7 +29,7 @@ import yaml
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
-from loadgen import store
+from loadgen.store.runstore import RunStore
 from stack.supervisor import Supervisor, is_alive, running
 from stacksettings import RULES_SETTINGS, Settings, isolated
 from tests.helpers import wait_for
@@ -291,11 +291,15 @@ def test_tritons_restricted_apis_refuse_another_origin(
 
 
 def stored_runs(settings: Settings) -> int:
-    return len(store.list_runs(settings.store)) if settings.store.exists() else 0
+    if not settings.store.exists():
+        return 0
+    with RunStore(settings.store) as runs:
+        return len(runs.list_runs())
 
 
 def idle(settings: Settings) -> bool:
-    return all(r["status"] != "running" for r in store.list_runs(settings.store))
+    with RunStore(settings.store) as runs:
+        return all(r["status"] != "running" for r in runs.list_runs())
 
 
 def rerun_as(frame: bytes, view: str) -> bytes:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from loadgen.api import RunParams, run
+from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
 from stack import tracewindow
 from stack.errors import StackError

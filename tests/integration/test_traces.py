@@ -2,10 +2,10 @@
 
 A private Triton (the launcher's code: traces to a file of the state folder, off until
 turned on per model) and the exporter that reads the files. Three models: the spec's
-add model, a copy with 2 instances, and a copy whose inputs have a variable length.
-Each is traced at rate 1 for a bounded load, then the batches rebuilt from the traces
-the exporter serves (/api/traces) must match the statistics API's batch_stats deltas
-exactly.
+add model, a copy with 2 instances, and a copy whose inputs have a variable length (and
+a plain copy for the exporter's counters). Each is traced at rate 1 for a bounded load,
+then the batches rebuilt from the traces the exporter serves (/api/traces) must match the
+statistics API's batch_stats deltas exactly.
 """
 
 from __future__ import annotations
@@ -22,17 +22,20 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
 from tests.helpers import TritonCrashes
 from tritonapi.client import TritonClient
+from tritonapi.stats import ModelStats
 from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window, window_left
 
 CRASHES = TritonCrashes()
 pytestmark = [
     pytest.mark.integration,
-    # Rerun only a test during which this module's Triton crashed (an upstream bug).
+    # Rerun only a test during which this module's Triton died of a signal (an upstream
+    # bug); tests/conftest.py lists each rerun and caps how many tests may need one.
     pytest.mark.flaky(reruns=2, condition=CRASHES.crashed),
 ]
 
@@ -61,6 +64,7 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
         {"dynamic_batching {": f"{TWO_INSTANCES}\ndynamic_batching {{"},
     )
     add_copy(repo, "add_variable", {"dims: [ 1 ]": "dims: [ -1 ]"})
+    add_copy(repo, "add_counted", {})  # only the exporter's counting test traces it
     settings = replace(isolated(tmp / "state"), model_repository=repo)
     # Supervised, as ./stack/up runs it: a Triton that crashes is started again.
     with running(settings, only={"triton", "exporter"}, supervise=True):
@@ -69,9 +73,10 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
 
 
 @pytest.fixture(autouse=True)
-def triton_back(traced_stack: Settings) -> None:
-    """A Triton restarted after a crash is waited for."""
+def triton_back(traced_stack: Settings, request: pytest.FixtureRequest) -> None:
+    """A Triton restarted after a crash is waited for; a crash from now on is this test's."""
     TritonCrashes.wait_ready(traced_stack)
+    CRASHES.begin(request.node.nodeid)
 
 
 def load(settings: Settings, model: str, clients: int, each: int, widths: list[int]) -> None:
@@ -144,13 +149,55 @@ def test_batches_from_traces_equal_batch_stats(
         assert all(len({width[r.request_id] for r in b.requests}) == 1 for b in batches)
 
 
+def traced_counts(settings: Settings, model: str) -> tuple[float, float, bool]:
+    """The exporter's traced queue waits and rebuilt batches of ``model`` (counts so far),
+    and whether it exports the model's sample ratio."""
+    text = requests.get(f"{settings.url('exporter')}/metrics", timeout=10).text
+    waits = batches = 0.0
+    ratio = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name == "triton_batching_queue_wait_seconds_count":
+                waits += sample.value
+            elif sample.name == "triton_batching_batches_total":
+                batches += sample.value
+            elif sample.name == "triton_batching_trace_sample_ratio":
+                ratio = True
+    return waits, batches, ratio
+
+
+def traced_window(settings: Settings, model: str, clients: int, each: int) -> ModelStats:
+    """``clients`` x ``each`` requests traced as one window; the statistics API's delta."""
+    triton = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
+    before = triton.model_stats(model)
+    start_window(triton, model, count=clients * each)
+    try:
+        load(settings, model, clients, each, [1])
+    finally:
+        left = window_left(triton, model)
+        stop_window(triton, model)
+    assert left == 0
+    return triton.model_stats(model).minus(before)
+
+
 def test_the_exporter_counts_traced_waits_and_batches(traced_stack: Settings) -> None:
-    text = requests.get(f"{traced_stack.url('exporter')}/metrics", timeout=10).text
-    assert 'triton_batching_queue_wait_seconds_count{model="batch_add_model"' in text.replace(
-        f'target="{traced_stack.url("triton_http")}",', ""
-    )
-    assert "triton_batching_batches_total{" in text
-    assert 'triton_batching_trace_sample_ratio{model="batch_add_model"' in text.replace(
-        f'target="{traced_stack.url("triton_http")}",', ""
-    )
+    """Traced windows of its own (the test runs alone and in any order): the exporter
+    counts each request's wait once, and each batch once it can no longer grow. Its model
+    is traced by no other test: nothing another left open is counted meanwhile."""
+    model = "add_counted"
+    waits_before, batches_before, _ = traced_counts(traced_stack, model)
+    first = traced_window(traced_stack, model, 2, 40)
+    # A batch is counted once a request that started 50 ms after its end is read (or after
+    # 10 s): the second window closes every batch of the first.
+    time.sleep(0.2)
+    second = traced_window(traced_stack, model, 1, 2)
+    assert first.inference_count == 80 and second.inference_count == 2
+    assert len(traced_requests(traced_stack, model, 82)) == 82
+    waits, batches, ratio = traced_counts(traced_stack, model)
+    assert waits - waits_before == 82
+    assert first.execution_count <= batches - batches_before
+    assert batches - batches_before <= first.execution_count + second.execution_count
+    assert ratio
     assert not list(traced_stack.trace_file.parent.glob("trace.json.*"))

@@ -138,7 +138,11 @@ def test_a_bound_the_max_rate_meets_ends_at_the_max_rate(
         stored = conn.execute("SELECT id, status, summary FROM runs").fetchall()
     assert [(r[0], r[1]) for r in stored] == [(step["run_id"], "ok")]
     summary = json.loads(stored[0][2])
-    assert summary["sent"] == step["sent"] and summary["late_sends"] >= 0
+    assert summary["sent"] == step["sent"]
+    # Open loop, so the run counted its late sends (a closed loop stores none), and the
+    # step reports the stored figure, a share of what it sent.
+    assert isinstance(summary["late_sends"], int), summary
+    assert summary["late_sends"] == step["late_sends"] <= step["sent"]
     assert summary["late_threshold_s"] == 0.001
 
 

@@ -27,7 +27,8 @@ from tests.helpers import TritonCrashes, served_whole
 CRASHES = TritonCrashes()
 pytestmark = [
     pytest.mark.integration,
-    # Rerun only a test during which this module's Triton crashed (an upstream bug).
+    # Rerun only a test during which this module's Triton died of a signal (an upstream
+    # bug); tests/conftest.py lists each rerun and caps how many tests may need one.
     pytest.mark.flaky(reruns=2, condition=CRASHES.crashed),
 ]
 
@@ -42,10 +43,14 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
 
 
 @pytest.fixture(autouse=True)
-def stack_state(traced_stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def stack_state(
+    traced_stack: Settings, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """loadgen opens trace settings with the key in the stack's state folder, as a user's
-    loadgen finds the ./stack/up stack's. A Triton restarted after a crash is waited for."""
+    loadgen finds the ./stack/up stack's. A Triton restarted after a crash is waited for;
+    a crash from now on is this test's."""
     TritonCrashes.wait_ready(traced_stack)
+    CRASHES.begin(request.node.nodeid)
     monkeypatch.setenv("STACK_STATE_DIR", str(traced_stack.state_dir))
     for name, (_, var) in PORTS.items():
         monkeypatch.setenv(var, str(traced_stack.port(name)))

@@ -1,4 +1,5 @@
-"""Attach mode's bad input: one line naming the flag, exit 2, nothing started.
+"""Attach mode's bad input: one line naming the flag, exit 2, nothing started; and an
+attached stack reading a real, restricted Triton with its key.
 
 Fake servers stand in for what a wrong URL finds: a web page, a 404, a Prometheus endpoint
 that is not Triton's. A server that does not answer at all is no error: it is watched.
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.targets import Target
 from stack import attach, prometheus
 from stack import exporter as exporter_row
 from stack.services import service_table
-from stacksettings import ROOT, Settings, free_ports
+from stacksettings import PORTS, ROOT, Settings, free_ports, isolated
 from tests.deploy.tools import promtool
 
 TRITON_V2 = {"name": "triton", "version": "2.51.0", "extensions": []}
@@ -67,13 +70,23 @@ def fakes() -> Iterator[dict[str, str]]:
         s.server_close()
 
 
-def up(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def up(state: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "stack", "up", "--no-warmup", "--state-dir", str(state), *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
+    )
+
+
+def stack_cli(settings: Settings, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stack", *argv, "--state-dir", str(settings.state_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -164,3 +177,42 @@ def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) ->
     path = prometheus.write_config(settings)
     out = promtool("check", "config", "--syntax-only", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.integration
+def test_an_attached_stack_reads_a_restricted_triton_with_its_key(
+    running_stack: Settings, tmp_path: Path
+) -> None:
+    """`python -m stack up --detach --triton-url ... --triton-admin-key-file ...` against a
+    real Triton whose repository index is restricted (the session stack's, with its key):
+    the attached exporter reads the index with the key, so model_ready is exported."""
+    mine = isolated(tmp_path / "attached")
+    ports = [a for n in PORTS for a in (f"--{n.replace('_', '-')}-port", str(mine.port(n)))]
+    key = running_stack.admin_key_file
+    triton = running_stack.url("triton_http")
+    index = requests.post(f"{triton}/v2/repository/index", json={}, timeout=10)
+    assert index.status_code in (401, 403), "the index must be restricted for this test"
+    argv = ["--detach", "--triton-url", triton, "--triton-admin-key-file", str(key), *ports]
+    argv += ["--triton-metrics-url", running_stack.url("triton_metrics")]
+    try:
+        started = up(mine.state_dir, *argv, timeout=240)
+        assert started.returncode == 0, started.stdout + started.stderr
+        exporter = next(
+            r
+            for r in json.loads(stack_cli(mine, "status", "--json").stdout)["services"]
+            if r["name"] == "exporter"
+        )
+        assert exporter["state"] == "healthy", exporter
+        text = requests.get(f"{mine.url('exporter')}/metrics", timeout=10).text
+        ready = [
+            s
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "triton_batching_model_ready" and s.labels["target"] == triton
+        ]
+        assert {s.labels["model"]: s.value for s in ready}.get("batch_add_model") == 1.0, text
+        cmdline = Path(f"/proc/{exporter['pid']}/cmdline").read_bytes().split(b"\0")
+        assert f"--triton-admin-key-file={key.resolve()}".encode() in cmdline
+    finally:
+        down = stack_cli(mine, "down")
+        assert down.returncode == 0, down.stdout + down.stderr

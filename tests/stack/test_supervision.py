@@ -92,16 +92,29 @@ def test_a_killed_service_loses_its_tree_and_comes_back(settings: Settings, tmp_
 
 
 def test_stop_service_is_not_undone_by_the_supervisor(settings: Settings, tmp_path: Path) -> None:
-    (port,) = free_ports(1)
+    """A companion killed at the stop is restarted after the first backoff: the supervisor
+    has then passed over the stopped service as well, and left it stopped."""
+    port, other_port = free_ports(2)
     svc = stubborn(port, tmp_path / "children")
-    supervisor = Supervisor(settings, [svc], log=lambda _: None)
+    other = replace(stubborn(other_port, tmp_path / "other"), name="companion")
+    logged: list[str] = []
+    supervisor = Supervisor(settings, [svc, other], log=logged.append)
     running = supervisor.up()
     keeper = threading.Thread(target=supervisor.supervise, args=(running,), daemon=True)
     keeper.start()
     try:
+        companion = running[1].pid
+        mark = len(logged)
         supervisor.stop_service("stubborn")
-        time.sleep(2.5)  # past the first backoff
+        os.kill(companion, signal.SIGKILL)
+        assert wait_until(
+            lambda: running[1].pid != companion and is_healthy(other.health_url), 30
+        ), logged
         assert not is_healthy(svc.health_url)
+        # Neither a death noticed ("stubborn (pid N) ...") nor a start since the stop.
+        since = logged[mark:]
+        assert "stopped stubborn" in since, logged
+        assert not [x for x in since if x.startswith(("stubborn (pid", "started stubborn"))]
         supervisor.start_service("stubborn")
         assert is_healthy(svc.health_url)
     finally:

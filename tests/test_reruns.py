@@ -1,0 +1,135 @@
+"""The rerun rules: a test is rerun only when the Triton it used died of a signal during
+it, every rerun is listed with its cause, and more than a few fail the session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stacksettings import ROOT, Settings, isolated
+from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> tuple[TritonCrashes, Settings]:
+    settings = isolated(tmp_path)
+    settings.log_file("triton").parent.mkdir(parents=True, exist_ok=True)
+    settings.log_file("triton").write_text("I1201 started\nSignal (11) received.\n")
+    crashes = TritonCrashes()
+    crashes.watch(settings)
+    crashes.begin("t::earlier")  # the crash above was an earlier test's
+    return crashes, settings
+
+
+def test_a_crash_report_in_tritons_log_during_the_test_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings],
+) -> None:
+    crashes, settings = watched
+    assert not crashes.crashed(AssertionError("Triton failed 3 traced requests"))
+    with settings.log_file("triton").open("a") as log:
+        log.write("Signal (15) received.\n")  # a stop is no crash
+    assert not crashes.crashed(None)
+    with settings.log_file("triton").open("a") as log:
+        log.write("free(): invalid pointer\nSignal (6) received.\n0# 0x0000 in ?\n")
+    assert crashes.crashed(AssertionError("boom"))
+    assert crashes.crashed(AssertionError("boom"))  # asked again: the same answer
+    assert "'Signal (6) received.'" in RERUN_CAUSES["t::earlier"]
+    assert "the test failed with AssertionError('boom')" in RERUN_CAUSES["t::earlier"]
+    crashes.begin("t::next")
+    assert not crashes.crashed(AssertionError("boom")) and "t::next" not in RERUN_CAUSES
+
+
+def test_the_supervisors_record_of_a_crash_signal_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings],
+) -> None:
+    crashes, settings = watched
+
+    def record(restarts: int, last_exit: str) -> None:
+        row = {"name": "triton", "restarts": restarts, "last_exit": last_exit}
+        settings.state_file.write_text(json.dumps({"services": [row]}))
+
+    record(1, "killed by SIGSEGV at 10:00:00")
+    crashes.begin("t::supervised")
+    assert not crashes.crashed(AssertionError("x"))  # that restart was before the test
+    record(2, "killed by SIGKILL at 10:00:05")  # chaos, or a person: not Triton's crash
+    assert not crashes.crashed(AssertionError("x"))
+    record(3, "killed by SIGABRT at 10:00:09")
+    assert crashes.crashed(AssertionError("x"))
+    assert "the supervisor recorded 'killed by SIGABRT" in RERUN_CAUSES["t::supervised"]
+
+
+def test_failed_requests_alone_fail_the_test() -> None:
+    served_whole(0, {})
+    with pytest.raises(AssertionError, match=r"Triton failed 2 traced requests: \{'lost': 2\}"):
+        served_whole(2, {"lost": 2})
+
+
+SESSION = """
+import pytest
+from pathlib import Path
+
+from tests.helpers import RERUN_CAUSES
+
+TRIES = Path(__file__).with_name("tries")
+NOW = []
+
+
+@pytest.fixture(autouse=True)
+def current(request):
+    NOW[:] = [request.node.nodeid]
+
+
+def crash(error):
+    if error is not None and "crash" in str(error):
+        RERUN_CAUSES[NOW[0]] = f"cause: {error}"
+        return True
+    return False
+
+
+@pytest.mark.flaky(reruns=2, condition=crash)
+@pytest.mark.parametrize("n", range(COUNT))
+def test_first_try_fails(n):
+    with TRIES.open("a") as f:
+        f.write(f"{n}\\n")
+    if TRIES.read_text().split().count(str(n)) == 1:
+        raise AssertionError(f"crash {n}")
+
+
+@pytest.mark.flaky(reruns=2, condition=crash)
+def test_its_own_fault_is_not_rerun():
+    raise AssertionError("wrong sum")
+"""
+
+
+@pytest.mark.parametrize("count", [3, 4])
+def test_reruns_are_listed_and_more_than_three_fail_the_session(tmp_path: Path, count: int) -> None:
+    """A session whose only failures are reruns passes with 3 and fails with 4; a failure
+    the condition rejects is not rerun at all."""
+    (tmp_path / "test_session.py").write_text(SESSION.replace("COUNT", str(count)))
+    argv = [sys.executable, "-m", "pytest", str(tmp_path), "-p", "tests.conftest", "-q"]
+    argv += ["-p", "no:randomly", "-p", "no:cacheprovider", "-k"]
+    for select, expect in (("first_try", 0 if count <= 3 else 1), ("own_fault", 1)):
+        tries = tmp_path / "tries"
+        tries.unlink(missing_ok=True)
+        done = subprocess.run(
+            [*argv, select, "--rootdir", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        out = done.stdout
+        assert done.returncode == expect, out
+        if select == "own_fault":
+            assert "1 failed" in out and " rerun in " not in out and "RERUN" not in out, out
+            continue
+        for n in range(count):
+            line = f"RERUN 1 test_session.py::test_first_try_fails[{n}]: cause: crash {n}\n"
+            assert line in out, out
+        limit = "over the limit" if count > 3 else "within the limit"
+        assert f"{count} test(s) needed a rerun; at most 3 may ({limit}" in out, out
+        assert tries.read_text().split() == [str(n) for n in range(count) for _ in (0, 1)]
