@@ -20,7 +20,7 @@ from advisor.costs import ServerCpu
 from advisor.inputs import ServerWindow
 from doctor.checks import Finding, Prescription, check
 from doctor.window import Window, from_statistics
-from promapi import PromClient, promql_duration
+from promapi import PromClient, increase_with_new, promql_duration
 from tritonapi import (
     ModelConfig,
     ModelStats,
@@ -257,10 +257,12 @@ def sample_statistics(
     models: list[str],
     seconds: float,
     metrics_url: str | None = None,
-    poll_s: float = 0.5,
+    poll_s: float | None = None,
 ) -> tuple[dict[str, Window], list[str], dict[str, ServerWindow]]:
     """Watch ``models`` for ``seconds``: their windows, notes on what was not read, and the
-    same windows as the advisor's inputs (with the server's CPU when it runs here)."""
+    same windows as the advisor's inputs (with the server's CPU when it runs here). Reads
+    every ``poll_s`` (default: the advisor's step, so both fit the same traffic)."""
+    step = inputs.sample_step(seconds) if poll_s is None else poll_s
     sampler = StatisticsSampler(client, models, metrics_url)
     cpu_meter = inputs.meter(client.url)
     if cpu_meter is not None:
@@ -268,7 +270,7 @@ def sample_statistics(
     sampler.start()
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(poll_s, left))
+        time.sleep(min(step, left))
         sampler.poll()
     windows = sampler.finish()
     cpu = cpu_meter.stop() if cpu_meter is not None else None
@@ -324,9 +326,8 @@ def prometheus_window(
 
     if prom.scalar(f"count(triton_batching_executions_total{{{sel}}})") is None:
         return None
-    by_size = prom.query(
-        f"sum by (batch_size) (increase(triton_batching_batch_executions_total{{{sel}}}[{w}]))"
-    )
+    executions = increase_with_new(f"triton_batching_batch_executions_total{{{sel}}}", w)
+    by_size = prom.query(f"sum by (batch_size) ({executions})")
     sizes = (
         {int(row["batch_size"]): float(row["value"]) for _, row in by_size.iterrows()}
         if "batch_size" in by_size
