@@ -70,6 +70,9 @@ class Prescription:
     config: str  # the config proposed (the current one when kept), described
     pbtxt: tuple[str, ...]  # the lines to write ("" for a kept config)
     text: str  # the sentence with the numbers it rests on
+    # The proposed config's objective over the search's seeds, (low, high) in its unit (ms
+    # for latency): configs whose ranges overlap are equivalent to the search.
+    interval: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -77,6 +80,7 @@ class Prescription:
             "config": self.config,
             "pbtxt": list(self.pbtxt),
             "text": self.text,
+            "interval": list(self.interval) if self.interval else None,
         }
 
 

@@ -28,6 +28,14 @@ SEARCHED = ("batching-off", "delay-too-short", "preferred-missed", "no-overlap",
 LITTLE_BATCHING = 1.2
 
 
+def _interval(rec: Recommendation, which: str) -> tuple[float, float] | None:
+    interval = rec.best_interval if which == "best" else rec.current_interval
+    if interval is None:
+        return None
+    _, low, high = interval.user_terms()
+    return (low, high)
+
+
 def prescription(rec: Recommendation) -> Prescription:
     """The search's answer in the doctor's words, with the numbers it rests on."""
     now = rec.current
@@ -44,6 +52,7 @@ def prescription(rec: Recommendation) -> Prescription:
             f"no batching config of the {rec.considered} the advisor's search tried meets "
             f"{bound} at this load ({predicted}): the server needs capacity (instances, "
             "hardware), or the bound is too tight",
+            _interval(rec, "current"),
         )
     if rec.keep:
         why = (
@@ -59,6 +68,7 @@ def prescription(rec: Recommendation) -> Prescription:
             f"advisor's search tried beats it on {rec.objective} by x{rec.min_gain:g} or more "
             f"beyond the simulation's noise with {bound} ({rec.noise_line('current')}; "
             f"{predicted})",
+            _interval(rec, "current"),
         )
     best = rec.best
     return Prescription(
@@ -68,6 +78,7 @@ def prescription(rec: Recommendation) -> Prescription:
         f"the advisor's search of {rec.considered} configs recommends "
         f"{best.config.describe()}: {rec.gain_line()} (x{rec.gain_ratio:.2f}), average "
         f"batch {now.mean_batch_size:.2f} -> {best.mean_batch_size:.2f} ({predicted})",
+        _interval(rec, "best"),
     )
 
 
