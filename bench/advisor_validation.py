@@ -79,7 +79,7 @@ class TritonPythonModel:
 """
 # The rate r each model is fitted at; judged at 0.5r, r and 1.5r.
 TUNING = {"batch_add_model": 500.0, "var_add": 800.0, "mlp_model": 250.0}
-HELDOUT = {"ho_tokens": 600.0, "ho_rows": 300.0, "ho_pair": 600.0}
+HELDOUT = {"ho_tokens": 600.0, "ho_rows": 300.0, "ho_pair": 400.0}
 RATES = {**TUNING, **HELDOUT}
 JUDGED_AT = (0.5, 1.0, 1.5)
 HELDOUT_DIR = ROOT / "bench" / "models" / "heldout"
@@ -392,8 +392,8 @@ def report(
     points: list[Point], picks: list[str], models: list[str], wall_s: float, retried: list[str]
 ) -> None:
     header = (
-        f"{'model':<11}{'rate':>6} {'config':<5}| {'batch pred':>10}{'meas':>6}{'range':>11}"
-        f"{'err':>6} | {'client p99 pred ms':>18}{'meas':>6}{'range':>11}{'err':>6} | "
+        f"{'model':<11}{'rate':>6} {'config':<5}| {'batch pred':>10}{'meas':>7}{'range':>12}"
+        f"{'err':>6} | {'client p99 ms pred':>18}{'meas':>9}{'range':>18}{'err':>7} | "
         f"{'server p99 pred ms':>18}"
     )
     print("\n" + header)
@@ -402,11 +402,11 @@ def report(
         client = p.predicted.client_latency_p99_s
         print(
             f"{p.model:<11}{p.rate:>6.0f} {p.which:<5}| {p.predicted.mean_batch_size:>10.2f}"
-            f"{(p.batch or 0):>6.2f}{span(p.batches, 1, 2):>11}"
+            f"{(p.batch or 0):>7.2f}{span(p.batches, 1, 2):>12}"
             f"{pct(p.predicted.mean_batch_size, p.batch):>6} | "
             f"{'unknown' if client is None else f'{client * 1e3:.2f}':>18}"
-            f"{(p.client_p99_s or 0) * 1e3:>6.2f}{span(p.client_p99s, 1e3, 2):>11}"
-            f"{pct(client, p.client_p99_s):>6} | {p.predicted.server_latency_p99_s * 1e3:>18.2f}"
+            f"{(p.client_p99_s or 0) * 1e3:>9.2f}{span(p.client_p99s, 1e3, 2):>18}"
+            f"{pct(client, p.client_p99_s):>7} | {p.predicted.server_latency_p99_s * 1e3:>18.2f}"
         )
     print("\ncriteria per model (>= 80 % of points each):")
     for model in models:
