@@ -12,42 +12,34 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sqlite3
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor import costs, handoff, storedrun, verify
-from advisor.calibrate import load_capture
-from advisor.config import BatcherConfig, from_model_config
-from advisor.fit import (
-    batch_times_from_prometheus,
-    fit_service_times,
-    fit_traffic,
-    traffic_from_prometheus,
+from advisor import advice, verify
+from advisor.advice import Advice, SearchOptions
+from advisor.config import BatcherConfig
+from advisor.inputs import (
+    UNKNOWN,
+    InputError,
+    Inputs,
+    Options,
+    given_costs,
+    given_traffic,
 )
-from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from advisor.model import CpuModel, ServiceModel
 from advisor.predict import (
     MIN_GAIN,
     OBJECTIVES,
     REACHED,
-    UNITS,
     Prediction,
     Recommendation,
-    SearchSpace,
     predict,
-    recommend,
 )
-from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
-from loadgen.results.params import RunParams
 from stacksettings import admin_headers, from_env_or_default
-from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
-from tritonapi.stats import ModelStats
-from tritonapi.traces import ExporterUnavailable, read_exporter
+from tritonapi.client import TritonError, TritonHTTPError
 
 
 class UsageError(Exception):
@@ -279,116 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- inputs --------------------------------------------------------------------------------
-
-
-@dataclass
-class Inputs:
-    """What a recommendation needs, and where each part came from (``notes``)."""
-
-    config: BatcherConfig
-    service: ServiceModel
-    traffic: Traffic
-    notes: list[str]
-    server: str = ""  # the Triton the costs belong to (the cache's key)
-    model: str = ""
-    triton_version: str = ""
-    measured: costs.Calibration | None = None  # costs measured while reading the inputs
-    # A traced stored run: the time outside Triton's queue and execution, and the
-    # batcher's hand-offs measured from its traces (with the line that says so).
-    outside: handoff.Outside | None = None
-    handoffs: tuple[handoff.HandOff, str] | None = None
-
-
-@dataclass
-class Costs:
-    """The CPU model used, and the line that says where it came from."""
-
-    cpu: CpuModel
-    line: str
-    calibration: costs.Calibration | None = None
-
-    @property
-    def known(self) -> bool:
-        return self.cpu.cores is not None
-
-
-UNKNOWN = "capacity: unknown (run with --probe)"
-
-
-def given_costs(args: argparse.Namespace) -> tuple[Costs | None, ServiceModel | None]:
-    """Costs the user gave: a calibration capture, or --cores and --request-us."""
-    if args.calibration:
-        try:
-            service, cpu = load_capture(args.calibration).calibrate()
-        except ValueError as exc:
-            raise UsageError(f"--calibration: {exc}") from None
-        return Costs(cpu, f"costs: from the calibration capture {args.calibration}"), service
-    if args.request_us is not None and args.request_us < 0:
-        raise UsageError("--request-us must be >= 0")
-    if args.request_us is not None and not args.cores:
-        raise UsageError("--request-us needs --cores N (the cores the server has)")
-    if args.cores and args.request_us is not None:
-        cpu = CpuModel(cores=args.cores, request_s=args.request_us / 1e6, request_cv=1.0)
-        return Costs(cpu, "costs: given on the command line (--cores, --request-us)"), None
-    return None, None
-
-
-def given_traffic(args: argparse.Namespace) -> Traffic | None:
-    if args.rate and args.concurrency:
-        raise UsageError("give --rate (open loop) or --concurrency (closed loop), not both")
-    if args.cv is not None and args.cv < 0:
-        raise UsageError(f"--cv must be >= 0, got {args.cv}")
-    if args.rate:
-        return OpenLoop(args.rate, 1.0 if args.cv is None else args.cv)
-    if args.concurrency:
-        return ClosedLoop(args.concurrency)
-    return None
-
-
-def read_server(
-    client: TritonClient, model: str, window_s: float
-) -> tuple[ModelStats, list[tuple[float, float]], ModelStats]:
-    """Stats delta over the window, request-count samples, cumulative stats."""
-    # 20 bins per window, enough to estimate burstiness; at most 1 s each.
-    step_s = min(window_s / 20, 1.0)
-    try:
-        first = last = client.model_stats(model)
-        samples = [(time.monotonic(), float(first.inference_count))]
-        deadline = samples[0][0] + window_s
-        while time.monotonic() < deadline:
-            time.sleep(step_s)
-            last = client.model_stats(model)
-            samples.append((time.monotonic(), float(last.inference_count)))
-    except TritonError as exc:
-        raise UsageError(_triton_problem(exc, model)) from None
-    return last.minus(first), samples, last
-
-
-def server_config(client: TritonClient, model: str) -> BatcherConfig:
-    """The model's batching config as the server loaded it; UsageError (one line) if not."""
-    try:
-        return from_model_config(client.model_config(model))
-    except TritonError as exc:
-        raise UsageError(_triton_problem(exc, model)) from None
-
-
-def triton_version(client: TritonClient) -> str:
-    try:
-        return str(client.server_metadata().get("version", ""))
-    except TritonError:
-        return ""
-
-
-def _triton_problem(exc: TritonError, model: str) -> str:
-    if isinstance(exc, TritonUnreachable):
-        return f"{exc}: start it (./stack/up) or fix --url"
-    if isinstance(exc, TritonHTTPError):
-        return (
-            f"{exc}: check the model name {model!r} "
-            "(GET /v2/repository/index lists them), or fix --url"
-        )
-    return f"{exc}: is --url the HTTP port of a Triton server?"
+# ---- flags to options ----------------------------------------------------------------------
 
 
 def flag_config(args: argparse.Namespace) -> BatcherConfig:
@@ -400,233 +283,41 @@ def flag_config(args: argparse.Namespace) -> BatcherConfig:
         raise UsageError(str(exc)) from None
 
 
-def _meter(url: str) -> costs.CpuMeter | None:
-    pid = costs.local_server_pid(url)
-    try:
-        return costs.CpuMeter(pid) if pid is not None else None
-    except OSError:  # gone meanwhile
-        return None
-
-
-def live_inputs(
-    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> Inputs:
-    """Config, service times and traffic from a running Triton; on this machine, its CPU
-    over the same window gives the costs."""
-    if not args.model:
-        raise UsageError("--url needs --model")
-    client = TritonClient(args.url)
-    config = server_config(client, args.model)
-    meter = _meter(args.url)
-    if meter is not None:
-        meter.start()
-    delta, samples, cumulative = read_server(client, args.model, args.window)
-    cpu = meter.stop() if meter is not None else None
-    notes = []
-    if calibrated is not None:
-        # Measured at low CPU contention: a busy window's compute times include the
-        # contention the simulator adds itself.
-        service = calibrated
-        notes.append("service times from the calibration capture")
-    elif delta.execution_count > 0:
-        service = fit_service_times(delta)
-        notes.append(f"service times fitted from {delta.execution_count} executions in the window")
-    elif cumulative.execution_count > 0:
-        service = fit_service_times(cumulative)
-        notes.append("no executions in the window: service times fitted since server start")
-    else:
-        raise UsageError(
-            f"model {args.model!r} has never executed: send load first or give --calibration"
-        )
-    if traffic is None:
-        try:
-            traffic = fit_traffic(samples)
-        except ValueError as exc:
-            raise UsageError(
-                f"{exc}; give the traffic with --rate or --concurrency instead"
-            ) from None
-        notes.append(f"traffic fitted from the window: {traffic.describe()}")
-    inputs = Inputs(config, service, traffic, notes, args.url, args.model, triton_version(client))
-    if meter is not None and cpu is not None:
-        source = f"the local Triton's CPU over the {args.window:g} s window"
-        try:
-            inputs.measured = costs.from_process_cpu(cpu, meter.cores, delta, service, source)
-        except ValueError as exc:
-            notes.append(f"costs not measured from the window: {exc}")
-    return inputs
-
-
-def stored_inputs(
-    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> Inputs:
-    """Service times, traffic and (for runs stored since it is kept) the config and Triton
-    version from a stored load run; a closed-loop run's throughput gives the costs."""
-    if args.run is None:
-        raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
-    try:
-        run = storedrun.load(args.store, args.run)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except sqlite3.DatabaseError as exc:
-        raise UsageError(
-            f"--store {args.store} is not a load-run store ({exc}); give the SQLite file "
-            "that loadgen writes (.stack/loadgen.sqlite3)"
-        ) from None
-    notes = [f"from stored {run.describe}"]
-    if run.config is not None and args.max_batch_size is None:
-        config = run.config
-        notes.append(
-            f"config as Triton {run.triton_version or '(version unknown)'} reported it "
-            "when the run began"
-        )
-    elif args.url and args.max_batch_size is None:
-        config = server_config(TritonClient(args.url), run.model)
-        notes.append(f"config read from {args.url} now (the run was stored without it)")
-    else:
-        config = flag_config(args)
-    service = calibrated or run.service
-    notes.append(
-        "service times from the calibration capture"
-        if calibrated
-        else "service times fitted from the run's statistics"
-    )
-    if traffic is None:
-        traffic = run.traffic
-        notes.append(f"traffic of the run: {traffic.describe()}")
-    if run.measured_batch_size:
-        notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
-    inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
-    if run.outside is not None:
-        inputs.outside = run.outside
-        notes.append(
-            f"time outside Triton's queue and execution: {run.outside.median_s * 1e6:,.0f} us "
-            f"median, p99 {run.outside.quantile_s(0.99) * 1e6:,.0f} us (the run's "
-            f"{run.outside.requests:,} traced requests; the spread is simulated)"
-        )
-    if run.handoff is not None:
-        inputs.handoffs = (
-            run.handoff,
-            f"{run.handoff.describe()} (the run's {run.traced_requests:,} traced requests)",
-        )
-    if run.concurrency and run.measured_throughput_per_s:
-        cores = args.cores or costs.local_cores(run.server)
-        if cores is None:
-            notes.append("costs not fitted from the run: give --cores N (the server's cores)")
-        else:
-            try:
-                fitted = replace(run, service=service)
-                inputs.measured = storedrun.calibration(fitted, config, cores)
-            except ValueError as exc:
-                notes.append(f"costs not fitted from the run: {exc}")
-    return inputs
-
-
-def prometheus_inputs(
-    args: argparse.Namespace, calibrated: ServiceModel | None, traffic: Traffic | None
-) -> Inputs:
-    """Service times and traffic from the exporter's counters in Prometheus."""
-    if not args.model:
-        raise UsageError("--prometheus needs --model")
-    window = f"{max(1, round(args.window))}s"
-    notes = [f"fitted from the exporter's counters in {args.prometheus} over {window}"]
-    try:
-        service = calibrated or fit_service_times(
-            batch_times_from_prometheus(args.prometheus, args.model, window)
-        )
-        if traffic is None:
-            step = max(1.0, args.window / 20)
-            traffic = traffic_from_prometheus(args.prometheus, args.model, args.window, step)
-            notes.append(f"traffic: {traffic.describe()}")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    version = ""
-    if args.url:
-        client = TritonClient(args.url)
-        config = server_config(client, args.model)
-        version = triton_version(client)
-    else:
-        config = flag_config(args)
-    return Inputs(config, service, traffic, notes, args.url or "", args.model, version)
-
-
-def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
-    """Measure the costs with a short closed-loop load (``--probe``)."""
-    url = args.url or inputs.server
-    if not url:
-        raise UsageError("--probe needs --url (the Triton to probe)")
-    config = inputs.config
-    concurrency = min(64, max(8, 2 * config.instances * config.batch_limit))
-    meter = _meter(url)
-    if meter is None and not args.cores:
-        raise UsageError(
-            f"--probe on {url}, whose CPU cannot be read from here, needs --cores N "
-            "(the server's CPU cores)"
-        )
-    client = TritonClient(url)
-    params = RunParams(
-        "concurrency",
-        model=inputs.model,
-        url=url,
-        concurrency=concurrency,
-        duration_s=args.probe_s,
-        label="advisor probe",
-    )
-    try:
-        before = client.model_stats(inputs.model)
-        if meter is not None:
-            meter.start()
-        result = loadgen_api.run(params, db=None)
-        cpu = meter.stop() if meter is not None else None
-        delta = client.model_stats(inputs.model).minus(before)
-    except LoadgenError as exc:
-        raise UsageError(f"--probe: {exc}") from None
-    except TritonError as exc:
-        raise UsageError(_triton_problem(exc, inputs.model)) from None
-    measured = result.summary.client.throughput_per_s or 0.0
-    source = f"a {args.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
-    try:
-        if meter is not None and cpu is not None:
-            return costs.from_process_cpu(cpu, meter.cores, delta, inputs.service, source)
-        request_s = costs.fit_request_cost(
-            config, inputs.service, concurrency, measured, float(args.cores)
-        )
-    except ValueError as exc:
-        raise UsageError(f"--probe: {exc}") from None
-    return costs.Calibration(
-        float(args.cores), request_s, source + ", fitted", time.time(), delta.inference_count
+def options_from(args: argparse.Namespace) -> Options:
+    """The inputs' options from ``advise``'s flags (the rest never sees argparse)."""
+    return Options(
+        url=args.url or "",
+        model=args.model or "",
+        window_s=args.window,
+        prometheus=args.prometheus or "",
+        store=args.store,
+        run=args.run,
+        rate=args.rate,
+        cv=args.cv,
+        concurrency=args.concurrency,
+        calibration=args.calibration,
+        cores=args.cores,
+        request_us=args.request_us,
+        # Flags override the server's or the run's config only when given; a live server's
+        # config is always its own.
+        config=flag_config(args) if args.max_batch_size is not None and not args.url else None,
+        probe=args.probe,
+        probe_s=args.probe_s,
+        traces=args.traces or "",
+        calibrations=args.calibrations,
     )
 
 
-def resolve_costs(args: argparse.Namespace, given: Costs | None, inputs: Inputs) -> Costs:
-    """Given costs, else measured now (probe or window), else cached, else unknown."""
-    if given is not None:
-        return given
-    cache = costs.CalibrationCache(args.calibrations)
-    measured = probe(args, inputs) if args.probe else inputs.measured
-    if measured is not None:
-        measured = replace(
-            measured,
-            server=inputs.server,
-            model=inputs.model,
-            triton_version=inputs.triton_version,
-        )
-        if inputs.server:
-            try:
-                cache.put(measured)
-            except OSError as exc:
-                inputs.notes.append(f"costs not cached in {args.calibrations}: {exc.strerror}")
-        return Costs(measured.cpu, f"costs: measured: {measured.describe()}", measured)
-    cached = (
-        cache.get(inputs.server, inputs.model, inputs.triton_version) if inputs.server else None
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    return SearchOptions(
+        p99_bound_s=args.p99_ms / 1e3,
+        objective=args.objective,
+        seeds=args.seeds,
+        requests=args.requests,
+        max_batch_limit=args.max_batch_limit,
+        min_gain=args.min_gain,
+        try_instances=args.try_instances,
     )
-    if cached is not None:
-        age_h = (time.time() - cached.measured_at) / 3600
-        return Costs(
-            cached.cpu,
-            f"costs: cached ({age_h:.1f} h old): {cached.describe()}",
-            cached,
-        )
-    return Costs(CpuModel(), f"costs: not measured; {UNKNOWN}")
 
 
 # ---- output --------------------------------------------------------------------------------
@@ -645,7 +336,8 @@ def _line(p: Prediction) -> str:
         f"  throughput {p.throughput_per_s:,.0f}/s ({capacity_text(p)}), "
         f"average batch {p.mean_batch_size:.2f} [{dist}]\n"
         f"  queue delay p50 {p.queue_delay_p50_s * 1e6:,.0f} us, "
-        f"p99 {p.queue_delay_p99_s * 1e6:,.0f} us; latency p99 {p.latency_p99_s * 1e3:.2f} ms"
+        f"p99 {p.queue_delay_p99_s * 1e6:,.0f} us\n"
+        f"  latency: {p.latency_line()}"
         + ("; SATURATED: the queue grows" if p.saturated else "")
         + (
             f"\n  preferred size(s) {list(unreached)} not reached (under "
@@ -656,10 +348,12 @@ def _line(p: Prediction) -> str:
     )
 
 
-def print_recommendation(rec: Recommendation, notes: list[str], cost: Costs) -> None:
-    for note in notes:
+def print_recommendation(advice: Advice) -> None:
+    rec, prepared = advice.recommendation, advice.prepared
+    for note in advice.notes:
         print(note)
-    print(cost.line)
+    print(prepared.costs.line)
+    print(prepared.outside_line)
     print(f"current: {rec.current.config.describe()}, under {rec.current.traffic.describe()}")
     print(_line(rec.current))
     print(f"  {rec.noise_line('current')}")
@@ -684,114 +378,21 @@ def print_recommendation(rec: Recommendation, notes: list[str], cost: Costs) -> 
 
 
 def advise(args: argparse.Namespace) -> int:
-    given, calibrated_service = given_costs(args)
-    traffic = given_traffic(args)
-    if args.store:
-        inputs = stored_inputs(args, calibrated_service, traffic)
-    elif args.prometheus:
-        inputs = prometheus_inputs(args, calibrated_service, traffic)
-    elif args.url:
-        inputs = live_inputs(args, calibrated_service, traffic)
-    else:
-        raise UsageError(
-            "give --url URL --model M (a running Triton), --prometheus URL --model M, "
-            "or --store DB --run ID"
-        )
-    cost = resolve_costs(args, given, inputs)
-    config, service, notes = inputs.config, inputs.service, inputs.notes
-    cost = replace(cost, cpu=storedrun.with_outside(cost.cpu, inputs.outside))
-    measured = (
-        traced_handoffs(args.traces, inputs.model, config, args.url or inputs.server)
-        if args.traces
-        else None
-    )
-    if measured is None:
-        measured = inputs.handoffs
-    if measured is not None:
-        cost = replace(cost, cpu=measured[0].apply(cost.cpu))
-        notes.append(measured[1])
-    else:
-        notes.append(
-            "hand-offs: not measured, left out (the batcher's dispatch and timer slack: "
-            "give --traces EXPORTER_URL after `python -m stack trace --model M`, or a run "
-            "made with --trace)"
-        )
-    if not config.dynamic_batching:
-        notes.append("dynamic batching is off in the current config")
-    space = SearchSpace(
-        max_batch_sizes=tuple(
-            m for m in SearchSpace().max_batch_sizes if m <= args.max_batch_limit
-        ),
-        instances=args.try_instances,
-    )
-    notes.append(f"a change must gain at least x{args.min_gain:g} to be recommended (--min-gain)")
-    counts = space.instance_counts(config)
-    notes.append(
-        f"instance counts searched: {', '.join(map(str, counts))}"
-        + (
-            f" (the current; others with --try-instances, extrapolated from {config.instances})"
-            if not args.try_instances
-            else f" (hand-offs measured with {config.instances}: other counts are extrapolated)"
-        )
-    )
-    notes.append(f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item")
+    opts = options_from(args)
     try:
-        rec = recommend(
-            config,
-            inputs.traffic,
-            service,
-            args.p99_ms / 1e3,
-            cost.cpu,
-            args.objective,
-            space,
-            requests=args.requests,
-            seeds=args.seeds,
-            min_gain=args.min_gain,
-        )
-    except ValueError as exc:
+        found = advice.advise(opts, search_options(args))
+    except InputError as exc:
         raise UsageError(str(exc)) from None
-    checked = run_verify(args, inputs, rec) if args.verify else None
+    checked = run_verify(args, found.prepared.inputs, found.recommendation) if args.verify else None
     if args.json:
-        out = recommendation_json(rec, notes, cost)
-        out["verification"] = checked.to_json(rec.objective) if checked else None
+        out = recommendation_json(found)
+        out["verification"] = checked.to_json(found.recommendation.objective) if checked else None
         print(json.dumps(out, indent=1))
     else:
-        print_recommendation(rec, notes, cost)
+        print_recommendation(found)
         if checked is not None:
-            print_verification(rec, checked)
+            print_verification(found.recommendation, checked)
     return 0
-
-
-# The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
-TRACES_S = 120
-
-
-def traced_handoffs(
-    exporter_url: str, model: str, config: BatcherConfig, server: str | None = None
-) -> tuple[handoff.HandOff, str]:
-    """The hand-offs measured from the exporter's retained traces of ``model``, and the line
-    that says so; UsageError (one line) when there are not enough complete ones. The timer
-    slack of ``server``'s threads is read when it runs on this machine."""
-    try:
-        window = read_exporter(exporter_url, model, TRACES_S)
-    except ExporterUnavailable as exc:
-        raise UsageError(
-            f"--traces: {exc}; give the exporter's URL (port 9733 by default)"
-        ) from None
-    if window.trace_rate not in (None, 1):
-        raise UsageError(
-            f"--traces: {model} is traced 1 request in {window.trace_rate}: a batch's other "
-            "requests are missing; trace every request (python -m stack trace --rate 1)"
-        )
-    if len(window.requests) < handoff.MIN_REQUESTS:
-        raise UsageError(
-            f"--traces: the exporter holds {len(window.requests)} traced requests of {model}, "
-            f"fewer than {handoff.MIN_REQUESTS}: trace some first "
-            f"(python -m stack trace --model {model})"
-        )
-    pid = costs.local_server_pid(server) if server else None
-    found = handoff.measure(window.requests, config, handoff.timer_slack(pid))
-    return found, f"{found.describe()} ({len(window.requests):,} traced requests)"
 
 
 def run_verify(
@@ -851,14 +452,17 @@ def _interval_json(rec: Recommendation, which: str) -> dict[str, Any] | None:
     if interval is None:
         return None
     mean, low, high = interval.user_terms()
-    name, unit = UNITS[rec.objective]
+    name, unit = rec.measure_name()
     return {"measure": name, "unit": unit, "mean": mean, "low": low, "high": high}
 
 
-def recommendation_json(rec: Recommendation, notes: list[str], cost: Costs) -> dict[str, Any]:
+def recommendation_json(found: Advice) -> dict[str, Any]:
+    rec, cost = found.recommendation, found.prepared.costs
     return {
-        "notes": notes,
+        "notes": found.notes,
         "costs": cost.line,
+        "time_outside_triton": found.prepared.outside_line,
+        "client_terms": found.prepared.client_terms,
         "calibration": cost.calibration.to_json() if cost.calibration else None,
         "capacity_known": cost.known,
         "current": rec.current.summary(),
@@ -878,9 +482,14 @@ def recommendation_json(rec: Recommendation, notes: list[str], cost: Costs) -> d
 
 
 def predict_command(args: argparse.Namespace) -> int:
-    given, _ = given_costs(args)
+    try:
+        given, _ = given_costs(
+            Options(calibration=args.calibration, cores=args.cores, request_us=args.request_us)
+        )
+        traffic = given_traffic(Options(rate=args.rate, cv=args.cv, concurrency=args.concurrency))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
     cpu = given.cpu if given is not None else CpuModel()
-    traffic = given_traffic(args)
     if traffic is None:
         raise UsageError("predict needs the traffic: --rate R [--cv X] or --concurrency C")
     try:

@@ -63,7 +63,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig
-from advisor.model import CpuModel
+from advisor.model import HANDOFF_FIELDS, CpuModel
 from tritonapi.traces import Batch, TracedRequest, group_batches
 
 # Fewer batches of a kind than this say too little about their hand-off.
@@ -129,28 +129,13 @@ TAIL_SAMPLES = 200
 
 @dataclass(frozen=True)
 class HandOff:
-    dispatch_s: float = 0.0
-    timer_slack_s: float = 0.0
-    timer_slack_tail_s: float = 0.0
-    release_s: float = 0.0
-    execution_cv: float = 0.0
+    """The hand-offs measured from traces: the :class:`CpuModel` fields that
+    :data:`advisor.model.HANDOFF_FIELDS` names, carried on a CpuModel (``cpu``; its other
+    fields stay at their defaults), and what they were measured from."""
+
+    cpu: CpuModel = CpuModel()
     # batches each part was measured from
     counts: tuple[int, int, int] = (0, 0, 0)  # dispatch, queue delay, release
-    # The measured distributions (at most SAMPLES quantiles each), which the simulator
-    # draws from: see advisor.model.CpuModel.
-    dispatch_samples: tuple[float, ...] = ()
-    timer_slack_samples: tuple[float, ...] = ()
-    execution_ratios: tuple[float, ...] = ()
-    # The front end held by executions (see holds()): the share of executions that hold
-    # it, and when, after their start, the hold begins (quantiles, seconds).
-    hold_share: float = 0.0
-    hold_onsets: tuple[float, ...] = ()
-    # The gaps from an execution's end to its instance's next start, for batches due by
-    # then (quantiles): the running instance takes its next batch without a wake-up.
-    release_samples: tuple[float, ...] = ()
-    # The gaps between consecutive requests reaching Triton, in their order (seconds; see
-    # arrival_gaps()).
-    arrival_gaps: tuple[float, ...] = ()
     # Where the timer's lateness came from when the traces could not split it from the
     # dispatch (TimerSlack.source); "" when they did.
     slack_source: str = ""
@@ -170,66 +155,50 @@ class HandOff:
         return MIN_BATCHES <= self.counts[0] < TAIL_SAMPLES <= self.counts[1]
 
     def apply(self, cpu: CpuModel) -> CpuModel:
-        return replace(
-            cpu,
-            dispatch_s=self.dispatch_s,
-            timer_slack_s=self.timer_slack_s,
-            timer_slack_tail_s=self.timer_slack_tail_s,
-            release_s=self.release_s,
-            execution_cv=self.execution_cv,
-            dispatch_samples=self.dispatch_samples,
-            timer_slack_samples=self.timer_slack_samples,
-            execution_ratios=self.execution_ratios,
-            hold_share=self.hold_share,
-            hold_onsets=self.hold_onsets,
-            release_samples=self.release_samples,
-            arrival_gaps=self.arrival_gaps,
-        )
+        """``cpu`` with these hand-offs in place of its own."""
+        return replace(cpu, **{name: getattr(self.cpu, name) for name in HANDOFF_FIELDS})
 
     def describe(self) -> str:
+        m = self.cpu
         bound = (
-            f" (the delay's overshoots less the timer's {self.timer_slack_s * 1e6:.0f} us "
+            f" (the delay's overshoots less the timer's {m.timer_slack_s * 1e6:.0f} us "
             f"slack, {self.slack_source})"
             if self.dispatch_from_overshoots
             else ""
         )
-        dispatch = f"dispatch {self.dispatch_s * 1e6:.0f} us"
-        if self.dispatch_samples:
-            dispatch = (
-                f"dispatch p50 {self.dispatch_s * 1e6:.0f} us, p99 {_us(self.dispatch_samples)}"
-            )
+        dispatch = f"dispatch {m.dispatch_s * 1e6:.0f} us"
+        if m.dispatch_samples:
+            dispatch = f"dispatch p50 {m.dispatch_s * 1e6:.0f} us, p99 {_us(m.dispatch_samples)}"
         dispatch += bound
         if self.dispatch_tail_from_overshoots:
             dispatch += (
                 f" ({self.counts[0]} batches; the tail shaped by the delay's "
                 f"{self.counts[1]:,} overshoots)"
             )
-        slack = (
-            f"timer slack {self.timer_slack_s * 1e6:.0f} + {self.timer_slack_tail_s * 1e6:.0f} us"
-        )
-        if self.timer_slack_samples:
+        slack = f"timer slack {m.timer_slack_s * 1e6:.0f} + {m.timer_slack_tail_s * 1e6:.0f} us"
+        if m.timer_slack_samples:
             slack += (
-                f" (the delay's overshoot, dispatch included: p99 {_us(self.timer_slack_samples)})"
+                f" (the delay's overshoot, dispatch included: p99 {_us(m.timer_slack_samples)})"
             )
         if self.dispatch_from_overshoots:
             slack = (
-                f"timer slack {self.timer_slack_s * 1e6:.0f} us (the delay's overshoot, "
-                f"dispatch included: p99 {_us(self.timer_slack_samples)})"
+                f"timer slack {m.timer_slack_s * 1e6:.0f} us (the delay's overshoot, "
+                f"dispatch included: p99 {_us(m.timer_slack_samples)})"
             )
         parts = [
             dispatch,
             slack,
-            f"release {self.release_s * 1e6:.0f} us",
-            f"execution spread cv {self.execution_cv:.2f}",
+            f"release {m.release_s * 1e6:.0f} us",
+            f"execution spread cv {m.execution_cv:.2f}",
         ]
-        if self.hold_share > 0 and self.hold_onsets:
+        if m.hold_share > 0 and m.hold_onsets:
             parts.append(
-                f"front end held by {self.hold_share:.0%} of executions "
-                f"(from {_quantile(self.hold_onsets, 0.5) * 1e6:.0f} us after their start, "
+                f"front end held by {m.hold_share:.0%} of executions "
+                f"(from {_quantile(m.hold_onsets, 0.5) * 1e6:.0f} us after their start, "
                 "the median)"
             )
-        if self.arrival_gaps:
-            parts.append(clustering(self.arrival_gaps))
+        if m.arrival_gaps:
+            parts.append(clustering(m.arrival_gaps))
         text = "hand-offs from traces: " + ", ".join(parts)
         if self.unmeasured:
             text += f" (too few batches for: {', '.join(self.unmeasured)}; left at 0)"
@@ -345,13 +314,12 @@ def measure(
         slacks = _grid(overshoots)
     release = max(statistics.median(gaps) - dispatch, 0.0) if len(gaps) >= MIN_BATCHES else 0.0
     share, onsets = holds(batches)
-    return HandOff(
-        dispatch,
-        slack,
-        tail,
-        release,
-        execution_spread(batches),
-        (len(handoffs), len(overshoots), len(gaps)),
+    measured = CpuModel(
+        dispatch_s=dispatch,
+        timer_slack_s=slack,
+        timer_slack_tail_s=tail,
+        release_s=release,
+        execution_cv=execution_spread(batches),
         dispatch_samples=dispatches,
         timer_slack_samples=slacks,
         execution_ratios=_grid(execution_ratios(batches)),
@@ -359,6 +327,10 @@ def measure(
         hold_onsets=onsets,
         release_samples=_grid([max(g, 0.0) for g in gaps]) if len(gaps) >= MIN_BATCHES else (),
         arrival_gaps=arrival_gaps(requests),
+    )
+    return HandOff(
+        measured,
+        (len(handoffs), len(overshoots), len(gaps)),
         slack_source=lateness.source if delayed and not direct else "",
     )
 
@@ -511,12 +483,15 @@ class Outside:
     # simulator draws from (CpuModel.outside_spread).
     spread_s: tuple[float, ...]
 
+    # Where it was measured, for the output.
+    source: str = "traced requests"
+
     @property
     def requests(self) -> int:
         return len(self.spread_s)
 
     def quantile_s(self, q: float) -> float:
-        ordered = sorted(self.spread_s)
+        ordered = sorted(self.spread_s) or [0.0]
         index = min(int(q * len(ordered)), len(ordered) - 1)
         return max(self.median_s + ordered[index], 0.0)
 
@@ -527,13 +502,20 @@ class Outside:
         return replace(
             cpu,
             request_latency_s=max(self.median_s - cpu.request_s, 0.0),
-            outside_spread=self.spread_s,
+            # No spread measured (a probe's mean): none drawn, but the time is known.
+            outside_spread=self.spread_s or (0.0,),
         )
 
     def describe(self) -> str:
+        if not self.spread_s:
+            return (
+                f"{self.median_s * 1e6:,.0f} us outside Triton's queue and execution "
+                f"(mean, from {self.source}; its spread not measured)"
+            )
         return (
             f"{self.median_s * 1e6:,.0f} us outside Triton's queue and execution "
-            f"(median; p99 {self.quantile_s(0.99) * 1e6:,.0f} us)"
+            f"(median; p99 {self.quantile_s(0.99) * 1e6:,.0f} us; {self.requests:,} "
+            f"{self.source})"
         )
 
 

@@ -158,6 +158,23 @@ class CpuModel:
                 raise ValueError(f"{name} must be >= 0")
 
 
+# The CpuModel fields measured from Triton's traces (advisor.handoff.HandOff carries them).
+HANDOFF_FIELDS = (
+    "dispatch_s",
+    "timer_slack_s",
+    "timer_slack_tail_s",
+    "release_s",
+    "execution_cv",
+    "dispatch_samples",
+    "timer_slack_samples",
+    "execution_ratios",
+    "hold_share",
+    "hold_onsets",
+    "release_samples",
+    "arrival_gaps",
+)
+
+
 @dataclass(frozen=True)
 class OpenLoop:
     rate_per_s: float

@@ -46,6 +46,8 @@ class Prediction:
     queue_delay_p50_s: float
     queue_delay_p99_s: float
     queue_delay_mean_s: float
+    # Sent to answered: the client's view when the time outside Triton is known
+    # (client_terms); without it, queue + compute + the front end's CPU only.
     latency_p50_s: float
     latency_p99_s: float
     # The most this config serves (clients never waiting on each other); None without a
@@ -55,6 +57,27 @@ class Prediction:
     cpu_s_per_inference: float
     # Open loop: the offered rate exceeds what the config serves; queues grow.
     saturated: bool
+    # Reaching Triton's queue to the execution's end: the server-side figure (what Triton's
+    # statistics and traces measure), beside the client's.
+    server_latency_p99_s: float = 0.0
+    # Whether latency_p99_s includes the time outside Triton (the client, the network, the
+    # front end), measured by a probe or a traced stored run. Without it the client's
+    # latency is unknown, and said so.
+    client_terms: bool = False
+
+    @property
+    def client_latency_p99_s(self) -> float | None:
+        return self.latency_p99_s if self.client_terms else None
+
+    def latency_line(self) -> str:
+        """Both figures, labelled: what a client sees, and Triton's side alone."""
+        server = f"server-side p99 {self.server_latency_p99_s * 1e3:.2f} ms (queue + compute)"
+        if self.client_terms:
+            return (
+                f"client p99 {self.latency_p99_s * 1e3:.2f} ms (queue + compute + time "
+                f"outside Triton); {server}"
+            )
+        return f"client p99 unknown (time outside Triton not measured); {server}"
 
     def unreached_preferred(self) -> tuple[int, ...]:
         """The config's preferred sizes that the predicted distribution does not reach."""
@@ -75,7 +98,12 @@ class Prediction:
             },
             "queue_delay_p50_us": round(self.queue_delay_p50_s * 1e6, 1),
             "queue_delay_p99_us": round(self.queue_delay_p99_s * 1e6, 1),
-            "latency_p99_us": round(self.latency_p99_s * 1e6, 1),
+            # What a client sees (None: the time outside Triton was not measured), and
+            # Triton's side alone (queue + compute).
+            "client_latency_p99_us": None
+            if self.client_latency_p99_s is None
+            else round(self.client_latency_p99_s * 1e6, 1),
+            "server_latency_p99_us": round(self.server_latency_p99_s * 1e6, 1),
             "cpu_us_per_inference": round(self.cpu_s_per_inference * 1e6, 1),
             "saturated": self.saturated,
         }
@@ -142,7 +170,14 @@ def predict(
         throughput_limit_per_s=limit,
         cpu_s_per_inference=_cpu_per_inference(result, service, cpu),
         saturated=saturated,
+        server_latency_p99_s=quantile(result.server_latencies_s, 0.99),
+        client_terms=knows_outside(cpu),
     )
+
+
+def knows_outside(cpu: CpuModel) -> bool:
+    """Whether ``cpu`` carries a measured time outside Triton (advisor.handoff.Outside)."""
+    return bool(cpu.outside_spread) or cpu.request_latency_s > 0
 
 
 @dataclass(frozen=True)
@@ -310,12 +345,23 @@ class Recommendation:
             objective_value(self.best, self.objective),
         )
 
+    def measure_name(self) -> tuple[str, str]:
+        """The objective's name and unit; a latency says whose it is."""
+        name, unit = UNITS[self.objective]
+        if self.objective == "latency":
+            name = (
+                "client p99 latency"
+                if self.current.client_terms
+                else "p99 latency without the time outside Triton"
+            )
+        return name, unit
+
     def noise_line(self, which: str = "current") -> str:
         """'p99 latency 4.10 ms (3.90-4.40 over 5 seeds)' for the current or best config."""
         interval = self.current_interval if which == "current" else self.best_interval
         if interval is None:
             return ""
-        name, unit = UNITS[self.objective]
+        name, unit = self.measure_name()
         mean, low, high = interval.user_terms()
         digits = 2 if unit == "ms" else 0
         return (
@@ -327,7 +373,7 @@ class Recommendation:
         """The gain in the user's terms, e.g. 'p99 latency 4.10 ms -> 2.05 ms (x2.00)'."""
         if self.best is None or self.keep or not self.current_interval or not self.best_interval:
             return ""
-        name, unit = UNITS[self.objective]
+        name, unit = self.measure_name()
         now, best = self.current_interval.user_terms()[0], self.best_interval.user_terms()[0]
         digits = 2 if unit == "ms" else 0
         extra = ""

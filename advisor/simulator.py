@@ -66,6 +66,7 @@ class _Request:
     sent: float
     enqueued: float = math.nan
     started: float = math.nan
+    executed: float = math.nan  # its batch's execution ended (Triton's COMPUTE_END)
     done: float = math.nan
 
 
@@ -94,9 +95,11 @@ class SimResult:
     inferences: int
     batch_sizes: Counter[int]
     queue_delays_s: list[float]
-    latencies_s: list[float]
+    latencies_s: list[float]  # sent to answered: what a client sees
     backlog: int  # requests still waiting in the queue at the end
     offered: int  # requests sent during the measured period
+    # Reaching the queue to the execution's end: queue + compute, Triton's side only.
+    server_latencies_s: list[float] = field(default_factory=list)
 
     @property
     def throughput_per_s(self) -> float:
@@ -537,6 +540,8 @@ class _Run:
 
     def executed(self, batch: list[_Request], execution: _Execution) -> None:
         execution.done = True
+        for request in batch:
+            request.executed = self.now
         if execution.held:
             self.holding -= 1
             if not self.holding:
@@ -573,6 +578,7 @@ class _Run:
             batch_sizes=self.batches,
             queue_delays_s=[r.started - r.enqueued for r in measured],
             latencies_s=[r.done - r.sent for r in measured],
+            server_latencies_s=[r.executed - r.enqueued for r in measured],
             backlog=len(self.queue) + sum(len(p.requests) for p in self.payloads),
             offered=offered,
         )

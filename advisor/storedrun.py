@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
 from advisor.handoff import MIN_REQUESTS, HandOff, Outside, measure, outside
-from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen.errors import LoadgenError
 from loadgen.results.params import RunParams
 from loadgen.results.summary import ServerSummary
@@ -44,6 +44,9 @@ class StoredRun:
     traffic: Traffic
     measured_batch_size: float | None
     measured_throughput_per_s: float | None
+    # Share of the run's executions at each batch size (the statistics delta).
+    measured_distribution: dict[int, float] = field(default_factory=dict)
+    measured_client_p99_s: float | None = None  # the clients' p99 latency in the run
     # As the server reported them (None / "": a run stored before the store kept them).
     config: BatcherConfig | None = None
     triton_version: str = ""
@@ -96,7 +99,8 @@ def traffic_from_run(params: RunParams, due_s: list[float]) -> Traffic:
 
 
 def load(db: str | Path, run_id: int) -> StoredRun:
-    """Read run ``run_id``; ValueError (one line) if it cannot be used."""
+    """Read run ``run_id``, all the advisor uses of it, in one place (callers read a run
+    once); ValueError (one line) if it cannot be used."""
     try:
         with RunStore(db) as runs:
             run = runs.load_run(run_id)
@@ -122,6 +126,8 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         service=service_from_summary(server),
         traffic=traffic_from_run(run.params, due),
         measured_batch_size=server.average_batch_size,
+        measured_distribution=_shares(server.executions_by_batch_size),
+        measured_client_p99_s=client.latency_s.p99,
         measured_throughput_per_s=client.throughput_per_s,
         config=config,
         triton_version=run.triton_version,
@@ -134,9 +140,9 @@ def load(db: str | Path, run_id: int) -> StoredRun:
     )
 
 
-def with_outside(cpu: CpuModel, measured: Outside | None) -> CpuModel:
-    """``cpu`` with a traced run's time outside Triton (:meth:`Outside.apply`)."""
-    return measured.apply(cpu) if measured is not None else cpu
+def _shares(sizes: dict[int, int]) -> dict[int, float]:
+    total = sum(sizes.values())
+    return {size: n / total for size, n in sorted(sizes.items())} if total else {}
 
 
 def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:

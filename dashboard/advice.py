@@ -1,33 +1,21 @@
 """The advisor beside a load run: what it predicts for the run's traffic, against what was
 measured, and the config it recommends, with the noise over seeds, where the costs came from
-and when, and (on request) the recommendation checked by experiment. Plain Python over
-``advisor``'s API.
-
-Costs: a concurrency run's own throughput calibrates them (the cores: this machine's when
-the run's server was on loopback); otherwise the advisor's cache for the run's server,
-model and Triton version (``advise`` fills it); otherwise the capacity is unknown."""
+and when, and (on request) the recommendation checked by experiment. The inputs and the search
+are the advisor's own (:func:`advisor.advice.advise`), the same as ``advisor advise --store``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from advisor import (
-    CpuModel,
-    Prediction,
-    Recommendation,
-    costs,
-    from_model_config,
-    predict,
-    recommend,
-    storedrun,
-    verify,
-)
+from advisor import Prediction, Recommendation, verify
+from advisor.advice import SearchOptions
+from advisor.advice import advise as advisor_advise
+from advisor.inputs import Options
 from stacksettings import from_env_or_default
-from tritonapi.client import TritonClient
 
 # Simulated requests per candidate config: enough for stable averages, few enough that a
 # recommendation (about 150 configs) takes seconds, not minutes, on a small machine.
@@ -48,24 +36,13 @@ class Advice:
     measured_batch_size: float | None
     measured_throughput_per_s: float | None
     measured_distribution: dict[int, float]
+    measured_client_p99_s: float | None = None
     model: str = ""
     config_source: str = ""  # where the config came from
     costs: str = ""  # where the costs came from, and when ("" : unknown)
     capacity_known: bool = False
-
-
-def run_costs(
-    run: storedrun.StoredRun, config: Any, calibrations: Path
-) -> costs.Calibration | None:
-    """The run's own calibration (a concurrency run), else the cached one, else None."""
-    cores = costs.local_cores(run.server)
-    if run.concurrency and cores is not None:
-        try:
-            return storedrun.calibration(run, config, cores)
-        except ValueError:
-            pass
-    cache = costs.CalibrationCache(calibrations)
-    return cache.get(run.server, run.model, run.triton_version) if run.server else None
+    outside: str = ""  # where the time outside Triton came from, or that it is unknown
+    notes: tuple[str, ...] = ()
 
 
 def advise(
@@ -75,39 +52,32 @@ def advise(
     p99_bound_s: float = P99_BOUND_S,
     calibrations: Path = CALIBRATIONS,
 ) -> Advice:
-    """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics);
-    tritonapi.TritonError when a run stored without its config has it read from
-    ``triton_url`` and that fails."""
-    run = storedrun.load(db, run_id)
-    if run.config is not None:
-        config = run.config
-        config_source = f"as Triton {run.triton_version} reported it when the run began"
-    else:
-        config = from_model_config(TritonClient(triton_url).model_config(run.model))
-        config_source = "read from the server now (the run was stored without it)"
-    calibration = run_costs(run, config, calibrations)
-    # A traced run's time outside Triton (its client, the network, the front end), and the
-    # batcher's hand-offs measured from its traces.
-    cpu = storedrun.with_outside(calibration.cpu if calibration else CpuModel(), run.outside)
-    if run.handoff is not None:
-        cpu = run.handoff.apply(cpu)
-    predicted = predict(config, run.traffic, run.service, cpu, requests=REQUESTS)
-    rec = recommend(
-        config, run.traffic, run.service, p99_bound_s, cpu, requests=REQUESTS, seeds=SEEDS
+    """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics),
+    or a run stored without its config cannot have it read from ``triton_url``."""
+    found = advisor_advise(
+        Options(store=db, run=run_id, url=triton_url, calibrations=calibrations),
+        SearchOptions(p99_bound_s=p99_bound_s, seeds=SEEDS, requests=REQUESTS),
     )
+    inputs, rec = found.prepared.inputs, found.recommendation
+    calibration = found.prepared.costs.calibration
+    run = inputs.run
+    assert run is not None  # a stored run was the source
     return Advice(
         describe=run.describe,
-        current=config.describe(),
-        traffic=run.traffic.describe(),
-        predicted=predicted,
+        current=inputs.config.describe(),
+        traffic=inputs.traffic.describe(),
+        predicted=rec.current,
         recommendation=rec,
         measured_batch_size=run.measured_batch_size,
         measured_throughput_per_s=run.measured_throughput_per_s,
-        measured_distribution=measured_shares(db, run_id),
+        measured_distribution=run.measured_distribution,
+        measured_client_p99_s=run.measured_client_p99_s,
         model=run.model,
-        config_source=config_source,
+        config_source=next((n for n in found.notes if n.startswith("config ")), ""),
         costs=calibration.describe() if calibration else "",
-        capacity_known=calibration is not None,
+        capacity_known=found.prepared.costs.known,
+        outside=found.prepared.outside_line,
+        notes=tuple(found.notes),
     )
 
 
@@ -128,21 +98,18 @@ def verification_frame(checked: verify.Verification) -> pd.DataFrame:
     return frame.astype({"predicted": float, "measured": float})
 
 
-def measured_shares(db: Path, run_id: int) -> dict[int, float]:
-    from loadgen.store.runstore import RunStore
-
-    with RunStore(db) as runs:
-        server = runs.load_run(run_id).summary.server
-    sizes = server.executions_by_batch_size if server else {}
-    total = sum(sizes.values())
-    return {size: n / total for size, n in sizes.items()} if total else {}
-
-
 def predicted_vs_measured(a: Advice) -> pd.DataFrame:
     p = a.predicted
     rows = [
         ("average batch size", p.mean_batch_size, a.measured_batch_size),
         ("throughput (req/s)", p.throughput_per_s, a.measured_throughput_per_s),
+        (
+            "client p99 latency (ms)",
+            None if p.client_latency_p99_s is None else p.client_latency_p99_s * 1e3,
+            None if a.measured_client_p99_s is None else a.measured_client_p99_s * 1e3,
+        ),
+        # Predicted only: the run's statistics hold no server-side percentile.
+        ("server-side p99 latency, queue + compute (ms)", p.server_latency_p99_s * 1e3, None),
     ]
     for size in sorted(set(p.batch_size_distribution) | set(a.measured_distribution)):
         rows.append(

@@ -11,9 +11,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from advisor.advice import SearchOptions
+from advisor.inputs import Options
 from dashboard import fleet as fleet_data
 from dashboard import live
 from doctor import Diagnosis, diagnose, prometheus_window
+from doctor.prescribe import searched
 from promapi import PromClient, Range
 from tritonapi.client import TritonClient, TritonError
 
@@ -115,4 +118,8 @@ def diagnosis(
     window = prometheus_window(client(prometheus_url), model, window_s)
     notes = [] if window is not None else ["Prometheus has no exporter series for this model"]
     triton = TritonClient(triton_url, timeout_s=3.0)
-    return diagnose(triton, model, window, notes, exporter_url)
+    found = diagnose(triton, model, window, notes, exporter_url)
+    # The fix lines from the advisor's search over the same window: the CLI's defaults, so
+    # that the panel, `stack doctor` and `advisor advise` give one config.
+    opts = Options(triton_url, model, window_s, prometheus=prometheus_url)
+    return searched(found, opts, SearchOptions())

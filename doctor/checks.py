@@ -43,8 +43,11 @@ class Finding:
     code: str  # stable name, e.g. "batching-off"
     title: str
     numbers: tuple[tuple[str, str], ...]  # (what, value) the finding rests on
-    explanation: str
+    explanation: str  # what is wrong and why
     fix: tuple[str, ...]  # config.pbtxt lines; comments start with #
+    # What the fix would do, in words ("" : the fix lines say it). The checks' own rule of
+    # thumb; the advisor's search replaces it (doctor.prescribe) where it ran.
+    proposal: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -53,8 +56,35 @@ class Finding:
             "title": self.title,
             "numbers": dict(self.numbers),
             "explanation": self.explanation,
+            "proposal": self.proposal,
             "fix": list(self.fix),
         }
+
+
+@dataclass(frozen=True)
+class Prescription:
+    """The advisor's one search for a model and window, as the doctor shows it: keep the
+    config, change it (``config`` and its ``pbtxt``), or nothing meets the bound."""
+
+    verdict: str  # KEEP, CHANGE or NONE
+    config: str  # the config proposed (the current one when kept), described
+    pbtxt: tuple[str, ...]  # the lines to write ("" for a kept config)
+    text: str  # the sentence with the numbers it rests on
+    # The proposed config's objective over the search's seeds, (low, high) in its unit (ms
+    # for latency): configs whose ranges overlap are equivalent to the search.
+    interval: tuple[float, float] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "verdict": self.verdict,
+            "config": self.config,
+            "pbtxt": list(self.pbtxt),
+            "text": self.text,
+            "interval": list(self.interval) if self.interval else None,
+        }
+
+
+KEEP, CHANGE, NONE = "keep", "change", "none"
 
 
 def us(seconds: float) -> str:
@@ -211,8 +241,9 @@ def check_overlap(config: ModelConfig, window: Window) -> list[Finding]:
                     else f"During one {config.dynamic.max_queue_delay_us} µs delay about "
                     f"{arrivals:.2f} other requests arrive, so the batcher sends almost every "
                     "request alone."
-                )
-                + f" A delay of {proposed:,} µs would gather about "
+                ),
+                (f"max_queue_delay_microseconds: {proposed}",),
+                f"A delay of {proposed:,} µs would gather about "
                 f"{gathered:.1f} requests per batch"
                 + (
                     f" (a batch of {target} would need {wanted_us:,.0f} µs: more latency than "
@@ -221,7 +252,6 @@ def check_overlap(config: ModelConfig, window: Window) -> list[Finding]:
                     else f", at the cost of up to {proposed:,} µs more latency per request"
                 )
                 + ".",
-                (f"max_queue_delay_microseconds: {proposed}",),
             )
         ]
     return []

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from advisor.advice import SearchOptions
+from advisor.inputs import Options, ServerWindow
 from doctor import report
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
+from doctor.prescribe import searched
 from doctor.window import Window
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
+P99_MS = 10.0  # the search's default bound, the dashboard's too
 PROMETHEUS_S = 300.0
 MAX_SAMPLE_S = 600.0
 MAX_PROMETHEUS_S = 7 * 86400.0
@@ -90,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         metavar="URL",
         help="the exporter whose batch traces (/api/traces) to read (default: the stack's, "
         "with the stack's --url)",
+    )
+    parser.add_argument(
+        "--p99-ms",
+        type=float,
+        default=P99_MS,
+        help=f"the p99 latency bound of the advisor's config search (default {P99_MS:g}; "
+        "the same search as `python -m advisor advise`)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -177,10 +189,19 @@ def _prometheus(
     return prom, []
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a model's window came from, for the advisor's search over the same window."""
+
+    options: Options
+    server: ServerWindow | None = None  # a sampled window, as the advisor's inputs
+
+
 def windows(
     args: argparse.Namespace, client: TritonClient, models: list[str], defaults: Defaults
-) -> tuple[dict[str, Window], list[str]]:
-    """Each model's window, from Prometheus when there is one with its series, else sampled."""
+) -> tuple[dict[str, Window], list[str], dict[str, Source]]:
+    """Each model's window, from Prometheus when there is one with its series, else sampled;
+    and each one's source for the advisor."""
     prom, notes = _prometheus(args, client.url, defaults)
     if prom is not None:
         seconds = args.window or PROMETHEUS_S
@@ -198,17 +219,33 @@ def windows(
             raise UsageError(str(exc)) from None
         got = {m: w for m, w in found.items() if w is not None}
         if len(got) == len(models):
-            return got, notes
+            return (
+                got,
+                notes,
+                {
+                    m: Source(Options(client.url, m, seconds, prometheus=prom.base_url))
+                    for m in models
+                },
+            )
         notes.append(f"Prometheus at {prom.base_url} has no exporter series for every model")
     seconds = args.window or SAMPLE_S
     if not 0 < seconds <= MAX_SAMPLE_S:
         raise UsageError(f"--window {seconds:g}: between 1 and {MAX_SAMPLE_S:g} seconds")
     if not args.json:
         print(f"watching Triton's statistics API for {seconds:g} s ...", file=sys.stderr)
-    sampled, more = sample_statistics(
+    sampled, more, server = sample_statistics(
         client, models, seconds, _metrics_url(client.url, args, defaults)
     )
-    return sampled, notes + more
+    sources = {m: Source(Options(client.url, m, seconds), server.get(m)) for m in models}
+    return sampled, notes + more, sources
+
+
+def prescribed(d: Diagnosis, source: Source | None, p99_ms: float, quiet: bool) -> Diagnosis:
+    if source is None:
+        return d
+    if not quiet:
+        print(f"searching batching configs for {d.model} ...", file=sys.stderr)
+    return searched(d, source.options, SearchOptions(p99_bound_s=p99_ms / 1e3), source.server)
 
 
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
@@ -216,12 +253,20 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
         url = _check_url(args.url, "--url")
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
-        found, notes = windows(args, client, models, defaults)
+        if not 0 < args.p99_ms < math.inf:
+            raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+        found, notes, sources = windows(args, client, models, defaults)
         exporter = args.exporter_url or (
             defaults.exporter_url if url == defaults.triton_url else ""
         )
         diagnoses: list[Diagnosis] = [
-            diagnose(client, m, found.get(m), notes, exporter) for m in models
+            prescribed(
+                diagnose(client, m, found.get(m), notes, exporter),
+                sources.get(m),
+                args.p99_ms,
+                args.json,
+            )
+            for m in models
         ]
     except UsageError as exc:
         print(f"doctor: {exc}", file=sys.stderr)

@@ -15,9 +15,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from doctor.checks import Finding, check
+from advisor import inputs
+from advisor.costs import ServerCpu
+from advisor.inputs import ServerWindow
+from doctor.checks import Finding, Prescription, check
 from doctor.window import Window, from_statistics
-from promapi import PromClient, promql_duration
+from promapi import PromClient, increase_with_new, promql_duration
 from tritonapi import (
     ModelConfig,
     ModelStats,
@@ -49,6 +52,9 @@ class Diagnosis:
     traces: str
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    # The one search's answer for this model and window (doctor.prescribe), which the
+    # batching findings' fix lines come from; None when the search did not run.
+    prescription: Prescription | None = None
 
 
 def diagnose(
@@ -140,6 +146,11 @@ class StatisticsSampler:
         self._last: dict[str, tuple[float, int]] = {}  # model -> (when, requests so far)
         self._busy: dict[str, float] = {}
         self._reads = 0
+        # Each model's request count at every read, and its statistics at the ends: what
+        # the advisor fits the same window's traffic and service times from.
+        self.counts: dict[str, list[tuple[float, float]]] = {}
+        self._after: dict[str, ModelStats] = {}
+        self._seconds = 0.0
 
     def _stats(self) -> dict[str, ModelStats]:
         all_stats = parse_statistics(self.client.statistics_json())
@@ -169,6 +180,7 @@ class StatisticsSampler:
         """Add the time since the previous read to a model's busy time if requests came."""
         now = self.clock()
         for model, s in stats.items():
+            self.counts.setdefault(model, []).append((now, float(s.inference_count)))
             total = s.phase("success").count + s.phase("fail").count
             last = self._last.get(model)
             if last is not None and total > last[1]:
@@ -204,6 +216,7 @@ class StatisticsSampler:
         after = self._stats()
         self._track(after)
         seconds = max(self.clock() - self._t0, 1e-3)
+        self._after, self._seconds = after, seconds
         # Busy time needs reads in between; with only the two ends it is the whole window.
         polled = self._reads > 2
         gpu = math.fsum(self._gpu_samples) / len(self._gpu_samples) if self._gpu_samples else None
@@ -221,6 +234,19 @@ class StatisticsSampler:
             )
         return windows
 
+    def server_window(
+        self, model: str, cpu: ServerCpu | None = None, cores: int | None = None
+    ) -> ServerWindow | None:
+        """After :meth:`finish`: the same window as the advisor's inputs (``cpu``: the
+        server's CPU over it, measured by the caller); None for a model not read."""
+        after = self._after.get(model)
+        if after is None:
+            return None
+        before = self._before.get(model) or _empty(after)
+        return ServerWindow(
+            after.minus(before), self.counts.get(model, []), after, self._seconds, cpu, cores
+        )
+
 
 def _empty(stats: ModelStats) -> ModelStats:
     return ModelStats(stats.name, stats.version, 0, 0)
@@ -231,16 +257,26 @@ def sample_statistics(
     models: list[str],
     seconds: float,
     metrics_url: str | None = None,
-    poll_s: float = 0.5,
-) -> tuple[dict[str, Window], list[str]]:
-    """Watch ``models`` for ``seconds``; their windows and notes on what was not read."""
+    poll_s: float | None = None,
+) -> tuple[dict[str, Window], list[str], dict[str, ServerWindow]]:
+    """Watch ``models`` for ``seconds``: their windows, notes on what was not read, and the
+    same windows as the advisor's inputs (with the server's CPU when it runs here). Reads
+    every ``poll_s`` (default: the advisor's step, so both fit the same traffic)."""
+    step = inputs.sample_step(seconds) if poll_s is None else poll_s
     sampler = StatisticsSampler(client, models, metrics_url)
+    cpu_meter = inputs.meter(client.url)
+    if cpu_meter is not None:
+        cpu_meter.start()
     sampler.start()
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(poll_s, left))
+        time.sleep(min(step, left))
         sampler.poll()
-    return sampler.finish(), sampler.notes
+    windows = sampler.finish()
+    cpu = cpu_meter.stop() if cpu_meter is not None else None
+    cores = cpu_meter.cores if cpu_meter is not None else None
+    server = {m: w for m in models if (w := sampler.server_window(m, cpu, cores)) is not None}
+    return windows, sampler.notes, server
 
 
 # ---- the exporter's counters in Prometheus -----------------------------------------------
@@ -290,9 +326,8 @@ def prometheus_window(
 
     if prom.scalar(f"count(triton_batching_executions_total{{{sel}}})") is None:
         return None
-    by_size = prom.query(
-        f"sum by (batch_size) (increase(triton_batching_batch_executions_total{{{sel}}}[{w}]))"
-    )
+    executions = increase_with_new(f"triton_batching_batch_executions_total{{{sel}}}", w)
+    by_size = prom.query(f"sum by (batch_size) ({executions})")
     sizes = (
         {int(row["batch_size"]): float(row["value"]) for _, row in by_size.iterrows()}
         if "batch_size" in by_size

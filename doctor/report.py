@@ -64,12 +64,17 @@ def text(diagnoses: list[Diagnosis]) -> str:
         out.append(f"== {d.model}")
         out.extend(f"  {line}" for line in facts(d))
         out.extend(f"  note: {note}" for note in d.notes)
+        if d.prescription is not None:
+            out.append(f"  config ({d.prescription.verdict}): {d.prescription.text}")
+            out.extend(f"    {line}" for line in d.prescription.pbtxt)
         if not d.findings:
             out.append("  no finding")
         for f in d.findings:
             out.append(f"  FINDING [{f.check}] {f.title}")
             out.extend(f"    {name}: {value}" for name, value in f.numbers)
             out.append(f"    why: {f.explanation}")
+            if f.proposal:
+                out.append(f"    proposal: {f.proposal}")
             out.append("    fix (config.pbtxt):")
             out.extend(f"      {line}" for line in f.fix)
         out.append("")
@@ -86,6 +91,7 @@ def to_json(diagnoses: list[Diagnosis]) -> list[dict[str, Any]]:
             "notes": d.notes,
             "traces": d.traces,
             "findings": [f.to_json() for f in d.findings],
+            "prescription": d.prescription.to_json() if d.prescription else None,
         }
         for d in diagnoses
     ]

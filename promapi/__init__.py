@@ -115,6 +115,19 @@ def promql_duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+def increase_with_new(selector: str, window: str) -> str:
+    """PromQL for each counter's increase over ``window``, counting series born inside it.
+
+    ``increase()`` needs two samples of a series in the range, so a counter whose series
+    appeared during the window (a batch size the model had never formed, a model's first
+    load) has none and drops out: a 10 s window over a model's first seconds of traffic read
+    "executions by size: none" beside an average batch of 1.13 from the older totals. Such a
+    series counted from zero when it appeared, so its last value is its increase.
+    """
+    born = f"(last_over_time({selector}[{window}]) unless {selector} offset {window})"
+    return f"({born} or increase({selector}[{window}]))"
+
+
 # ---- parsing (pure functions over the decoded JSON) ----------------------------------
 
 

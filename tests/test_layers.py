@@ -18,7 +18,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("bench",),  # benchmarks: stand on the packages (the launcher's code included), not on tests
     ("stack",),  # the launcher: starts and wires everything; no package imports it
     ("dashboard",),
-    ("advisor", "doctor"),
+    # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor
+    # needs nothing of the doctor.
+    ("doctor",),
+    ("advisor",),
     ("loadgen",),
     ("exporter",),
     ("tritonapi", "promapi"),  # the one Triton client, the one Prometheus client

@@ -26,6 +26,11 @@ def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
     )
     for note in d.notes:
         st.caption(note)
+    p = d.prescription
+    if p is not None:
+        st.markdown(f"**Config ({p.verdict})**, the same search as the advisor's: {p.text}.")
+        if p.pbtxt:
+            st.code("\n".join(p.pbtxt), language="protobuf")
     if not d.findings:
         st.success(
             "No finding: the batcher does what its config asks.", icon=":material/check_circle:"
@@ -35,5 +40,5 @@ def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
         with st.container(border=True):
             st.markdown(f"**{f.title}** ({f.check})")
             st.table({"measured": dict(f.numbers)})
-            st.markdown(f.explanation)
+            st.markdown(f.explanation + (f" {f.proposal}" if f.proposal else ""))
             st.code("\n".join(f.fix), language="protobuf")

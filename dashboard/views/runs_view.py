@@ -287,6 +287,9 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
             "and Triton version. A concurrency run on this machine calibrates them, and so "
             "does `python -m advisor advise --url ... --probe`."
         )
+    st.caption(
+        f"Latency predicted for the current config: {a.predicted.latency_line()}. {a.outside}."
+    )
     st.dataframe(
         fmt.table(
             advice.predicted_vs_measured(a),

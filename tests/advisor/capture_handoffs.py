@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from advisor.config import from_model_config
-from bench.advisor_validation import RATES, measure_own, repository
+from bench.advisor_validation import TUNING, measure_own, repository
 from bench.common import stack
 from stacksettings import PORTS
 from tritonapi.client import TritonClient
@@ -37,16 +37,16 @@ def main() -> None:
         for name, (_, var) in PORTS.items():
             os.environ[var] = str(s.port(name))
         admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
-        for model, rates in RATES.items():
+        for model, rate in TUNING.items():
             config = from_model_config(admin.model_config_json(model))
             # As the bench measures its own config: warm-up, then the traced run, with the
             # Triton process's CPU per request over it.
-            result, _, cpu, _, _ = measure_own(s, model, config, rates[1], 3.0, 8, False)
+            result, _, cpu, _, _ = measure_own(s, model, config, rate, 3.0, 8, False)
             traced = sorted(result.traced_requests or [], key=lambda r: r.queue_start_ns)
             t0 = traced[0].queue_start_ns
             captured[model] = {
                 "config": admin.model_config_json(model),
-                "rate": rates[1],
+                "rate": rate,
                 "request_s": cpu.request_s,
                 "cores": cpu.cores,
                 "requests": [

@@ -63,10 +63,10 @@ def test_the_add_models_hand_offs_are_measured_from_its_batches() -> None:
     assert all(n >= MIN_BATCHES for n in found.counts)
     # Tens of microseconds to hand a batch to its instance, a timer that wakes a little
     # late, and an instance that takes its next batch a fraction of a millisecond later.
-    assert 10e-6 < found.dispatch_s < 300e-6
-    assert 0 <= found.timer_slack_s < 300e-6 and 0 <= found.timer_slack_tail_s < 300e-6
-    assert 10e-6 < found.release_s < 1e-3
-    assert 0.05 < found.execution_cv < 1.0
+    assert 10e-6 < found.cpu.dispatch_s < 300e-6
+    assert 0 <= found.cpu.timer_slack_s < 300e-6 and 0 <= found.cpu.timer_slack_tail_s < 300e-6
+    assert 10e-6 < found.cpu.release_s < 1e-3
+    assert 0.05 < found.cpu.execution_cv < 1.0
     assert "dispatch" in found.describe() and "left at 0" not in found.describe()
 
 
@@ -76,20 +76,22 @@ def test_without_completed_preferred_batches_the_dispatch_comes_from_the_delays(
     config, requests = traced("var_add")
     found = measure(requests, config)
     assert found.counts[0] < MIN_BATCHES <= found.counts[1]
-    assert found.dispatch_from_overshoots and 10e-6 < found.dispatch_s < 300e-6
+    assert found.dispatch_from_overshoots and 10e-6 < found.cpu.dispatch_s < 300e-6
     # The overshoots whole for the batches that leave on their delay; less the timer's
     # slack (Linux's default here) for those that leave at once.
-    overshoots = found.timer_slack_samples
-    assert len(overshoots) >= MIN_BATCHES and found.timer_slack_s == 50e-6
-    assert found.dispatch_samples == tuple(max(o - 50e-6, 0.0) for o in overshoots)
-    assert found.dispatch_s == pytest.approx(max(quantile(overshoots, 0.5) - 50e-6, 0), abs=2e-6)
-    assert found.unmeasured == ("release",) and found.release_s == 0.0
+    overshoots = found.cpu.timer_slack_samples
+    assert len(overshoots) >= MIN_BATCHES and found.cpu.timer_slack_s == 50e-6
+    assert found.cpu.dispatch_samples == tuple(max(o - 50e-6, 0.0) for o in overshoots)
+    assert found.cpu.dispatch_s == pytest.approx(
+        max(quantile(overshoots, 0.5) - 50e-6, 0), abs=2e-6
+    )
+    assert found.unmeasured == ("release",) and found.cpu.release_s == 0.0
     text = found.describe()
     assert "(the delay's overshoots less the timer's 50 us slack, Linux's default)" in text
     assert "too few batches for: release; left at 0" in text
     # A thread without slack: the overshoots are all dispatch.
     exact = measure(requests, config, TimerSlack(0.0, "read"))
-    assert exact.dispatch_samples == overshoots and "0 us slack, read" in exact.describe()
+    assert exact.cpu.dispatch_samples == overshoots and "0 us slack, read" in exact.describe()
 
 
 def test_the_timer_slack_is_read_from_the_servers_threads() -> None:
@@ -145,11 +147,11 @@ def test_the_arithmetic_on_a_timeline_with_known_hand_offs() -> None:
         )
         t += 3000 * us
     found = measure(requests, config)
-    assert found.dispatch_s == pytest.approx(40e-6)
-    assert found.release_s == pytest.approx(100e-6)  # 140 us gap less the dispatch
+    assert found.cpu.dispatch_s == pytest.approx(40e-6)
+    assert found.cpu.release_s == pytest.approx(100e-6)  # 140 us gap less the dispatch
     # 20 batches 30 us late and 20 whose wait the timer cannot explain: a spread, not a shift
     assert found.counts == (MIN_BATCHES, 2 * MIN_BATCHES, MIN_BATCHES)
-    assert found.timer_slack_s + found.timer_slack_tail_s > 0
+    assert found.cpu.timer_slack_s + found.cpu.timer_slack_tail_s > 0
 
 
 def tail_timeline(lone: int) -> list[TracedRequest]:
@@ -175,13 +177,13 @@ def test_a_few_hand_offs_take_their_tail_from_the_delays_overshoots() -> None:
     # would draw once in ten.
     alone = measure(tail_timeline(TAIL_SAMPLES - 1), config)
     assert not alone.dispatch_tail_from_overshoots
-    assert quantile(alone.dispatch_samples, 0.99) == pytest.approx(900e-6)
+    assert quantile(alone.cpu.dispatch_samples, 0.99) == pytest.approx(900e-6)
     # Beside enough overshoots, those shifted to the hand-offs' median (40 us) shape the
     # tail: 40 to 45 us, and the 900 us one is 1 sample in over 200.
     shaped = measure(tail_timeline(TAIL_SAMPLES), config)
-    assert shaped.dispatch_tail_from_overshoots and shaped.dispatch_s == pytest.approx(40e-6)
-    assert quantile(shaped.dispatch_samples, 0.99) == pytest.approx(45e-6, abs=1e-6)
-    assert max(shaped.dispatch_samples) == pytest.approx(900e-6)
+    assert shaped.dispatch_tail_from_overshoots and shaped.cpu.dispatch_s == pytest.approx(40e-6)
+    assert quantile(shaped.cpu.dispatch_samples, 0.99) == pytest.approx(45e-6, abs=1e-6)
+    assert max(shaped.cpu.dispatch_samples) == pytest.approx(900e-6)
     assert f"the tail shaped by the delay's {TAIL_SAMPLES} overshoots" in shaped.describe()
 
 
@@ -220,11 +222,11 @@ def test_the_front_end_waits_for_the_add_models_executions() -> None:
     executions (its stub is busy on a core), not during the 2-instance model's."""
     config, requests = traced("batch_add_model")
     found = measure(requests, config)
-    assert found.hold_share > 0.5, found.hold_share
-    assert 0 < quantile(found.hold_onsets, 0.5) < 300e-6
+    assert found.cpu.hold_share > 0.5, found.cpu.hold_share
+    assert 0 < quantile(found.cpu.hold_onsets, 0.5) < 300e-6
     assert "front end held by" in found.describe()
     config, requests = traced("var_add")
-    assert measure(requests, config).hold_share < 0.25
+    assert measure(requests, config).cpu.hold_share < 0.25
 
 
 # ---- the simulator -------------------------------------------------------------------------
@@ -323,7 +325,7 @@ def test_requests_sent_on_a_poisson_schedule_reach_triton_clustered() -> None:
         poisson = 1 - math.exp(-50e-6 / mean)
         assert under > 4 * poisson, (model, under, poisson)
         found = measure(requests, config)
-        assert found.arrival_gaps == gaps
+        assert found.cpu.arrival_gaps == gaps
         assert found.apply(CpuModel()).arrival_gaps == gaps
         assert "arrivals clustered: " in found.describe()
 

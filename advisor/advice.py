@@ -1,0 +1,84 @@
+"""The one recommendation: the search (:func:`advisor.predict.recommend`) over the inputs of
+:mod:`advisor.inputs`, the same for every caller.
+
+``advisor advise``, the dashboard's advisor panel, the doctor's fix lines and the dashboard's
+"Why isn't batching working?" panel all ask :func:`advise`, so that one server, window and
+bound get one config wherever it is asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.inputs import InputError, Options, Prepared, ServerWindow, gather
+from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What the search looks for, as plain values (the CLI's flags, the callers' defaults)."""
+
+    p99_bound_s: float = 0.010
+    objective: str = "auto"
+    seeds: int = 5
+    requests: int = 5000
+    max_batch_limit: int = 64
+    min_gain: float = MIN_GAIN
+    try_instances: tuple[int, ...] = ()
+
+
+@dataclass
+class Advice:
+    """The prepared inputs, the recommendation, and every note on where things came from."""
+
+    prepared: Prepared
+    recommendation: Recommendation
+    notes: list[str]
+
+
+def search(prepared: Prepared, options: SearchOptions) -> Advice:
+    """The recommendation for ``prepared``; InputError (one line) when the search cannot run
+    (an objective that needs what is unknown, a bad bound)."""
+    inputs = prepared.inputs
+    config = inputs.config
+    space = SearchSpace(
+        max_batch_sizes=tuple(
+            m for m in SearchSpace().max_batch_sizes if m <= options.max_batch_limit
+        ),
+        instances=options.try_instances,
+    )
+    notes = list(inputs.notes)
+    notes.append(
+        f"a change must gain at least x{options.min_gain:g} to be recommended (--min-gain)"
+    )
+    counts = space.instance_counts(config)
+    notes.append(
+        f"instance counts searched: {', '.join(map(str, counts))}"
+        + (
+            f" (the current; others with --try-instances, extrapolated from {config.instances})"
+            if not options.try_instances
+            else f" (hand-offs measured with {config.instances}: other counts are extrapolated)"
+        )
+    )
+    try:
+        rec = recommend(
+            config,
+            inputs.traffic,
+            inputs.service,
+            options.p99_bound_s,
+            prepared.cpu,
+            options.objective,
+            space,
+            requests=options.requests,
+            seeds=options.seeds,
+            min_gain=options.min_gain,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return Advice(prepared, rec, notes)
+
+
+def advise(opts: Options, options: SearchOptions, window: ServerWindow | None = None) -> Advice:
+    """Gather the inputs ``opts`` names (``window``: one the caller already watched) and
+    search them."""
+    return search(gather(opts, window), options)

@@ -1,0 +1,585 @@
+"""The advisor's inputs, gathered in one place for every caller: the CLI, the dashboard and
+the doctor.
+
+A source is one of three: a running Triton (``url`` + ``model``: its config, a window of its
+statistics, and on this machine its CPU), the exporter's counters in Prometheus over a
+window, or a load run in the load generator's store. From it come the batching config, the
+service times, the traffic, the costs outside the model (given, measured now, cached, or
+unknown), the time outside Triton (a probe or a traced stored run; else unknown) and the
+batcher's hand-offs (traces). The callers pass plain values (:class:`Options`); nothing here
+reads argparse or the environment, and a problem is an :class:`InputError`: one line that
+names it and the fix (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from advisor import costs, handoff, storedrun
+from advisor.calibrate import load_capture
+from advisor.config import BatcherConfig, from_model_config
+from advisor.fit import (
+    batch_times_from_prometheus,
+    fit_service_times,
+    fit_traffic,
+    traffic_from_prometheus,
+)
+from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from loadgen.engine import runner as loadgen_api
+from loadgen.errors import LoadgenError
+from loadgen.results.params import RunParams
+from stacksettings import from_env_or_default
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
+from tritonapi.stats import ModelStats
+from tritonapi.traces import ExporterUnavailable, read_exporter
+
+UNKNOWN = "capacity: unknown (run with --probe)"
+OUTSIDE_UNKNOWN = (
+    "time outside Triton: not measured, so the client's latency is unknown (--probe "
+    "measures it on the running server; a stored run made with --trace carries it)"
+)
+# The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
+TRACES_S = 120
+
+
+class InputError(ValueError):
+    """An input the advisor cannot use: one line for the user (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where the inputs come from and what the user gave instead, as plain values."""
+
+    url: str = ""  # a running Triton's HTTP URL
+    model: str = ""
+    window_s: float = 10.0  # seconds of the server's traffic (or of Prometheus) to read
+    prometheus: str = ""  # fit from the exporter's counters in this Prometheus instead
+    store: Path | None = None  # the load generator's store, with ``run``
+    run: int | None = None
+    # Traffic given instead of fitted.
+    rate: float | None = None
+    cv: float | None = None
+    concurrency: int | None = None
+    # Costs given instead of measured.
+    calibration: Path | None = None  # a capture written by bench/advisor_calibrate.py
+    cores: float | None = None
+    request_us: float | None = None
+    config: BatcherConfig | None = None  # given instead of read from the server or the run
+    probe: bool = False  # measure costs and the time outside Triton with a short load now
+    probe_s: float = 3.0
+    traces: str = ""  # the exporter whose retained traces give the hand-offs
+    calibrations: Path = field(
+        default_factory=lambda: from_env_or_default().state_dir / "advisor-calibrations.json"
+    )
+
+
+@dataclass(frozen=True)
+class ServerWindow:
+    """A window of a running Triton, as plain values: the statistics delta, the request
+    count sampled through it (``(monotonic s, count)``), the cumulative statistics at its
+    end, and the server process's CPU over it when the server runs here."""
+
+    delta: ModelStats
+    samples: Sequence[tuple[float, float]]
+    cumulative: ModelStats
+    seconds: float
+    cpu: costs.ServerCpu | None = None
+    cores: int | None = None
+
+
+@dataclass
+class Inputs:
+    """What a recommendation needs, and where each part came from (``notes``)."""
+
+    config: BatcherConfig
+    service: ServiceModel
+    traffic: Traffic
+    notes: list[str]
+    server: str = ""  # the Triton the costs belong to (the cache's key)
+    model: str = ""
+    triton_version: str = ""
+    measured: costs.Calibration | None = None  # costs measured while reading the inputs
+    # The time outside Triton's queue and execution (a traced stored run, or a probe), and
+    # the batcher's hand-offs measured from traces (with the line that says so).
+    outside: handoff.Outside | None = None
+    handoffs: tuple[handoff.HandOff, str] | None = None
+    run: storedrun.StoredRun | None = None  # the stored run read, when that was the source
+
+
+@dataclass
+class Costs:
+    """The CPU model used, and the line that says where it came from."""
+
+    cpu: CpuModel
+    line: str
+    calibration: costs.Calibration | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.cpu.cores is not None
+
+
+@dataclass
+class Prepared:
+    """The inputs with every measured cost applied: what the search runs on."""
+
+    inputs: Inputs
+    costs: Costs  # its cpu holds the hand-offs and the time outside Triton when measured
+    outside_line: str  # where the time outside Triton came from, or that it is unknown
+
+    @property
+    def cpu(self) -> CpuModel:
+        return self.costs.cpu
+
+    @property
+    def client_terms(self) -> bool:
+        return self.inputs.outside is not None
+
+
+# ---- what the user gave --------------------------------------------------------------------
+
+
+def given_costs(opts: Options) -> tuple[Costs | None, ServiceModel | None]:
+    """Costs the user gave: a calibration capture, or cores and a per-request cost."""
+    if opts.calibration:
+        try:
+            service, cpu = load_capture(opts.calibration).calibrate()
+        except ValueError as exc:
+            raise InputError(f"--calibration: {exc}") from None
+        return Costs(cpu, f"costs: from the calibration capture {opts.calibration}"), service
+    if opts.request_us is not None and opts.request_us < 0:
+        raise InputError("--request-us must be >= 0")
+    if opts.request_us is not None and not opts.cores:
+        raise InputError("--request-us needs --cores N (the cores the server has)")
+    if opts.cores and opts.request_us is not None:
+        cpu = CpuModel(cores=opts.cores, request_s=opts.request_us / 1e6, request_cv=1.0)
+        return Costs(cpu, "costs: given on the command line (--cores, --request-us)"), None
+    return None, None
+
+
+def given_traffic(opts: Options) -> Traffic | None:
+    if opts.rate and opts.concurrency:
+        raise InputError("give --rate (open loop) or --concurrency (closed loop), not both")
+    if opts.cv is not None and opts.cv < 0:
+        raise InputError(f"--cv must be >= 0, got {opts.cv}")
+    if opts.rate:
+        return OpenLoop(opts.rate, 1.0 if opts.cv is None else opts.cv)
+    if opts.concurrency:
+        return ClosedLoop(opts.concurrency)
+    return None
+
+
+# ---- a running Triton ----------------------------------------------------------------------
+
+
+def triton_problem(exc: TritonError, model: str) -> str:
+    if isinstance(exc, TritonUnreachable):
+        return f"{exc}: start it (./stack/up) or fix --url"
+    if isinstance(exc, TritonHTTPError):
+        return (
+            f"{exc}: check the model name {model!r} "
+            "(GET /v2/repository/index lists them), or fix --url"
+        )
+    return f"{exc}: is --url the HTTP port of a Triton server?"
+
+
+def server_config(client: TritonClient, model: str) -> BatcherConfig:
+    """The model's batching config as the server loaded it; InputError (one line) if not."""
+    try:
+        return from_model_config(client.model_config(model))
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, model)) from None
+    except ValueError as exc:
+        raise InputError(f"{model}'s config: {exc}") from None
+
+
+def triton_version(client: TritonClient) -> str:
+    try:
+        return str(client.server_metadata().get("version", ""))
+    except TritonError:
+        return ""
+
+
+def meter(url: str) -> costs.CpuMeter | None:
+    """The local server's CPU meter; None when ``url`` is not on this machine."""
+    pid = costs.local_server_pid(url)
+    try:
+        return costs.CpuMeter(pid) if pid is not None else None
+    except OSError:  # gone meanwhile
+        return None
+
+
+def watch(url: str, model: str, window_s: float) -> ServerWindow:
+    """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU."""
+    client = TritonClient(url)
+    cpu_meter = meter(url)
+    # 20 bins per window, enough to estimate burstiness; at most 1 s each.
+    step_s = min(window_s / 20, 1.0)
+    if cpu_meter is not None:
+        cpu_meter.start()
+    try:
+        first = last = client.model_stats(model)
+        samples = [(time.monotonic(), float(first.inference_count))]
+        deadline = samples[0][0] + window_s
+        while time.monotonic() < deadline:
+            time.sleep(step_s)
+            last = client.model_stats(model)
+            samples.append((time.monotonic(), float(last.inference_count)))
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, model)) from None
+    used = cpu_meter.stop() if cpu_meter is not None else None
+    return ServerWindow(
+        last.minus(first),
+        samples,
+        last,
+        samples[-1][0] - samples[0][0],
+        used,
+        cpu_meter.cores if cpu_meter is not None else None,
+    )
+
+
+def from_server(
+    opts: Options,
+    calibrated: ServiceModel | None,
+    traffic: Traffic | None,
+    window: ServerWindow | None = None,
+) -> Inputs:
+    """Config, service times and traffic from a running Triton over a window (watched now,
+    or the caller's); on this machine, its CPU over the same window gives the costs."""
+    if not opts.model:
+        raise InputError("--url needs --model")
+    client = TritonClient(opts.url)
+    config = opts.config or server_config(client, opts.model)
+    if window is None:
+        window = watch(opts.url, opts.model, opts.window_s)
+    delta, cumulative = window.delta, window.cumulative
+    notes = []
+    if calibrated is not None:
+        # Measured at low CPU contention: a busy window's compute times include the
+        # contention the simulator adds itself.
+        service = calibrated
+        notes.append("service times from the calibration capture")
+    elif delta.execution_count > 0:
+        service = fit_service_times(delta)
+        notes.append(f"service times fitted from {delta.execution_count} executions in the window")
+    elif cumulative.execution_count > 0:
+        service = fit_service_times(cumulative)
+        notes.append("no executions in the window: service times fitted since server start")
+    else:
+        raise InputError(
+            f"model {opts.model!r} has never executed: send load first or give --calibration"
+        )
+    if traffic is None:
+        try:
+            traffic = fit_traffic(window.samples)
+        except ValueError as exc:
+            raise InputError(
+                f"{exc}; give the traffic with --rate or --concurrency instead"
+            ) from None
+        notes.append(f"traffic fitted from the window: {traffic.describe()}")
+    inputs = Inputs(config, service, traffic, notes, opts.url, opts.model, triton_version(client))
+    if window.cpu is not None and window.cores is not None:
+        source = f"the local Triton's CPU over the {window.seconds:.0f} s window"
+        try:
+            inputs.measured = costs.from_process_cpu(
+                window.cpu, window.cores, delta, service, source
+            )
+        except ValueError as exc:
+            notes.append(f"costs not measured from the window: {exc}")
+    return inputs
+
+
+# ---- a stored load run ---------------------------------------------------------------------
+
+
+def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic | None) -> Inputs:
+    """Service times, traffic, the time outside Triton, the hand-offs and (for runs stored
+    since it is kept) the config and Triton version from one stored load run, read once;
+    a closed-loop run's throughput gives the costs."""
+    if opts.store is None or opts.run is None:
+        raise InputError("--store needs --run ID (python -m loadgen runs lists them)")
+    try:
+        run = storedrun.load(opts.store, opts.run)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise InputError(
+            f"--store {opts.store} is not a load-run store ({exc}); give the SQLite file "
+            "that loadgen writes (.stack/loadgen.sqlite3)"
+        ) from None
+    notes = [f"from stored {run.describe}"]
+    if opts.config is not None:
+        config = opts.config
+    elif run.config is not None:
+        config = run.config
+        notes.append(
+            f"config as Triton {run.triton_version or '(version unknown)'} reported it "
+            "when the run began"
+        )
+    elif opts.url:
+        config = server_config(TritonClient(opts.url), run.model)
+        notes.append(f"config read from {opts.url} now (the run was stored without it)")
+    else:
+        raise InputError("give the config: --max-batch-size N [--preferred A,B] [--delay-us D]")
+    service = calibrated or run.service
+    notes.append(
+        "service times from the calibration capture"
+        if calibrated
+        else "service times fitted from the run's statistics"
+    )
+    if traffic is None:
+        traffic = run.traffic
+        notes.append(f"traffic of the run: {traffic.describe()}")
+    if run.measured_batch_size:
+        notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
+    inputs = Inputs(
+        config, service, traffic, notes, run.server, run.model, run.triton_version, run=run
+    )
+    inputs.outside = run.outside
+    if run.handoff is not None:
+        inputs.handoffs = (
+            run.handoff,
+            f"{run.handoff.describe()} (the run's {run.traced_requests:,} traced requests)",
+        )
+    if run.concurrency and run.measured_throughput_per_s:
+        cores = opts.cores or costs.local_cores(run.server)
+        if cores is None:
+            notes.append("costs not fitted from the run: give --cores N (the server's cores)")
+        else:
+            try:
+                inputs.measured = storedrun.calibration(
+                    replace(run, service=service), config, cores
+                )
+            except ValueError as exc:
+                notes.append(f"costs not fitted from the run: {exc}")
+    return inputs
+
+
+# ---- Prometheus ----------------------------------------------------------------------------
+
+
+def from_prometheus(
+    opts: Options, calibrated: ServiceModel | None, traffic: Traffic | None
+) -> Inputs:
+    """Service times and traffic from the exporter's counters in Prometheus."""
+    if not opts.model:
+        raise InputError("--prometheus needs --model")
+    window = f"{max(1, round(opts.window_s))}s"
+    notes = [f"fitted from the exporter's counters in {opts.prometheus} over {window}"]
+    try:
+        service = calibrated or fit_service_times(
+            batch_times_from_prometheus(opts.prometheus, opts.model, window)
+        )
+        if traffic is None:
+            step = max(1.0, opts.window_s / 20)
+            traffic = traffic_from_prometheus(opts.prometheus, opts.model, opts.window_s, step)
+            notes.append(f"traffic: {traffic.describe()}")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    version = ""
+    if opts.config is not None:
+        config = opts.config
+    elif opts.url:
+        client = TritonClient(opts.url)
+        config = server_config(client, opts.model)
+        version = triton_version(client)
+    else:
+        raise InputError("give the config: --url URL, or --max-batch-size N [--preferred A,B]")
+    return Inputs(config, service, traffic, notes, opts.url, opts.model, version)
+
+
+# ---- costs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a short closed-loop load measured: the costs, and the time outside Triton."""
+
+    calibration: costs.Calibration
+    outside: handoff.Outside | None
+
+
+def probe(opts: Options, inputs: Inputs) -> Probe:
+    """Measure the costs and the time outside Triton with a short closed-loop load."""
+    url = opts.url or inputs.server
+    if not url:
+        raise InputError("--probe needs --url (the Triton to probe)")
+    config = inputs.config
+    concurrency = min(64, max(8, 2 * config.instances * config.batch_limit))
+    cpu_meter = meter(url)
+    if cpu_meter is None and not opts.cores:
+        raise InputError(
+            f"--probe on {url}, whose CPU cannot be read from here, needs --cores N "
+            "(the server's CPU cores)"
+        )
+    client = TritonClient(url)
+    params = RunParams(
+        "concurrency",
+        model=inputs.model,
+        url=url,
+        concurrency=concurrency,
+        duration_s=opts.probe_s,
+        label="advisor probe",
+    )
+    try:
+        before = client.model_stats(inputs.model)
+        if cpu_meter is not None:
+            cpu_meter.start()
+        result = loadgen_api.run(params, db=None)
+        cpu = cpu_meter.stop() if cpu_meter is not None else None
+        delta = client.model_stats(inputs.model).minus(before)
+    except LoadgenError as exc:
+        raise InputError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, inputs.model)) from None
+    measured = result.summary.client.throughput_per_s or 0.0
+    source = f"a {opts.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
+    try:
+        if cpu_meter is not None and cpu is not None:
+            calibration = costs.from_process_cpu(
+                cpu, cpu_meter.cores, delta, inputs.service, source
+            )
+        else:
+            request_s = costs.fit_request_cost(
+                config, inputs.service, concurrency, measured, float(opts.cores or 0)
+            )
+            calibration = costs.Calibration(
+                float(opts.cores or 0),
+                request_s,
+                source + ", fitted",
+                time.time(),
+                delta.inference_count,
+            )
+    except ValueError as exc:
+        raise InputError(f"--probe: {exc}") from None
+    return Probe(calibration, probe_outside(result.summary.client.latency_s.mean, delta, source))
+
+
+def probe_outside(
+    client_mean_s: float | None, delta: ModelStats, source: str
+) -> handoff.Outside | None:
+    """The mean time outside Triton over a probe: the clients' mean latency less Triton's
+    mean queue and execution per request (its statistics over the same requests)."""
+    ok = delta.phase("success").count
+    if client_mean_s is None or ok <= 0:
+        return None
+    inside = (
+        delta.phase("queue").seconds
+        + sum(delta.phase(p).seconds for p in ("compute_input", "compute_infer", "compute_output"))
+    ) / ok
+    return handoff.Outside(max(client_mean_s - inside, 0.0), (), source)
+
+
+def resolve_costs(opts: Options, given: Costs | None, inputs: Inputs) -> Costs:
+    """Given costs, else measured now (probe or window), else cached, else unknown. A probe
+    also measures the time outside Triton (``inputs.outside``) when none is known."""
+    if given is not None:
+        return given
+    cache = costs.CalibrationCache(opts.calibrations)
+    measured = inputs.measured
+    if opts.probe:
+        probed = probe(opts, inputs)
+        measured = probed.calibration
+        if inputs.outside is None and probed.outside is not None:
+            inputs.outside = probed.outside
+    if measured is not None:
+        measured = replace(
+            measured,
+            server=inputs.server,
+            model=inputs.model,
+            triton_version=inputs.triton_version,
+        )
+        if inputs.server:
+            try:
+                cache.put(measured)
+            except OSError as exc:
+                inputs.notes.append(f"costs not cached in {opts.calibrations}: {exc.strerror}")
+        return Costs(measured.cpu, f"costs: measured: {measured.describe()}", measured)
+    cached = (
+        cache.get(inputs.server, inputs.model, inputs.triton_version) if inputs.server else None
+    )
+    if cached is not None:
+        age_h = (time.time() - cached.measured_at) / 3600
+        return Costs(cached.cpu, f"costs: cached ({age_h:.1f} h old): {cached.describe()}", cached)
+    return Costs(CpuModel(), f"costs: not measured; {UNKNOWN}")
+
+
+def traced_handoffs(
+    exporter_url: str, model: str, config: BatcherConfig, server: str | None = None
+) -> tuple[handoff.HandOff, str]:
+    """The hand-offs measured from the exporter's retained traces of ``model``, and the line
+    that says so; InputError (one line) when there are not enough complete ones. The timer
+    slack of ``server``'s threads is read when it runs on this machine."""
+    try:
+        window = read_exporter(exporter_url, model, TRACES_S)
+    except ExporterUnavailable as exc:
+        raise InputError(
+            f"--traces: {exc}; give the exporter's URL (port 9733 by default)"
+        ) from None
+    if window.trace_rate not in (None, 1):
+        raise InputError(
+            f"--traces: {model} is traced 1 request in {window.trace_rate}: a batch's other "
+            "requests are missing; trace every request (python -m stack trace --rate 1)"
+        )
+    if len(window.requests) < handoff.MIN_REQUESTS:
+        raise InputError(
+            f"--traces: the exporter holds {len(window.requests)} traced requests of {model}, "
+            f"fewer than {handoff.MIN_REQUESTS}: trace some first "
+            f"(python -m stack trace --model {model})"
+        )
+    pid = costs.local_server_pid(server) if server else None
+    found = handoff.measure(window.requests, config, handoff.timer_slack(pid))
+    return found, f"{found.describe()} ({len(window.requests):,} traced requests)"
+
+
+# ---- all of it -----------------------------------------------------------------------------
+
+
+def gather(opts: Options, window: ServerWindow | None = None) -> Prepared:
+    """The inputs from the source ``opts`` names, with every measured cost applied.
+
+    ``window``: a window of the server the caller has already watched (the doctor's), used
+    instead of watching again."""
+    given, calibrated = given_costs(opts)
+    traffic = given_traffic(opts)
+    if opts.store is not None:
+        inputs = from_store(opts, calibrated, traffic)
+    elif opts.prometheus:
+        inputs = from_prometheus(opts, calibrated, traffic)
+    elif opts.url:
+        inputs = from_server(opts, calibrated, traffic, window)
+    else:
+        raise InputError(
+            "give --url URL --model M (a running Triton), --prometheus URL --model M, "
+            "or --store DB --run ID"
+        )
+    cost = resolve_costs(opts, given, inputs)
+    notes = inputs.notes
+    if inputs.outside is not None:
+        cost = replace(cost, cpu=inputs.outside.apply(cost.cpu))
+        outside_line = f"time outside Triton: {inputs.outside.describe()}"
+    else:
+        outside_line = OUTSIDE_UNKNOWN
+    measured = (
+        traced_handoffs(opts.traces, inputs.model, inputs.config, opts.url or inputs.server)
+        if opts.traces
+        else inputs.handoffs
+    )
+    if measured is not None:
+        cost = replace(cost, cpu=measured[0].apply(cost.cpu))
+        notes.append(measured[1])
+    else:
+        notes.append(
+            "hand-offs: not measured, left out (the batcher's dispatch and timer slack: "
+            "give --traces EXPORTER_URL after `python -m stack trace --model M`, or a run "
+            "made with --trace)"
+        )
+    if not inputs.config.dynamic_batching:
+        notes.append("dynamic batching is off in the current config")
+    service = inputs.service
+    notes.append(f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item")
+    return Prepared(inputs, cost, outside_line)

@@ -1,0 +1,265 @@
+"""The advisor's pick against a measured grid of configs (Model Analyzer's brute force is the
+anchor): how much worse than the best measured config is what the advisor recommends?
+
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_regret
+        [--models ho_pair,ho_rows,mlp_model] [--rates 1,1.5] [--seconds 2] [--passes 2]
+
+Per model and rate (the model's rate r of ``bench.advisor_validation.RATES`` times each
+``--rates`` factor), under open-loop Poisson traffic:
+
+* **the advisor**: it watches the server for ``--window`` seconds under that traffic and
+  searches (:func:`advisor.advice.advise`, what ``advise --url`` does); its wall time, the
+  window included, is measured;
+* **the grid**: max_queue_delay {0, 100, 300, 1000, 3000} us x preferred sizes {none, [m/4],
+  [m/2, m]} (m: the model's max_batch_size): 15 configs, plus the model's own config and the
+  pick, each loaded once as a scratch copy (repository API), measured ``--passes`` times, the
+  order reversed every pass; its wall time is the sum of its runs and loads.
+
+Objective: the client p99 latency (the load generator's), mean over the passes, with their
+range. Printed: every config's objective and range, the best, the pick, the regret (pick /
+best), whether the pick lies inside the best's range (the noise band), and a MISS when the
+pick is worse than the own config beyond noise (its range wholly above). Goals (the issue's):
+median regret <= 1.10, none above 1.25, the advisor's wall time <= 1/10 of the grid's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from advisor import verify  # noqa: E402
+from advisor.advice import SearchOptions, advise  # noqa: E402
+from advisor.config import BatcherConfig, from_model_config  # noqa: E402
+from advisor.inputs import Options  # noqa: E402
+from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository  # noqa: E402
+from bench.common import stack  # noqa: E402
+from loadgen.engine.runner import RunParams, run  # noqa: E402
+from stacksettings import PORTS, Settings  # noqa: E402
+from tritonapi.client import TritonClient, TritonError  # noqa: E402
+
+DELAYS_US = (0, 100, 300, 1000, 3000)
+
+
+def grid(m: int) -> list[BatcherConfig]:
+    preferred: list[tuple[int, ...]] = [(), (max(1, m // 4),), (max(1, m // 2), m)]
+    return [BatcherConfig(m, p, d) for d in DELAYS_US for p in dict.fromkeys(preferred)]
+
+
+def key(c: BatcherConfig) -> tuple[int, tuple[int, ...], int, int]:
+    return (c.max_batch_size, c.effective_preferred, c.max_queue_delay_us, c.instances)
+
+
+@dataclass
+class Measured:
+    config: BatcherConfig
+    served: str  # the model name that serves it (a scratch copy, or the model itself)
+    roles: list[str] = field(default_factory=list)  # own / pick / grid
+    p99s: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.p99s) if self.p99s else float("inf")
+
+    @property
+    def low(self) -> float:
+        return min(self.p99s, default=float("inf"))
+
+    @property
+    def high(self) -> float:
+        return max(self.p99s, default=float("inf"))
+
+
+def client_p99(s: Settings, model: str, base: str, rate: float, seconds: float, seed: int) -> float:
+    params = RunParams(
+        "rate",
+        model=model,
+        url=s.url("triton_http"),
+        rate=rate,
+        poisson=True,
+        duration_s=seconds,
+        seed=seed,
+        shapes=SHAPES.get(base, ()),
+        label="advisor regret",
+    )
+    run(RunParams(**{**params.__dict__, "duration_s": WARM_UP_S, "seed": seed + 1000}))
+    result = run(params)
+    client = result.summary.client
+    if client.failed or client.timed_out or client.latency_s.p99 is None:
+        raise RuntimeError(f"{model}: {client.failed + client.timed_out} of {client.sent} failed")
+    return client.latency_s.p99
+
+
+def advisor_pick(
+    s: Settings, model: str, rate: float, window_s: float, p99_ms: float
+) -> tuple[BatcherConfig, str, float]:
+    """What ``advise --url`` recommends under this traffic, and its wall time."""
+    url = s.url("triton_http")
+    load = RunParams(
+        "rate",
+        model=model,
+        url=url,
+        rate=rate,
+        poisson=True,
+        duration_s=window_s + 1.5,
+        seed=5,
+        shapes=SHAPES.get(model, ()),
+        label="advisor regret (the advisor's window)",
+    )
+    loader = threading.Thread(target=run, args=(load,))
+    started = time.monotonic()
+    loader.start()
+    time.sleep(0.5)  # the load is under way before the window opens
+    try:
+        found = advise(
+            Options(url, model, window_s, calibrations=s.state_dir / "calibrations.json"),
+            SearchOptions(p99_bound_s=p99_ms / 1e3),
+        )
+    finally:
+        loader.join()
+    wall = time.monotonic() - started
+    rec = found.recommendation
+    if rec.best is None:
+        return rec.current.config, "no config meets the bound (own kept)", wall
+    if rec.keep:
+        return rec.current.config, "keep it", wall
+    return rec.best.config, f"{rec.best.config.describe()} (x{rec.gain_ratio:.2f})", wall
+
+
+def one(
+    args: argparse.Namespace, s: Settings, admin: TritonClient, model: str, rate: float
+) -> dict[str, object]:
+    own = from_model_config(admin.model_config(model))
+    pick, verdict, advisor_s = advisor_pick(s, model, rate, args.window, args.p99_ms)
+    print(f"{model} at {rate:g}/s: the advisor says {verdict} ({advisor_s:.0f} s)", flush=True)
+    entries: dict[tuple[int, tuple[int, ...], int, int], Measured] = {}
+    for role, config in [("own", own), ("pick", pick)] + [
+        ("grid", c) for c in grid(own.batch_limit)
+    ]:
+        if role == "grid" and config.instances != own.instances:
+            config = BatcherConfig(
+                config.max_batch_size,
+                config.preferred_batch_sizes,
+                config.max_queue_delay_us,
+                own.instances,
+            )
+        entry = entries.setdefault(key(config), Measured(config, ""))
+        entry.roles.append(role)
+    grid_started = time.monotonic()
+    loaded: list[str] = []
+    try:
+        for i, entry in enumerate(entries.values()):
+            if "own" in entry.roles:
+                entry.served = model
+                continue
+            name = f"{model}{verify.SUFFIX}g{i}"
+            scratch = verify.scratch_config(admin.model_config_json(model), entry.config, name)
+            admin.load_model(name, scratch, verify.model_files(s.model_repository, model))
+            loaded.append(name)
+            entry.served = name
+        order = list(entries.values())
+        for k in range(args.passes):
+            for entry in order if k % 2 == 0 else reversed(order):
+                entry.p99s.append(client_p99(s, entry.served, model, rate, args.seconds, 11 + k))
+    finally:
+        for name in loaded:
+            with contextlib.suppress(TritonError):
+                admin.unload_model(name)
+    grid_s = time.monotonic() - grid_started
+    return report_one(model, rate, list(entries.values()), verdict, advisor_s, grid_s)
+
+
+def report_one(
+    model: str,
+    rate: float,
+    entries: list[Measured],
+    verdict: str,
+    advisor_s: float,
+    grid_s: float,
+) -> dict[str, object]:
+    print(f"\n{model} at {rate:g}/s: client p99 (ms), mean of the passes and their range")
+    for e in sorted(entries, key=lambda e: e.mean):
+        print(
+            f"  {e.config.describe():<58} {e.mean * 1e3:7.2f} "
+            f"({e.low * 1e3:.2f}-{e.high * 1e3:.2f})  {'/'.join(e.roles)}"
+        )
+    best = min((e for e in entries if "grid" in e.roles), key=lambda e: e.mean)
+    pick = next(e for e in entries if "pick" in e.roles)
+    own = next(e for e in entries if "own" in e.roles)
+    regret = pick.mean / best.mean
+    inside = pick.low <= best.high
+    miss = pick.low > own.high
+    print(
+        f"  best {best.config.describe()} {best.mean * 1e3:.2f} ms; pick ({verdict}) "
+        f"{pick.mean * 1e3:.2f} ms; regret {regret:.2f}; "
+        f"{'inside' if inside else 'outside'} the best's noise band"
+        + ("; MISS: worse than the own config beyond noise" if miss else "")
+    )
+    print(
+        f"  wall time: advisor {advisor_s:.0f} s, grid {grid_s:.0f} s "
+        f"(ratio {advisor_s / grid_s:.2f}, goal <= 0.10)"
+    )
+    return {"regret": regret, "inside": inside, "miss": miss, "ratio": advisor_s / grid_s}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="ho_pair,ho_rows,mlp_model")
+    parser.add_argument("--rates", default="1,1.5", help="factors of each model's rate r")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per measured run (2)")
+    parser.add_argument("--passes", type=int, default=2, help="passes over the grid (2)")
+    parser.add_argument("--window", type=float, default=4.0, help="the advisor's window (4 s)")
+    parser.add_argument("--p99-ms", type=float, default=20.0, help="the advisor's bound (20)")
+    args = parser.parse_args()
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in RATES]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(RATES)})")
+    try:
+        factors = [float(f) for f in args.rates.split(",")]
+    except ValueError:
+        parser.error(f"--rates {args.rates!r}: a comma-separated list of factors, e.g. 1,1.5")
+    if args.passes < 2:
+        parser.error("--passes: at least 2 (the order alternates between passes)")
+    results = []
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-regret-") as tmp,
+        stack(services=("triton",), model_repository=repository(Path(tmp))) as s,
+    ):
+        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
+        for name, (_, var) in PORTS.items():
+            os.environ[var] = str(s.port(name))
+        admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
+        for model in models:
+            for factor in factors:
+                results.append(one(args, s, admin, model, RATES[model] * factor))
+    regrets = sorted(float(r["regret"]) for r in results)  # type: ignore[arg-type]
+    print("\nsummary:")
+    print(
+        f"  median regret {statistics.median(regrets):.2f} (goal <= 1.10), worst "
+        f"{regrets[-1]:.2f} (goal <= 1.25), over {len(regrets)} model-rates"
+    )
+    print(f"  picks inside the best's noise band: {sum(bool(r['inside']) for r in results)}")
+    misses = sum(bool(r["miss"]) for r in results)
+    print(f"  misses (worse than the own config beyond noise): {misses}")
+    ratios = [float(r["ratio"]) for r in results]  # type: ignore[arg-type]
+    print(f"  advisor / grid wall time: {min(ratios):.2f} to {max(ratios):.2f} (goal <= 0.10)")
+    print(
+        f"  wall time {time.monotonic() - started:.0f} s; load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
