@@ -188,6 +188,46 @@ class TraceBook:
         return group_batches(self.window(model, seconds))
 
 
+def declared() -> tuple[
+    HistogramMetricFamily,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    CounterMetricFamily,
+    CounterMetricFamily,
+]:
+    """The trace families, empty, in exposition order (exporter.catalog lists them)."""
+    labels = ["target", "model", "version"]
+    wait = HistogramMetricFamily(
+        "triton_batching_queue_wait_seconds",
+        f"Queue wait (COMPUTE_START - QUEUE_START) of traced requests ({TRACE}). Sampled: "
+        "only traced requests count (see triton_batching_trace_sample_ratio).",
+        labels=labels,
+    )
+    batches = CounterMetricFamily(
+        "triton_batching_batches",
+        f"Batches rebuilt from {TRACE}, by why they left (max_batch_size, preferred_size, "
+        "queue_delay, instance_idle); counted only while the model is traced at rate 1.",
+        labels=[*labels, "reason"],
+    )
+    ratio = GaugeMetricFamily(
+        "triton_batching_trace_sample_ratio",
+        "Share of the model's requests Triton traces: 1/trace_rate, 0 when tracing is off "
+        "(Triton /v2/models/<model>/trace/setting).",
+        labels=["target", "model"],
+    )
+    gaps = CounterMetricFamily(
+        "triton_batching_trace_gaps",
+        f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
+        labels=["target"],
+    )
+    files = CounterMetricFamily(
+        "triton_batching_trace_files_read",
+        f"Trace files read and removed ({TRACE}).",
+        labels=["target"],
+    )
+    return wait, batches, ratio, gaps, files
+
+
 class TraceCollector(Collector):
     """The trace families of every target that has a :class:`TraceBook`."""
 
@@ -198,35 +238,7 @@ class TraceCollector(Collector):
         return []  # registering must not read files or the network
 
     def collect(self) -> Iterator[Any]:
-        labels = ["target", "model", "version"]
-        wait = HistogramMetricFamily(
-            "triton_batching_queue_wait_seconds",
-            f"Queue wait (COMPUTE_START - QUEUE_START) of traced requests ({TRACE}). Sampled: "
-            "only traced requests count (see triton_batching_trace_sample_ratio).",
-            labels=labels,
-        )
-        batches = CounterMetricFamily(
-            "triton_batching_batches",
-            f"Batches rebuilt from {TRACE}, by why they left (max_batch_size, preferred_size, "
-            "queue_delay, instance_idle); counted only while the model is traced at rate 1.",
-            labels=[*labels, "reason"],
-        )
-        ratio = GaugeMetricFamily(
-            "triton_batching_trace_sample_ratio",
-            "Share of the model's requests Triton traces: 1/trace_rate, 0 when tracing is off "
-            "(Triton /v2/models/<model>/trace/setting).",
-            labels=["target", "model"],
-        )
-        gaps = CounterMetricFamily(
-            "triton_batching_trace_gaps",
-            f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
-            labels=["target"],
-        )
-        files = CounterMetricFamily(
-            "triton_batching_trace_files_read",
-            f"Trace files read and removed ({TRACE}).",
-            labels=["target"],
-        )
+        wait, batches, ratio, gaps, files = declared()
         for book in self.books:
             try:
                 book.update()
