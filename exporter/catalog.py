@@ -14,6 +14,18 @@ from prometheus_client.core import Metric
 
 from exporter import collector, tracing
 
+# An info family's labels beyond those it is declared with come with each sample (the
+# settings it describes); they are listed here. tests/docs/test_generated.py scrapes real
+# captures and fails when a sample carries a label this catalog does not list.
+INFO_LABELS: dict[str, tuple[str, ...]] = {
+    "triton_batching_model_config": (
+        "backend",
+        "platform",
+        "preferred_batch_sizes",
+        "instance_kinds",
+    ),
+}
+
 # What a family of each type is called on the wire (prometheus_client's exposition).
 SUFFIX = {"counter": "_total", "info": "_info", "histogram": "_bucket, _sum, _count"}
 
@@ -38,6 +50,7 @@ def _family(metric: Metric) -> Family:
     labels = tuple(getattr(metric, "_labelnames", ()))
     if metric.type == "histogram":
         labels = (*labels, "le")
+    labels = (*labels, *INFO_LABELS.get(metric.name, ()))
     return Family(metric.name, metric.type, labels, metric.documentation)
 
 
