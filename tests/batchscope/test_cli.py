@@ -256,8 +256,8 @@ def test_bash_completion_completes_a_subcommand_and_a_flag(tmp_path: Path) -> No
     script.write_text(run("completion", "bash").stdout)
     probe = (
         f"source {script}\n"
-        "complete_words() { COMP_WORDS=(\"$@\"); COMP_CWORD=$(( $# - 1 ));"
-        " COMP_LINE=\"$*\"; COMP_POINT=${#COMP_LINE}; COMPREPLY=();"
+        'complete_words() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 ));'
+        ' COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=();'
         " _shtab_batchscope; printf '%s\\n' \"${COMPREPLY[@]}\"; }\n"
         "complete_words batchscope che\n"
         "echo --\n"
