@@ -187,10 +187,25 @@ def completion_script(shell: str) -> str:
     return str(shtab.complete(parser, shell=shell))
 
 
+def innermost(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest subcommand named at the front of ``words``."""
+    for word in words:
+        action = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        if action is None or word not in action.choices:
+            break
+        parser = action.choices[word]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser, table = build_parser()
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        # argparse leaves them to the top level; the usage shown is the subcommand's.
+        innermost(parser, words).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.subcommand == "completion":
         print(completion_script(args.shell))
         return 0

@@ -10,6 +10,7 @@ page differs from what the code says now (``tests/docs/test_generated.py`` runs 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -205,6 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(path.relative_to(ROOT))
     if args.serve is None:
         return 0
+    if importlib.util.find_spec("mkdocs") is None:
+        print(
+            "batchscope docs: mkdocs is not installed: install the test extra "
+            "(`pip install -e '.[test]'`, or run ./stack/test once)",
+            file=sys.stderr,
+        )
+        return 2
     command = [sys.executable, "-m", "mkdocs", "serve", "--dev-addr", args.serve]
     try:
         return subprocess.call(command, cwd=ROOT)

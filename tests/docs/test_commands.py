@@ -53,9 +53,8 @@ def commands(page: Path) -> list[tuple[Path, str]]:
             lexer.whitespace_split = True
             lexer.commenters = "#"
             tokens = list(lexer)
-            if not tokens or tokens[0] in KEYWORDS:
-                if tokens and tokens[0] in {"for", "while", "if"}:
-                    continue
+            if tokens and tokens[0] in {"for", "while", "if"}:
+                continue  # a loop's or a condition's head; its body's commands are checked
             words: list[str] = []
             for token in [*tokens, ";"]:
                 if token in OPERATORS:
@@ -101,18 +100,8 @@ def parse(words: list[str]) -> tuple[int, str]:
 
 def subcommand_path(words: list[str]) -> list[str]:
     """The subcommand words at the front of a batchscope command: ["load", "serial"]."""
-    path: list[str] = []
-    current = parser()
-    for word in words:
-        action = next(
-            (a for a in current._actions if a.__class__.__name__ == "_SubParsersAction"),  # type: ignore[attr-defined]
-            None,
-        )
-        if action is None or word not in action.choices:
-            break
-        path.append(word)
-        current = action.choices[word]
-    return path
+    deepest = cli.innermost(parser(), words)  # type: ignore[arg-type]
+    return deepest.prog.split()[1:]
 
 
 @cache
