@@ -177,6 +177,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Mount]]:
         'batchscope`; zsh: `batchscope completion zsh > "${fpath[1]}/_batchscope"`.',
     )
     completion.add_argument("shell", choices=SHELLS)
+    # Every subcommand in one --help: the nested ones (load's) are named here too.
+    nested = [
+        f"`{PROG} {m.name}` {', '.join(subcommands_of(m.parser))}"
+        for m in table.values()
+        if any(isinstance(a, argparse._SubParsersAction) for a in m.parser._actions)
+    ]
+    parser.epilog = "Subcommands of subcommands: " + "; ".join(nested) + "."
     return parser, table
 
 

@@ -53,6 +53,9 @@ def test_help_lists_every_subcommand_of_every_tool() -> None:
         "completion",
     }
     assert listed(done.stdout) == expected
+    epilog = " ".join(done.stdout.split("Subcommands of subcommands:")[1].split())
+    for name in [*cli.subcommands_of(loadgen_cli.build_parser()), "sequences", "priorities"]:
+        assert f" {name}," in epilog or f" {name}." in epilog, name
 
 
 def test_load_lists_every_loadgen_subcommand_and_the_two_modules() -> None:
