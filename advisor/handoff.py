@@ -2,8 +2,9 @@
 
 A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds
 the batching decision and also the time the batch takes to reach the model. On this machine
-those were 150 to 800 us of every traced p99 that a simulator of the decision alone did not
-predict. Each part is read from traced batches whose cause is unambiguous:
+that time was a large part of every traced p99 that a simulator of the decision alone did
+not predict (docs/validation.md has the figures). Each part is read from traced batches
+whose cause is unambiguous:
 
 ``dispatch_s``
     A batch that reached a preferred size (or the maximum) while an instance was free left
@@ -80,17 +81,11 @@ class TimerSlack:
     much after its deadline (the kernel waits for the end of the slack unless another
     interrupt comes first).
 
-    Where the traces split the overshoots, the lateness came to about the slack, with
-    Triton's threads at Linux's default 50 us: medians of 41 to 55 us for the add model and
-    49 to 59 us for var_add at 1,500/s (seven validation runs). Where they cannot (var_add's
-    own config at 300 and 800/s), its overshoots less the hand-off that its no-delay
-    configs measured left 34 to 49 us. Counted whole into the dispatch, that lateness made
-    every batch that leaves at once wait for it, and the batches grew while they waited:
-    replayed offline on four validation runs' traces, var_add's recommended configs had
-    their predicted average batch +17 and +20 % off at two of 8 points; less the slack,
-    within 10 % at all 8. The MLP's hand-off moves with the rate (a free instance's lone
-    request waited 100 to 128 us at 100/s, 62 to 76 us at 500/s), so its own runs could
-    not show its lateness (9 to 59 us by the same difference).
+    Where the traces split the overshoots, the lateness came to about the slack (Triton's
+    threads keep Linux's default). Counted whole into the dispatch, it would make every
+    batch that leaves at once wait for it, and the batches grow while they wait; so it is
+    kept apart. A model whose hand-off moves with the rate cannot show its lateness in its
+    own runs. The measurements: docs/validation.md, "Measurements behind the code".
     """
 
     seconds: float
@@ -284,14 +279,10 @@ def measure(
         shaped = handoffs
         if len(handoffs) < TAIL_SAMPLES <= len(overshoots):
             # A few dozen hand-offs put their largest at the p99, and the simulator passes
-            # it to every batch that leaves at once (var_add at 1,500/s: 63 of them, p99
-            # 928 us, where its no-delay config's waits had a p99 of 366). The delay's
-            # overshoots, counted in the thousands, hold the same hand-off after a lateness
-            # that varies little: shifted by the medians' difference, they give the tail.
-            # Replayed offline on four validation runs' traces, the recommended configs
-            # that send at once (no delay, or preferred [1, 2]) then had their p99 wait
-            # predicted within -2 to -11 % of the traced one; the direct hand-offs alone
-            # gave -33 to +154 %.
+            # it to every batch that leaves at once. The delay's overshoots, counted in the
+            # thousands, hold the same hand-off after a lateness that varies little:
+            # shifted by the medians' difference, they give the tail (the replays that
+            # chose this: docs/validation.md, "Measurements behind the code").
             late = statistics.median(overshoots) - dispatch
             shaped = handoffs + [o - late for o in overshoots]
         dispatches = _grid([max(h, 0.0) for h in shaped])
@@ -345,14 +336,11 @@ def arrival_gaps(requests: Sequence[TracedRequest]) -> tuple[float, ...]:
     their order; pauses of a second or more left out. The simulator draws open-loop
     arrivals from runs of them (advisor.simulator.GAP_RUN), scaled to the traffic's rate.
 
-    Measured here: requests sent on a Poisson schedule reach Triton clustered. At 300/s
-    (var_add), 11 % of the gaps were under 50 us where Poisson has 1.5 %; at 800/s, 26 %
-    against 4 %; counted over a millisecond or more they stay near Poisson (index of
-    dispersion 1.1 at 2 ms, gaps' cv 1.0 to 1.2). A config with a delay of 100 to 250 us
-    batches those clusters: its measured average batch was 1.22, 1.53 and 1.77 where
-    Poisson arrivals gave 1.04, 1.19 and 1.31. Drawn one by one, the gaps over-predicted
-    the MLP's p99 queue wait by 17 to 51 %: a short gap tends to follow a long one (lag-1
-    correlation -0.03 to -0.11), which runs of consecutive gaps keep.
+    Why the traced gaps and not Poisson's: requests sent on a Poisson schedule reach
+    Triton clustered at short scales (near Poisson over a millisecond or more), and a
+    short queue delay batches those clusters. Why runs of gaps and not single ones: a
+    short gap tends to follow a long one. The measurements: docs/validation.md,
+    "Measurements behind the code".
     """
     starts = sorted(r.request_start_ns or r.queue_start_ns for r in requests)
     gaps = [(b - a) / 1e9 for a, b in zip(starts, starts[1:], strict=False)]
@@ -384,12 +372,11 @@ def holds(batches: Sequence[Batch]) -> tuple[float, tuple[float, ...]]:
 
     Requests reach Triton's queue (QUEUE_START) at random under Poisson traffic, so the
     arrivals during executions, counted by how long the running execution had been running,
-    should match the rate times the time spent in each phase. On this project's 2-core
-    machine they do not: during an execution that keeps its stub busy on a core, arrivals
-    stop (batch_add_model at 500/s: 1 to 4 arrivals where 29 were due, in every 50 us of an
-    execution) and come when it ends: those requests reach the queue late, so they queue for
-    less and batch with what came. A sleeping execution does not do it (a 5 ms sleep in the
-    stub: arrivals as due), nor did var_add with 2 instances. The missing share at each
+    should match the rate times the time spent in each phase. Where cores are few they do
+    not: during an execution that keeps its stub busy on a core, arrivals stop and come when
+    it ends, so those requests queue for less and batch with what came (measured on a 2-core
+    machine: docs/validation.md, "Measurements behind the code"). A sleeping execution
+    does not do it. The missing share at each
     phase, made non-decreasing (a hold lasts until the execution ends), is the share of
     executions held by then: the share that ever holds, and the onsets' distribution.
     """

@@ -234,6 +234,11 @@ class BatchingCollector(Collector):
         return _Result(target, view, end - start, end)
 
 
+def declared() -> list[Metric]:
+    """The collector's families, empty: their names, types, labels and help."""
+    return [*_Families().all(), _ages([], 0.0)]
+
+
 def _ages(results: list[_Result], now: float) -> Metric:
     age = GaugeMetricFamily(
         "triton_batching_data_age_seconds",
@@ -430,6 +435,10 @@ class _Families:
                     number = getattr(gpu, field_name)
                     if number is not None:
                         family.add_metric([url, gpu.uuid], number)
+        return [f for f in self.all() if f.samples]
+
+    def all(self) -> list[Metric]:
+        """Every family, filled or not, in exposition order (exporter.catalog lists them)."""
         families: list[Metric] = [family for family, _ in self.counters]
         families += [
             self.batch_executions,
@@ -452,7 +461,7 @@ class _Families:
             *(family for family, _ in self.gpu),
             *self.features.families(),
         ]
-        return [f for f in families if f.samples]
+        return families
 
     def _model(self, url: str, view: ModelView, cache: bool = False) -> None:
         s, c = view.stats, view.config

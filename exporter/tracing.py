@@ -307,6 +307,60 @@ class TraceBook:
         return group_batches(self.window(model, seconds))
 
 
+def declared() -> tuple[
+    HistogramMetricFamily,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    CounterMetricFamily,
+    CounterMetricFamily,
+]:
+    """The trace families, empty, in exposition order (exporter.catalog lists them)."""
+    labels = ["target", "model", "version"]
+    wait = HistogramMetricFamily(
+        "triton_batching_queue_wait_seconds",
+        f"Queue wait (COMPUTE_START - QUEUE_START) of traced requests ({TRACE}). Sampled: "
+        "only traced requests count (see triton_batching_trace_sample_ratio).",
+        labels=labels,
+    )
+    batches = CounterMetricFamily(
+        "triton_batching_batches",
+        f"Batches rebuilt from {TRACE}, by why they left (max_batch_size, preferred_size, "
+        "queue_delay, instance_idle); counted only while the model is traced at rate 1.",
+        labels=[*labels, "reason"],
+    )
+    ratio = GaugeMetricFamily(
+        "triton_batching_trace_sample_ratio",
+        "Share of the model's requests Triton traces: 1/trace_rate, 0 when tracing is off "
+        "(Triton /v2/models/<model>/trace/setting).",
+        labels=["target", "model"],
+    )
+    cut = CounterMetricFamily(
+        "triton_batching_trace_windows_cut",
+        f"Trace windows that ended before their count ({TRACE}): Triton died or tracing "
+        "was stopped; the traces written before are kept, marked incomplete.",
+        labels=["target", "model"],
+    )
+    sampler = GaugeMetricFamily(
+        "triton_batching_trace_sampler_on",
+        "1 while the exporter keeps Triton sampling traces all the time (--trace-sample), "
+        "0 when it cannot: a Triton before 2.57 (its tracing crash) or an error.",
+        labels=["target"],
+    )
+    gaps = CounterMetricFamily(
+        "triton_batching_trace_gaps",
+        f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
+        labels=["target"],
+    )
+    files = CounterMetricFamily(
+        "triton_batching_trace_files_read",
+        f"Trace files read and removed ({TRACE}).",
+        labels=["target"],
+    )
+    return wait, batches, ratio, cut, sampler, gaps, files
+
+
 class TraceCollector(Collector):
     """The trace families of every target that has a :class:`TraceBook`."""
 
@@ -317,47 +371,7 @@ class TraceCollector(Collector):
         return []  # registering must not read files or the network
 
     def collect(self) -> Iterator[Any]:
-        labels = ["target", "model", "version"]
-        wait = HistogramMetricFamily(
-            "triton_batching_queue_wait_seconds",
-            f"Queue wait (COMPUTE_START - QUEUE_START) of traced requests ({TRACE}). Sampled: "
-            "only traced requests count (see triton_batching_trace_sample_ratio).",
-            labels=labels,
-        )
-        batches = CounterMetricFamily(
-            "triton_batching_batches",
-            f"Batches rebuilt from {TRACE}, by why they left (max_batch_size, preferred_size, "
-            "queue_delay, instance_idle); counted only while the model is traced at rate 1.",
-            labels=[*labels, "reason"],
-        )
-        ratio = GaugeMetricFamily(
-            "triton_batching_trace_sample_ratio",
-            "Share of the model's requests Triton traces: 1/trace_rate, 0 when tracing is off "
-            "(Triton /v2/models/<model>/trace/setting).",
-            labels=["target", "model"],
-        )
-        gaps = CounterMetricFamily(
-            "triton_batching_trace_gaps",
-            f"Trace files or parts of them lost before the exporter read them ({TRACE}).",
-            labels=["target"],
-        )
-        cut = CounterMetricFamily(
-            "triton_batching_trace_windows_cut",
-            f"Trace windows that ended before their count ({TRACE}): Triton died or tracing "
-            "was stopped; the traces written before are kept, marked incomplete.",
-            labels=["target", "model"],
-        )
-        sampler = GaugeMetricFamily(
-            "triton_batching_trace_sampler_on",
-            "1 while the exporter keeps Triton sampling traces all the time (--trace-sample), "
-            "0 when it cannot: a Triton before 2.57 (its tracing crash) or an error.",
-            labels=["target"],
-        )
-        files = CounterMetricFamily(
-            "triton_batching_trace_files_read",
-            f"Trace files read and removed ({TRACE}).",
-            labels=["target"],
-        )
+        wait, batches, ratio, cut, sampler, gaps, files = declared()
         for book in self.books:
             try:
                 book.update()

@@ -31,8 +31,8 @@ from loadgen.store.runstore import RunStore
 from loadgen.store.schema import STALE_S, is_locked
 
 SCENARIO_HELP = {
-    "serial": "N requests one at a time, a fixed gap after each answer (the spec's first case)",
-    "concurrent": "N requests arriving at once (the spec's second case: -n 3)",
+    "serial": "N requests one at a time, a gap after each answer (the experiment's first case)",
+    "concurrent": "N requests arriving at once (the experiment's second case: -n 3)",
     "concurrency": "closed loop: C requests in flight for a duration; -c 1,2,4,8 sweeps",
     "rate": "open loop: R requests/s, constant or --poisson arrivals",
     "steps": "open loop in stages: --stage RATE:SECONDS, repeated",

@@ -152,7 +152,7 @@ def report(params: PriorityParams, results: dict[int, LevelResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadgen.priorities",
         description="Closed-loop clients per priority level against one model, side by side.",
@@ -162,6 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", default="", help="Triton HTTP URL (default: the stack's)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per request")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         params = PriorityParams(

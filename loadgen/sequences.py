@@ -246,7 +246,7 @@ def report(result: SequenceResult) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadgen.sequences",
         description="Send sequences (START ... END, one correlation ID each) to a stateful "
@@ -260,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-id", type=int, default=1, help="first correlation ID")
     parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between steps")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="per request")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     params = SequenceParams(
         model=args.model,

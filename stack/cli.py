@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor",
         help="why isn't batching working? the troubleshooting guide's checks on a live server",
-        description="Run the spec's batching checks against a live Triton and its telemetry.",
+        description="Run the troubleshooting checks against a live Triton and its telemetry.",
     )
     doctor_cli.add_arguments(doctor, doctor_defaults())
     return parser

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: list[tuple[str, ...]] = [
     ("bench",),  # benchmarks: stand on the packages (the launcher's code included), not on tests
+    ("batchscope",),  # the one command: mounts every tool's parser; nothing imports it
     ("stack",),  # the launcher: starts and wires everything; no package imports it
     ("dashboard",),
     # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor

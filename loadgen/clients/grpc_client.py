@@ -1,21 +1,16 @@
 """gRPC client (the ``--protocol grpc`` option): unary ``ModelInfer`` calls written as
 HTTP/2 frames on asyncio transports, as the HTTP client writes HTTP/1.1.
 
-Why not grpc.aio: profiled at concurrency 8 (cProfile), grpc.aio spent about 110 µs of
-CPU per unary call in its Cython call machinery and its poller thread's hand-offs to the
-event loop, against 15 µs for everything loadgen itself does per request; protobuf
-encoding took 2 µs. Pre-encoded bytes through a generic method with bytes serializers did
-not help (one run each: 2,636/s against 3,100/s), and one ``ModelStreamInfer`` stream per
-slot still paid two cross-thread wake-ups per request (a write and a read): 0.72x and
-0.83x perf_analyzer's throughput at concurrency 8 and 16 (``bench/client_efficiency.py``),
-120-130 µs of CPU per request. Here a request is two frames in one ``write()``, the
-requests made while one read's answers are handled go out in one ``write()`` together, and
-an answer is parsed from the bytes ``data_received`` hands over: about 30 µs per request.
-Why not python-hyper's ``h2``, the sans-IO HTTP/2 library: its client side alone (send
-headers and data, take a response's three frames, acknowledge the data), fed in memory with
-no socket, cost 106 µs per request (h2 4.4.1, on this project's 2-core machine at load
-average 0.5), about what grpc.aio costs in all. The frames a gRPC client needs are few, so
-they are written here, and HPACK, the part with real state, is python-hyper's ``hpack``.
+Why not grpc.aio: its call machinery and its poller thread's hand-offs to the event loop
+cost several times the CPU of everything else loadgen does per request, and neither pre-
+encoded bytes nor one ``ModelStreamInfer`` stream per slot removed the cross-thread wake-
+ups. Here a request is two frames in one ``write()``, the requests made while one read's
+answers are handled go out in one ``write()`` together, and an answer is parsed from the
+bytes ``data_received`` hands over. Why not python-hyper's ``h2``, the sans-IO HTTP/2
+library: its client side alone costs about what grpc.aio costs in all. (The profiles and
+runs behind these choices: docs/validation.md, "Measurements behind the code".) The frames a
+gRPC client needs are few, so they are written here, and HPACK, the part with real state, is
+python-hyper's ``hpack``.
 
 A request is the gRPC message bytes: the fixed part (model, input and output specs)
 serialized once, and each request's ``raw_input_contents`` (and id, in traced runs)

@@ -101,7 +101,7 @@ class ModelSpec:
 
     @property
     def is_add_model(self) -> bool:
-        """The spec's add model (and its twins): OUTPUT_SUM must equal INPUT_A + INPUT_B."""
+        """The reference add model (and its twins): OUTPUT_SUM must equal INPUT_A + INPUT_B."""
         names = {t.name for t in self.inputs}
         outs = {t.name: t for t in self.outputs}
         a = next((t for t in self.inputs if t.name == "INPUT_A"), None)

@@ -7,7 +7,7 @@ opened once per use::
 Its parts: ``schema`` (tables, connection, migrations), ``writes`` and ``writer`` (a run
 while it goes), ``reads``, ``export``, ``prune`` and ``imports``.
 
-Three tables:
+Its tables:
 
 - ``runs``: one row per run: scenario, model, protocol, status (``ok``, ``interrupted``,
   ``failed``), start and end (unix seconds), the parameters, the client summary and the
@@ -28,8 +28,8 @@ Three tables:
   hand-offs (``advisor.handoff``). A store from before it is read as before and gets it
   from its next writer.
 - ``run_server``: one row per run, the Triton version and the model's config (JSON) as the
-  server reported them when the run began, so that a stored run can be modelled (``python
-  -m advisor advise --store``) without the server. A table of its own rather than columns
+  server reported them when the run began, so that a stored run can be modelled (``batchscope
+  advise --store``) without the server. A table of its own rather than columns
   of ``runs``: a store without it (older) is still read, and gets it from its next writer.
 
 The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and

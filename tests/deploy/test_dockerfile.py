@@ -105,7 +105,9 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = [
-        p for p in ("stack", "exporter", "loadgen", "dashboard", "advisor") if (ROOT / p).is_dir()
+        p
+        for p in ("stack", "exporter", "loadgen", "dashboard", "advisor", "batchscope")
+        if (ROOT / p).is_dir()
     ]
     for package in packages:
         modules = {n for n in names if n.startswith(f"{package}/") and n.endswith(".py")}

@@ -1,0 +1,3 @@
+from batchscope.cli import main
+
+raise SystemExit(main())
