@@ -28,7 +28,14 @@ from stack.supervisor import Supervisor, running
 from stacksettings import PORTS, Settings, isolated
 from tests.helpers import wait_for
 from tritonapi.client import TritonClient
-from tritonapi.traces import WRITE_EVERY, read_exporter, start_window, stop_window, window_left
+from tritonapi.traces import (
+    WRITE_EVERY,
+    ExporterWindow,
+    read_exporter,
+    start_window,
+    stop_window,
+    window_left,
+)
 from tritonapi.tracesafety import Load, safe_count
 
 pytestmark = pytest.mark.integration
@@ -211,12 +218,14 @@ def test_a_crash_during_a_window_is_one_line_a_restart_and_kept_marked_traces(
         lambda: TritonClient(stack.url("triton_http")).is_ready(2.0) and triton_pid(stack) != pid,
         120,
     )
+
     # The parts written before the kill are kept, and marked incomplete.
-    found = wait_for(
-        "the cut window marked",
-        lambda: (w := read_exporter(exporter, MODEL, 120)).incomplete and w,
-        30,
-    )
+    def marked() -> ExporterWindow | None:
+        window = read_exporter(exporter, MODEL, 120)
+        return window if window.incomplete else None
+
+    found = wait_for("the cut window marked", marked, 30)
+    assert found is not None
     mine = [r for r in found.requests if found.cut([r])]
     assert len(mine) >= 2 * WRITE_EVERY
     assert metric(stack, f'triton_batching_trace_windows_cut_total{{model="{MODEL}"') == 1.0
