@@ -112,6 +112,8 @@ CELLS = [
     Cell("n2000-c8-grpc+", 2000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
     Cell("n5000-c8-grpc+", 5000, 1, concurrency=8, protocol="grpc", after=AFTER, poll_s=0.5),
     Cell("n2000-c8-lf500+", 2000, 1, concurrency=8, log_frequency=500, after=AFTER, poll_s=0.5),
+    # The stack's limit on Triton before 2.57, many windows of it (--windows 400).
+    Cell("n500-c8+", 500, 1, concurrency=8, after=AFTER, poll_s=0.5, log_frequency=100),
     # As the tests trace (run with --exporter): the exporter reads the files as they come.
     Cell("n300-c4-lg", 300, 1, concurrency=4, loadgen_trace=True),
     Cell("n300-c4", 300, 1, concurrency=4),
