@@ -239,7 +239,8 @@ class TraceBook:
             self._closed_ns[model] = now_ns
         if not tracing and opened is not None:
             del self._opened_ns[model]
-            if found is None or self._left.get(model) != 0:
+            # Only what this book read itself tells (a ratio_of given from outside does not).
+            if model in self._left and (found is None or self._left[model] != 0):
                 self.cut.setdefault(model, []).append((opened, now_ns))
                 log.warning("trace window of %s ended unfinished: its traces are incomplete", model)
             if found is not None and self.sampler is not None and self.sampler.on:
