@@ -239,9 +239,28 @@ class TraceBook:
             self._closed_ns[model] = now_ns
         if not tracing and opened is not None:
             del self._opened_ns[model]
-            if found is None or self._left.get(model) != 0:
+            # Only what this book read itself tells (a ratio_of given from outside does not).
+            if model in self._left and (found is None or self._left[model] != 0):
                 self.cut.setdefault(model, []).append((opened, now_ns))
                 log.warning("trace window of %s ended unfinished: its traces are incomplete", model)
+            if found is not None and self.sampler is not None and self.sampler.on:
+                self._resume_sampling(model)
+
+    def _resume_sampling(self, model: str) -> None:
+        """A window's setting outlives it (count used up, or level OFF) and Triton prefers
+        it to the global one: clear it, so the model is sampled again."""
+        try:
+            self._client.update_trace_settings(
+                {
+                    "trace_level": None,
+                    "trace_rate": None,
+                    "trace_count": None,
+                    "log_frequency": None,
+                },
+                model=model,
+            )
+        except TritonError as exc:
+            log.warning("trace sampling of %s not resumed after its window: %s", model, exc)
 
     def incomplete_spans(self, model: str, since_ns: int) -> list[tuple[int, int]]:
         """The unfinished windows of ``model`` that reach past ``since_ns``."""

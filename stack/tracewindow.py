@@ -69,7 +69,8 @@ def run(
     print(
         f"tracing the next {count:,} traced requests of {model} ({sampled}), for at most "
         f"{seconds:g} s; Triton writes them to {setting.get('trace_file')}.N "
-        f"(about {count * BYTES_PER_TRACE / 1e6:.1f} MB) when the last one is done"
+        f"(about {count * BYTES_PER_TRACE / 1e6:.1f} MB) in parts of {WRITE_EVERY}, the rest "
+        "when the last one is done"
     )
     stop = stop or threading.Event()
     deadline = time.monotonic() + seconds

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from exporter.tracing import Sampler
 from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
 from stack import tracewindow
@@ -27,7 +28,14 @@ from stack.supervisor import Supervisor, running
 from stacksettings import PORTS, Settings, isolated
 from tests.helpers import wait_for
 from tritonapi.client import TritonClient
-from tritonapi.traces import WRITE_EVERY, read_exporter, start_window, stop_window, window_left
+from tritonapi.traces import (
+    WRITE_EVERY,
+    ExporterWindow,
+    read_exporter,
+    start_window,
+    stop_window,
+    window_left,
+)
 from tritonapi.tracesafety import Load, safe_count
 
 pytestmark = pytest.mark.integration
@@ -210,12 +218,48 @@ def test_a_crash_during_a_window_is_one_line_a_restart_and_kept_marked_traces(
         lambda: TritonClient(stack.url("triton_http")).is_ready(2.0) and triton_pid(stack) != pid,
         120,
     )
+
     # The parts written before the kill are kept, and marked incomplete.
-    found = wait_for(
-        "the cut window marked",
-        lambda: (w := read_exporter(exporter, MODEL, 120)).incomplete and w,
-        30,
-    )
+    def marked() -> ExporterWindow | None:
+        window = read_exporter(exporter, MODEL, 120)
+        return window if window.incomplete else None
+
+    found = wait_for("the cut window marked", marked, 30)
+    assert found is not None
     mine = [r for r in found.requests if found.cut([r])]
     assert len(mine) >= 2 * WRITE_EVERY
     assert metric(stack, f'triton_batching_trace_windows_cut_total{{model="{MODEL}"') == 1.0
+
+
+def test_always_on_sampling_rotates_its_files_inside_the_region(stack: Settings) -> None:
+    """The exporter's sampler as it runs on a fixed Triton, tried on this 2.51 told it is
+    2.63, inside the safe region (20 traced requests); the stack's exporter reads the files
+    as Triton rotates them."""
+    triton = admin(stack)
+    model = "add_unbatched"  # no window in this module touches its own setting
+    waits = f'triton_batching_queue_wait_seconds_count{{model="{model}"'
+    waits_before = metric(stack, waits) or 0.0
+    files_before = metric(stack, "triton_batching_trace_files_read_total") or 0.0
+    sampler = Sampler(triton, 100, log_frequency=5, version_of=lambda: "2.63.0")
+    sent = 2_000
+    try:
+        sampler.ensure(now=0.0)
+        assert sampler.on, sampler.state
+        setting = triton.trace_settings()
+        assert setting["trace_level"] == ["TIMESTAMPS"] and setting["trace_rate"] == "100"
+        assert setting["trace_count"] == "-1" and setting["log_frequency"] == "5"
+        params = RunParams(
+            "concurrency", model=model, url=stack.url("triton_http"), concurrency=2, requests=sent
+        )
+        assert run(params).summary.client.failed == 0
+    finally:
+        triton.update_trace_settings({"trace_level": ["OFF"]})
+    traced = sent // 100
+    # 1 in 100 traced, a file every 5 traces: 4 files, read as they came.
+    read = wait_for(
+        "the sampled traces at the exporter",
+        lambda: (n := metric(stack, waits)) is not None and n - waits_before >= traced - 1 and n,
+    )
+    assert traced - 1 <= read - waits_before <= traced
+    files = (metric(stack, "triton_batching_trace_files_read_total") or 0.0) - files_before
+    assert files >= 3
