@@ -145,7 +145,7 @@ def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed
 
 
 class RunFault(RuntimeError):
-    """A traced run that Triton did not serve whole (its tracing can crash it: README)."""
+    """A traced run that Triton did not serve whole (its tracing can crash it: docs/traces.md)."""
 
 
 def checked(result: RunResult) -> RunResult:
@@ -435,7 +435,7 @@ def report(
     for line in picks:
         print(f"  {line}")
     if retried:
-        print(f"\nrun again after a fault ({len(retried)}; Triton 2.51's tracing, see README):")
+        print(f"\nrun again after a fault ({len(retried)}; Triton 2.51's tracing: docs/traces.md):")
         for line in retried:
             print(f"  {line}")
     print(f"\nwall time {wall_s:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")

@@ -390,7 +390,7 @@ class TraceFollower:
 # of 5,000 once): the reader reports what it found. Triton before 2.57 can crash while it
 # traces (server PR #8144), the more likely the more traced requests it has handled:
 # ``tritonapi.tracesafety`` holds the window sizes that stay safe there, from the map
-# that bench/trace_safety.py draws (README: "Tracing on Triton before 2.57").
+# that bench/trace_safety.py draws (docs/validation.md: "Trace safety on Triton 2.51").
 
 # What one traced request costs on disk until it is read (measured: 50 traces of the add
 # model, with HTTP timestamps, take 45 KB).

@@ -5,8 +5,8 @@ segfaults in tracing mode after long run") found that ``TraceRelease`` deleted a
 while holding that trace's mutex, undefined behaviour that ends in SIGSEGV or SIGABRT
 once enough traced requests have gone through. ``bench/trace_safety.py`` maps how often a
 window takes 2.51 (the runtime installed here) down, by window count, load, sampling rate
-and protocol; the README's "Tracing on Triton before 2.57" holds the table with its
-command and date. This module holds the limits chosen from that table, so that
+and protocol; the manual's validation page ("Trace safety on Triton 2.51") holds the
+table with its command and date. This module holds the limits chosen from that table, so that
 ``stack trace``, the dashboard's button, ``loadgen --trace``, the benches and the
 always-on sampler all ask the same question::
 
@@ -34,9 +34,9 @@ from tritonapi.traces import MAX_COUNT  # what a window takes on disk until it i
 # The first release with server PR #8144 (container 25.04).
 FIXED_IN = (2, 57, 0)
 # Largest crash probability per window the limits accept, at the 95 % upper limit of the
-# crash rate the map measured (README's table).
+# crash rate the map measured (the validation page's table).
 BOUND = 0.01
-# --- the safe region on releases before FIXED_IN (README: "Tracing on Triton before 2.57")
+# --- the safe region on releases before FIXED_IN (docs/traces.md, "Tracing on Triton before 2.57")
 # Traced requests per window, by the most requests the server holds at once (the mean in
 # flight, Little's law over the statistics API; None: unknown, the last row). The map's
 # crashes came at every load, at any point of a Triton process's life, in windows of every
