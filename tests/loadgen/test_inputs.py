@@ -1,0 +1,141 @@
+"""Load on models unlike the add model: strings, variable dims with a shape mix, ids under a
+bound, FP16 inputs of two shapes, and perf_analyzer's ``--input-data`` files.
+
+The models (python backend, in tests/loadgen/inputdata/model_repository) run on their own
+Triton started with the launcher's code. Triton's statistics are the observer: the requests
+it executed successfully must match what loadgen says it sent right.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadgen.engine.runner import RunParams, run
+from loadgen.inputopts import InputOptions
+from stack.supervisor import running
+from stacksettings import Settings, isolated
+
+pytestmark = pytest.mark.integration
+DATA = Path(__file__).resolve().parent / "inputdata"
+
+
+@pytest.fixture(scope="module")
+def inputs_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    base = tmp_path_factory.mktemp("inputs")
+    repo = base / "models"
+    shutil.copytree(DATA / "model_repository", repo)
+    settings = replace(isolated(base / "state"), model_repository=repo)
+    with running(settings, only={"triton"}):
+        yield settings
+
+
+def _run(settings: Settings, protocol: str, model: str, requests: int = 120, **texts: object):
+    params = RunParams(
+        "concurrency",
+        model=model,
+        concurrency=4,
+        requests=requests,
+        protocol=protocol,
+        seed=11,
+        url=settings.url("triton_http"),
+        grpc_url=f"{settings.host}:{settings.port('triton_grpc')}",
+    )
+    return run(InputOptions.from_texts(**texts).apply(params))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_strings_generated_and_given(inputs_triton: Settings, protocol: str) -> None:
+    made = _run(inputs_triton, protocol, "text_stats", string_length="1:40").summary
+    assert made.client.ok == made.client.sent == 120, made.client.errors
+    assert made.server is not None and made.server.requests_success == 120
+    assert made.client.checked == "shapes and datatypes only"
+    # Strings of 1..40 characters, some multi-byte: the shapes stay [1,1], sizes differ.
+    assert made.client.shapes == {"TEXT[1,1]": 120}
+    given = _run(inputs_triton, protocol, "text_stats", string_data="naïve café").summary
+    assert given.client.ok == 120, given.client.errors
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_shape_mix_and_ids_under_a_bound(inputs_triton: Settings, protocol: str) -> None:
+    # Ids over the dtype's range: the model refuses every request, and says why.
+    wild = _run(inputs_triton, protocol, "bounded_ids", shape=["IDS=4:64"]).summary
+    assert wild.client.failed == wild.client.sent == 120
+    assert all("outside 0..999" in kind for kind in wild.client.errors)
+    fine = _run(
+        inputs_triton, protocol, "bounded_ids", shape=["IDS=4:64"], value_range=["IDS=0:1000"]
+    ).summary
+    assert fine.client.ok == 120, fine.client.errors
+    assert fine.server is not None and fine.server.requests_success == 120
+    shapes = fine.client.shapes or {}
+    assert len(shapes) > 10 and sum(shapes.values()) == 120
+    lengths = {int(k.split(",")[1].rstrip("]")) for k in shapes}
+    assert min(lengths) >= 4 and max(lengths) <= 64
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_fp16_two_shapes_defaults_are_finite(inputs_triton: Settings, protocol: str) -> None:
+    # The model refuses NaN and infinity: default values never hold them.
+    out = _run(inputs_triton, protocol, "fp16_pair", requests=200).summary
+    assert out.client.ok == 200, out.client.errors
+    assert out.client.shapes == {"X[1,4] Y[1,2,3]": 200}
+    wide = _run(
+        inputs_triton, protocol, "fp16_pair", value_range=["X=-65000:65000", "Y=0:1"]
+    ).summary
+    assert wide.client.ok == 120, wide.client.errors
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_data_files_with_expected_outputs(
+    inputs_triton: Settings, protocol: str, tmp_path: Path
+) -> None:
+    ids = _run(
+        inputs_triton, protocol, "bounded_ids", input_data=str(DATA / "bounded_ids.json")
+    ).summary
+    assert ids.client.ok == 120, ids.client.errors
+    assert ids.client.checked.startswith("outputs against the data's expected values (SUM)")
+    # In order: the 4 entries in turn, 30 each.
+    assert ids.client.shapes == {"IDS[1,4]": 30, "IDS[1,8]": 30, "IDS[1,5]": 30, "IDS[1,3]": 30}
+    text = _run(
+        inputs_triton, protocol, "text_stats", input_data=str(DATA / "text_stats.json")
+    ).summary
+    assert text.client.ok == 120, text.client.errors
+    # A wrong expected value is caught on the entry that carries it, and only there.
+    doc = json.loads((DATA / "bounded_ids.json").read_text())
+    doc["validation_data"][1]["SUM"] = [361]
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(doc))
+    bad = _run(
+        inputs_triton,
+        protocol,
+        "bounded_ids",
+        input_data=str(wrong),
+        data_order="random",
+    ).summary
+    assert set(bad.client.errors) == {"wrong answer: SUM differs from the data's validation_data"}
+    assert bad.client.failed == (bad.client.shapes or {})["IDS[1,8]"]
+    assert 10 < bad.client.failed < 60  # sampled with the seed, not in order
+
+
+def test_npy_folder_with_batches(inputs_triton: Settings, tmp_path: Path) -> None:
+    ids = np.arange(48, dtype=np.int64).reshape(6, 8) * 10
+    np.save(tmp_path / "IDS.npy", ids)
+    np.save(tmp_path / "SUM.npy", ids.sum(axis=1, keepdims=True))
+    params = RunParams(
+        "concurrency",
+        model="bounded_ids",
+        concurrency=2,
+        requests=60,
+        batch_size=3,
+        url=inputs_triton.url("triton_http"),
+    )
+    out = run(InputOptions.from_texts(input_data=str(tmp_path)).apply(params)).summary
+    assert out.client.ok == 60, out.client.errors
+    assert out.client.shapes == {"IDS[3,8]": 60}
+    assert out.server is not None and out.server.requests_success == 60
