@@ -14,6 +14,7 @@ import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 from loadgen.clients.payloads import Dim, parse_dims
@@ -67,11 +68,17 @@ class InputOptions:
         ranges = {k: _range(k, v) for k, v in pairs(value_range, "--range").items()}
         if data_order not in DATA_ORDERS:
             raise LoadgenError(f"--data-order {data_order!r}: use order or random")
+        source = input_data.strip() or "random"
+        if source not in ("random", "zero") and not Path(source).exists():
+            raise LoadgenError(
+                f"--input-data {source}: no such file or folder; use random, zero, a "
+                "perf_analyzer JSON data file or a folder of NAME.npy files"
+            )
         return cls(
             shapes=tuple(shapes.items()),
             dtypes=tuple(pairs(dtype, "--dtype").items()),
             ranges=tuple(ranges.items()),
-            input_data=input_data.strip() or "random",
+            input_data=source,
             data_order=data_order,
             string_length=_lengths(string_length),
             string_data=string_data,
