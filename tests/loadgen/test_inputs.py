@@ -9,6 +9,9 @@ it executed successfully must match what loadgen says it sent right.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -139,3 +142,30 @@ def test_npy_folder_with_batches(inputs_triton: Settings, tmp_path: Path) -> Non
     assert out.client.ok == 60, out.client.errors
     assert out.client.shapes == {"IDS[3,8]": 60}
     assert out.server is not None and out.server.requests_success == 60
+
+
+def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settings) -> None:
+    url = inputs_triton.url("triton_http")
+    common = ["--url", url, "-m", "bounded_ids", "--shape", "IDS=4:64", "--range", "IDS=0:1000"]
+    split = subprocess.run(
+        [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-n", "200", "--seed", "3"]
+        + [*common, "--processes", "2", "--no-store"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert split.returncode == 0, split.stdout + split.stderr
+    assert "= ok 200 + failed 0" in split.stdout
+    distinct = re.search(r"shapes sent +(\d+) distinct", split.stdout)
+    assert distinct and int(distinct.group(1)) > 10, split.stdout
+    assert "batch here held requests of one of" in split.stdout
+    assert "checked       shapes and datatypes only (no expected outputs given)" in split.stdout
+    capacity = subprocess.run(
+        [sys.executable, "-m", "loadgen", "capacity", "--p99-ms", "50", "--max-rate", "100"]
+        + [*common, "--step-duration", "1", "--steps", "2", "--no-store"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert capacity.returncode in (0, 1), capacity.stdout + capacity.stderr
+    assert "outside 0..999" not in capacity.stdout + capacity.stderr
