@@ -41,6 +41,7 @@ from advisor.predict import (
     predict,
     recommend,
 )
+from loadgen import inputopts
 from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.results.params import RunParams
@@ -262,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
         "spread) from the exporter's retained traces of --model; trace every request first: "
         "python -m stack trace --model M",
     )
+    loads = advise.add_argument_group(
+        "what --probe's and --verify's requests hold (as in python -m loadgen)"
+    )
+    inputopts.add_arguments(loads)
     advise.add_argument(
         "--calibrations",
         type=Path,
@@ -365,6 +370,13 @@ def read_server(
     return last.minus(first), samples, last
 
 
+def never_executed(client: TritonClient, model: str) -> bool:
+    try:
+        return client.model_stats(model).execution_count == 0
+    except TritonError as exc:
+        raise UsageError(_triton_problem(exc, model)) from None
+
+
 def server_config(client: TritonClient, model: str) -> BatcherConfig:
     """The model's batching config as the server loaded it; UsageError (one line) if not."""
     try:
@@ -417,6 +429,22 @@ def live_inputs(
         raise UsageError("--url needs --model")
     client = TritonClient(args.url)
     config = server_config(client, args.model)
+    if args.probe and calibrated is None and never_executed(client, args.model):
+        delta = first_load(args, client, config)
+        if delta.execution_count == 0:
+            raise UsageError(f"--probe: model {args.model!r} executed nothing under load")
+        if traffic is None:
+            raise UsageError(
+                f"model {args.model!r} had never executed, so it has no traffic to watch: "
+                "give the traffic with --rate or --concurrency"
+            )
+        notes = [
+            f"model had never executed: service times fitted from a first {args.probe_s:g} s "
+            f"probe ({delta.execution_count} executions; no window watched)"
+        ]
+        service = fit_service_times(delta)
+        version = triton_version(client)
+        return Inputs(config, service, traffic, notes, args.url, args.model, version)
     meter = _meter(args.url)
     if meter is not None:
         meter.start()
@@ -549,6 +577,39 @@ def prometheus_inputs(
     return Inputs(config, service, traffic, notes, args.url or "", args.model, version)
 
 
+def input_options(args: argparse.Namespace) -> inputopts.InputOptions:
+    """What the probe's and --verify's requests hold (loadgen's input options)."""
+    try:
+        return inputopts.InputOptions.from_args(args)
+    except LoadgenError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def first_load(args: argparse.Namespace, client: TritonClient, config: BatcherConfig) -> ModelStats:
+    """--probe on a model that has never executed: a first probe load, so that there are
+    executions to fit service times from (no window to wait for: nothing runs yet).
+    Returns the statistics delta of that load."""
+    concurrency = min(64, max(8, 2 * config.instances * config.batch_limit))
+    params = input_options(args).apply(
+        RunParams(
+            "concurrency",
+            model=args.model,
+            url=args.url,
+            concurrency=concurrency,
+            duration_s=args.probe_s,
+            label="advisor first probe",
+        )
+    )
+    try:
+        before = client.model_stats(args.model)
+        loadgen_api.run(params, db=None)
+        return client.model_stats(args.model).minus(before)
+    except LoadgenError as exc:
+        raise UsageError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise UsageError(_triton_problem(exc, args.model)) from None
+
+
 def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
     """Measure the costs with a short closed-loop load (``--probe``)."""
     url = args.url or inputs.server
@@ -563,13 +624,15 @@ def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
             "(the server's CPU cores)"
         )
     client = TritonClient(url)
-    params = RunParams(
-        "concurrency",
-        model=inputs.model,
-        url=url,
-        concurrency=concurrency,
-        duration_s=args.probe_s,
-        label="advisor probe",
+    params = input_options(args).apply(
+        RunParams(
+            "concurrency",
+            model=inputs.model,
+            url=url,
+            concurrency=concurrency,
+            duration_s=args.probe_s,
+            label="advisor probe",
+        )
     )
     try:
         before = client.model_stats(inputs.model)
@@ -808,6 +871,7 @@ def run_verify(
             args.model_repository,
             rec,
             args.verify_s,
+            inputs=input_options(args),
         )
     except ValueError as exc:
         raise UsageError(f"--verify: {exc}") from None

@@ -122,7 +122,7 @@ def _lengths(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse._ActionsContainer) -> None:
     """The input options, on any parser that makes load."""
     p.add_argument(
         "--shape",

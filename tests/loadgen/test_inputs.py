@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from loadgen.engine.runner import RunParams, run
+from tests.helpers import model_stats
 from loadgen.inputopts import InputOptions
 from stack.supervisor import running
 from stacksettings import Settings, isolated
@@ -34,6 +35,11 @@ def inputs_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings
     base = tmp_path_factory.mktemp("inputs")
     repo = base / "models"
     shutil.copytree(DATA / "model_repository", repo)
+    # A twin that only the advisor's test loads: a model that has never executed.
+    fresh = repo / "bounded_ids_fresh"
+    shutil.copytree(repo / "bounded_ids", fresh)
+    config = (fresh / "config.pbtxt").read_text()
+    (fresh / "config.pbtxt").write_text(config.replace('"bounded_ids"', '"bounded_ids_fresh"'))
     settings = replace(isolated(base / "state"), model_repository=repo)
     with running(settings, only={"triton"}):
         yield settings
@@ -169,3 +175,25 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     )
     assert capacity.returncode in (0, 1), capacity.stdout + capacity.stderr
     assert "outside 0..999" not in capacity.stdout + capacity.stderr
+
+
+def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) -> None:
+    url = inputs_triton.url("triton_http")
+    argv = ["advise", "--url", url, "--model", "bounded_ids_fresh", "--p99-ms", "50"]
+    argv += ["--concurrency", "4", "--probe", "--probe-s", "1", "--json"]
+    argv += ["--shape", "IDS=4:64", "--range", "IDS=0:1000"]
+    argv += ["--calibrations", str(inputs_triton.state_dir / "calibrations.json")]
+    before = model_stats(url, "bounded_ids_fresh")
+    assert before.execution_count == 0
+    out = subprocess.run(
+        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    notes = json.loads(out.stdout)["notes"]
+    assert any("model had never executed" in n for n in notes), notes
+    after = model_stats(url, "bounded_ids_fresh")
+    # Two probe loads (the first for service times, the second for costs), every request
+    # of them answered: the ids stayed under the bound and every length was accepted.
+    assert after.execution_count > 0
+    assert after.phase("fail").count == 0
+    assert after.phase("success").count == after.inference_count > 0
