@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from doctor import report
+from doctor.checks import ShapeMix
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.window import Window
+from loadgen.errors import LoadgenError
+from loadgen.results.params import default_db
+from loadgen.store.runstore import RunStore
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
@@ -90,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         metavar="URL",
         help="the exporter whose batch traces (/api/traces) to read (default: the stack's, "
         "with the stack's --url)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="DB",
+        help="load-run store whose newest run of each model with several shapes shows its "
+        "shape mix (default: LOADGEN_DB or .stack/loadgen.sqlite3, when it exists)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -211,6 +223,33 @@ def windows(
     return sampled, notes + more
 
 
+RUNS_READ = 20  # the newest runs of the store looked at for a model's shape mix
+
+
+def shape_mix(args: argparse.Namespace, model: str) -> ShapeMix | None:
+    """The shapes the newest stored load run of ``model`` sent, when it sent several (runs
+    made before loadgen recorded shapes have none). None when no store or no such run."""
+    path = Path(args.store or default_db())
+    if not path.exists():
+        if args.store:
+            raise UsageError(f"--store {args.store}: no such file (a load-run store)")
+        return None
+    try:
+        with RunStore(path) as store:
+            for row in store.list_runs(RUNS_READ):
+                if row["model"] != model:
+                    continue
+                run = store.load_run(int(row["id"]))
+                shapes = run.summary.client.shapes
+                if shapes:
+                    server = run.summary.server
+                    average = server.average_batch_size if server else None
+                    return ShapeMix(int(row["id"]), shapes, average)
+    except (LoadgenError, sqlite3.Error) as exc:
+        raise UsageError(f"--store {path}: {exc}") from None
+    return None
+
+
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
     try:
         url = _check_url(args.url, "--url")
@@ -221,7 +260,7 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
             defaults.exporter_url if url == defaults.triton_url else ""
         )
         diagnoses: list[Diagnosis] = [
-            diagnose(client, m, found.get(m), notes, exporter) for m in models
+            diagnose(client, m, found.get(m), notes, exporter, shape_mix(args, m)) for m in models
         ]
     except UsageError as exc:
         print(f"doctor: {exc}", file=sys.stderr)

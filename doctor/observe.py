@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from doctor.checks import Finding, check
+from doctor.checks import Finding, ShapeMix, check
 from doctor.window import Window, from_statistics
 from promapi import PromClient, promql_duration
 from tritonapi import (
@@ -57,6 +57,7 @@ def diagnose(
     window: Window | None,
     notes: Iterable[str] = (),
     exporter_url: str = "",
+    mix: ShapeMix | None = None,
 ) -> Diagnosis:
     """Run every check on one model (its config as Triton loaded it) and its window.
 
@@ -67,7 +68,7 @@ def diagnose(
     traces = trace_state(client, model)
     if exporter_url:
         traces = traces_read(exporter_url, config) or traces
-    return Diagnosis(model, config, window, traces, check(config, window), list(notes))
+    return Diagnosis(model, config, window, traces, check(config, window, mix), list(notes))
 
 
 def traces_read(exporter_url: str, config: ModelConfig, seconds: float = 120.0) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
-import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from loadgen.engine.runner import RunParams, run
-from tests.helpers import model_stats
 from loadgen.inputopts import InputOptions
 from stack.supervisor import running
 from stacksettings import Settings, isolated
+from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
 DATA = Path(__file__).resolve().parent / "inputdata"
@@ -197,3 +197,28 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
     assert after.execution_count > 0
     assert after.phase("fail").count == 0
     assert after.phase("success").count == after.inference_count > 0
+
+
+def test_doctor_names_shape_fragmentation_from_a_stored_run(
+    inputs_triton: Settings, tmp_path: Path
+) -> None:
+    url = inputs_triton.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "concurrency", model="bounded_ids", concurrency=8, requests=300, seed=4, url=url
+    )
+    opts = InputOptions.from_texts(shape=["IDS=4:12"], value_range=["IDS=0:1000"])
+    stored = run(opts.apply(params), db=str(db))
+    assert stored.summary.client.ok == 300
+    argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--store", str(db)]
+    out = subprocess.run(
+        [sys.executable, "-m", "stack", "doctor", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr  # a finding
+    (diagnosis,) = json.loads(out.stdout)
+    (found,) = [f for f in diagnosis["findings"] if f["code"] == "shape-fragmentation"]
+    assert found["numbers"][f"shapes sent in load run #{stored.run_id}"] == "9"
+    assert 'input { name: "IDS" allow_ragged_batch: true ... }' in found["fix"]
