@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor import costs, handoff, storedrun, verify
+from advisor import costs, handoff, shapes, storedrun, verify
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import (
@@ -303,6 +303,7 @@ class Inputs:
     # batcher's hand-offs measured from its traces (with the line that says so).
     outside: handoff.Outside | None = None
     handoffs: tuple[handoff.HandOff, str] | None = None
+    shapes: dict[str, int] | None = None  # requests per shape, where a run recorded them
 
 
 @dataclass
@@ -524,6 +525,7 @@ def stored_inputs(
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
+    inputs.shapes = run.shapes
     if run.outside is not None:
         inputs.outside = run.outside
         notes.append(
@@ -645,6 +647,7 @@ def probe(args: argparse.Namespace, inputs: Inputs) -> costs.Calibration:
         raise UsageError(f"--probe: {exc}") from None
     except TritonError as exc:
         raise UsageError(_triton_problem(exc, inputs.model)) from None
+    inputs.shapes = result.summary.client.shapes or inputs.shapes
     measured = result.summary.client.throughput_per_s or 0.0
     source = f"a {args.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
     try:
@@ -813,9 +816,16 @@ def advise(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    mix = None
+    if inputs.shapes and len(inputs.shapes) > 1:
+        mix = shapes.by_shape(
+            config, inputs.traffic, service, inputs.shapes, cost.cpu, seed=args.seeds
+        )
+        notes.extend(mix.lines())
     checked = run_verify(args, inputs, rec) if args.verify else None
     if args.json:
         out = recommendation_json(rec, notes, cost)
+        out["by_shape"] = mix.to_json() if mix else None
         out["verification"] = checked.to_json(rec.objective) if checked else None
         print(json.dumps(out, indent=1))
     else:

@@ -57,6 +57,7 @@ class StoredRun:
     # hand-offs measured from them, over ``traced_requests`` requests.
     handoff: HandOff | None = None
     traced_requests: int = 0
+    shapes: dict[str, int] | None = None  # requests per shape sent (loadgen's record)
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -128,6 +129,7 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         server=run.params.url,
         concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
         requests=client.sent,
+        shapes=client.shapes,
         outside=measured_outside,
         handoff=handoff,
         traced_requests=len(traced),

@@ -189,8 +189,12 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
         [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    notes = json.loads(out.stdout)["notes"]
+    advice = json.loads(out.stdout)
+    notes = advice["notes"]
     assert any("model had never executed" in n for n in notes), notes
+    # The probe sent a shape mix: the advisor simulates batches per shape.
+    assert len(advice["by_shape"]["shapes"]) > 5
+    assert advice["by_shape"]["method"].startswith("arrivals split by each shape's share")
     after = model_stats(url, "bounded_ids_fresh")
     # Two probe loads (the first for service times, the second for costs), every request
     # of them answered: the ids stayed under the bound and every length was accepted.
