@@ -86,8 +86,10 @@ class InputOptions:
 
 
 def pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    """NAME=VALUE items; one item may hold several separated by spaces or semicolons (a
+    form's field, a Kubernetes env value), and an empty one holds none."""
     out = {}
-    for item in items:
+    for item in (i for text in items for i in text.replace(";", " ").split()):
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise LoadgenError(f"{flag} {item!r}: use NAME=VALUE")
