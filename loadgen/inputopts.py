@@ -15,7 +15,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from loadgen.clients.payloads import Dim, parse_dims
 from loadgen.errors import LoadgenError
@@ -172,24 +171,3 @@ def add_arguments(p: argparse._ActionsContainer) -> None:
         metavar="TEXT",
         help="send this string in every element of BYTES inputs",
     )
-
-
-def describe(params: RunParams) -> str:
-    """One line on what the inputs held, for reports ('' for the defaults)."""
-    parts: list[str] = []
-    if params.input_data != "random":
-        parts.append(
-            f"data {params.input_data}"
-            + (" (random order)" if params.data_order == "random" else "")
-        )
-    parts += [f"{k} in [{lo:g}, {hi:g})" for k, (lo, hi) in params.ranges]
-    if params.string_data is not None:
-        parts.append(f"strings {params.string_data!r}")
-    elif params.string_length != (16, 16):
-        lo, hi = params.string_length
-        parts.append(f"strings of {lo}" + (f"..{hi}" if hi != lo else "") + " characters")
-    return ", ".join(parts)
-
-
-def as_dict(opts: InputOptions) -> dict[str, Any]:
-    return {f.name: getattr(opts, f.name) for f in fields(opts)}

@@ -65,6 +65,10 @@ def _array(value: Any, spec: TensorSpec, given: tuple[int, ...] | None, where: s
             shape = given
         elif all(d >= 0 for d in spec.shape):
             shape = spec.shape
+        elif array.ndim > 1:
+            raise ValueError(
+                f"{where}: shape {list(array.shape)} does not fit the model's {list(spec.shape)}"
+            )
         else:
             raise ValueError(
                 f"{where}: a flat list for variable dims {list(spec.shape)} needs a "

@@ -95,8 +95,19 @@ SHOWN_SHAPES = 6
 def input_lines(run: LoadRun) -> list[str]:
     """What the requests held and what their answers were checked against; with several
     shapes, what that does to batching (runs stored before these were recorded: none)."""
-    c = run.summary.client
+    c, p = run.summary.client, run.params
     lines = []
+    held = []
+    if p.input_data != "random":
+        held.append(p.input_data + (" (random order)" if p.data_order == "random" else ""))
+    held += [f"{name} in [{lo:g}, {hi:g})" for name, (lo, hi) in p.ranges]
+    if p.string_data is not None:
+        held.append(f"strings {p.string_data!r}")
+    elif tuple(p.string_length) != (16, 16):
+        lo, hi = p.string_length
+        held.append(f"strings of {lo}" + (f"..{hi}" if hi != lo else "") + " characters")
+    if held:
+        lines.append(f"  inputs        {', '.join(held)}")
     if c.checked:
         checked = c.checked
         if checked == "shapes and datatypes only":

@@ -165,6 +165,7 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     distinct = re.search(r"shapes sent +(\d+) distinct", split.stdout)
     assert distinct and int(distinct.group(1)) > 10, split.stdout
     assert "batch here held requests of one of" in split.stdout
+    assert "inputs        IDS in [0, 1000)" in split.stdout
     assert "checked       shapes and datatypes only (no expected outputs given)" in split.stdout
     capacity = subprocess.run(
         [sys.executable, "-m", "loadgen", "capacity", "--p99-ms", "50", "--max-rate", "100"]
