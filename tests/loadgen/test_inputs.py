@@ -227,3 +227,25 @@ def test_doctor_names_shape_fragmentation_from_a_stored_run(
     (found,) = [f for f in diagnosis["findings"] if f["code"] == "shape-fragmentation"]
     assert found["numbers"][f"shapes sent in load run #{stored.run_id}"] == "9"
     assert 'input { name: "IDS" allow_ragged_batch: true ... }' in found["fix"]
+
+
+def test_advise_verify_replays_with_the_input_options(inputs_triton: Settings) -> None:
+    url = inputs_triton.url("triton_http")
+    opts = ["--shape", "IDS=4:16", "--range", "IDS=0:1000"]
+    warm = _run(
+        inputs_triton, "http", "bounded_ids", shape=["IDS=4:16"], value_range=["IDS=0:1000"]
+    )
+    assert warm.summary.client.ok == 120  # executions to fit the service times from
+    argv = ["advise", "--url", url, "--model", "bounded_ids", "--p99-ms", "50"]
+    argv += ["--rate", "100", "--cv", "1", "--window", "0.5", "--requests", "800"]
+    argv += ["--cores", "2", "--request-us", "100", "--verify", "--verify-s", "1", *opts]
+    argv += ["--model-repository", str(inputs_triton.model_repository)]
+    argv += ["--admin-key-file", str(inputs_triton.admin_key_file), "--json"]
+    out = subprocess.run(
+        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=300
+    )
+    # Without the options the replay would be refused (IDS has variable dims), exit 2.
+    assert out.returncode == 0, out.stdout + out.stderr
+    checks = json.loads(out.stdout)["verification"]["checks"]
+    current = {r["measure"]: r for r in checks[0]["rows"]}
+    assert current["throughput (req/s)"]["measured"] == pytest.approx(100, rel=0.3)
