@@ -304,6 +304,7 @@ class Inputs:
     outside: handoff.Outside | None = None
     handoffs: tuple[handoff.HandOff, str] | None = None
     shapes: dict[str, int] | None = None  # requests per shape, where a run recorded them
+    load: inputopts.InputOptions | None = None  # a stored run's input options
 
 
 @dataclass
@@ -525,7 +526,7 @@ def stored_inputs(
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(config, service, traffic, notes, run.server, run.model, run.triton_version)
-    inputs.shapes = run.shapes
+    inputs.shapes, inputs.load = run.shapes, run.inputs
     if run.outside is not None:
         inputs.outside = run.outside
         notes.append(
@@ -585,6 +586,14 @@ def input_options(args: argparse.Namespace) -> inputopts.InputOptions:
         return inputopts.InputOptions.from_args(args)
     except LoadgenError as exc:
         raise UsageError(str(exc)) from None
+
+
+def replay_options(args: argparse.Namespace, inputs: Inputs) -> inputopts.InputOptions:
+    """--verify's input options: the command line's, else (none given) the stored run's."""
+    given = input_options(args)
+    if given == inputopts.InputOptions() and inputs.load is not None:
+        return inputs.load
+    return given
 
 
 def first_load(args: argparse.Namespace, client: TritonClient, config: BatcherConfig) -> ModelStats:
@@ -881,7 +890,7 @@ def run_verify(
             args.model_repository,
             rec,
             args.verify_s,
-            inputs=input_options(args),
+            inputs=replay_options(args, inputs),
         )
     except ValueError as exc:
         raise UsageError(f"--verify: {exc}") from None

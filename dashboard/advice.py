@@ -26,6 +26,7 @@ from advisor import (
     storedrun,
     verify,
 )
+from loadgen.inputopts import InputOptions
 from stacksettings import from_env_or_default
 from tritonapi.client import TritonClient
 
@@ -52,6 +53,7 @@ class Advice:
     config_source: str = ""  # where the config came from
     costs: str = ""  # where the costs came from, and when ("" : unknown)
     capacity_known: bool = False
+    inputs: InputOptions | None = None  # what the run's requests held: replayed alike
 
 
 def run_costs(
@@ -108,6 +110,7 @@ def advise(
         config_source=config_source,
         costs=calibration.describe() if calibration else "",
         capacity_known=calibration is not None,
+        inputs=run.inputs,
     )
 
 
@@ -115,7 +118,9 @@ def check(
     a: Advice, triton_url: str, headers: dict[str, str], repository: Path
 ) -> verify.Verification:
     """The recommendation checked by experiment (scratch copies; see ``advisor.verify``)."""
-    return verify.verify(triton_url, headers, a.model, repository, a.recommendation, VERIFY_S)
+    return verify.verify(
+        triton_url, headers, a.model, repository, a.recommendation, VERIFY_S, inputs=a.inputs
+    )
 
 
 def verification_frame(checked: verify.Verification) -> pd.DataFrame:
