@@ -40,6 +40,7 @@ from loadgen.clients.payloads import (
     PoolRequest,
     Tensor,
     check_batch,
+    check_names,
     generated_pool,
     request_tensors,
 )
@@ -104,6 +105,7 @@ def prepare(params: RunParams) -> Prepared:
     pool, checks = None, ""
     if p.input_data not in ("random", "zero"):
         check_batch(model, p.batch_size)
+        check_given(model, p)
         fixed = {
             k: tuple(d for d in v if isinstance(d, int))
             for k, v in shapes.items()
@@ -133,6 +135,23 @@ def prepare(params: RunParams) -> Prepared:
             exact = count_arrivals(shape, p.poisson, arrival_seed)
         window = Window(p, p.exporter_url, exact)
     return Prepared(p, http, target, model, tensors, outputs, window, arrival_seed, pool, checks)
+
+
+def check_given(model: ModelSpec, p: RunParams) -> None:
+    """With --input-data the data sets values and shapes: --dtype is still checked, and
+    options that generate values are refused rather than silently ignored."""
+    check_names(model, "--dtype", [k for k, _ in p.dtypes])
+    types = {t.name: t.datatype for t in model.inputs}
+    for name, dtype in p.dtypes:
+        if dtype != types[name]:
+            raise LoadgenError(
+                f"--dtype {name}={dtype} does not match the model, which takes {types[name]}"
+            )
+    if p.ranges or p.string_data is not None:
+        raise LoadgenError(
+            f"--range and --string-data generate values; --input-data {p.input_data} gives "
+            "them: use one or the other"
+        )
 
 
 def open_loop_shape(p: RunParams) -> LoadShape | None:

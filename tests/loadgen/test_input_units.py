@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,16 @@ def test_stored_params_keep_the_input_options() -> None:
     # Default inputs keep the shape stores have always had.
     plain = RunParams("concurrency").to_json()
     assert not {"ranges", "input_data", "data_order", "string_length", "string_data"} & set(plain)
+
+
+def test_data_runs_refuse_options_that_generate_values() -> None:
+    from loadgen.engine.runner import check_given
+
+    data = RunParams("concurrency", model="ids", input_data="data.json")
+    check_given(IDS, data)
+    with pytest.raises(LoadgenError, match="use one or the other"):
+        check_given(IDS, replace(data, ranges=(("IDS", (0.0, 9.0)),)))
+    with pytest.raises(LoadgenError, match="--dtype IDS=FP32 does not match"):
+        check_given(IDS, replace(data, dtypes=(("IDS", "FP32"),)))
+    with pytest.raises(LoadgenError, match="has no input 'X'"):
+        check_given(IDS, replace(data, dtypes=(("X", "FP32"),)))
