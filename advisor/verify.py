@@ -24,6 +24,7 @@ from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, OpenLoop, Traffic
 from advisor.predict import Prediction, Recommendation
 from loadgen.engine import runner as loadgen_api
+from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
 from loadgen.results.summary import LoadRun
 from tritonapi.client import TritonClient
@@ -186,6 +187,7 @@ def verify(
     rec: Recommendation,
     seconds: float = 5.0,
     seed: int = 1,
+    inputs: InputOptions | None = None,
 ) -> Verification:
     """Load each config as a scratch copy, replay the traffic, unload (see the module doc).
     Raises ValueError (no model files), TritonError (the server refused), LoadgenError."""
@@ -201,6 +203,8 @@ def verify(
         client.load_model(name, scratch_config(server_config, prediction.config, name), files)
         try:
             params = replay_params(url, name, prediction.traffic, seconds, seed)
+            if inputs is not None:  # what the requests hold: the same options as loadgen's
+                params = inputs.apply(params)
             # A fresh copy's first requests pay for its start (imports, first calls).
             loadgen_api.run(replace(params, duration_s=WARM_UP_S, seed=seed + 1), db=None)
             run = loadgen_api.run(params, db=None)

@@ -8,6 +8,7 @@ the page, Triton and Prometheus.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,8 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+from loadgen.clients.target import fetch_model
 from loadgen.engine.runner import LoadRun, RunParams, run
 from loadgen.errors import LoadgenError
+from loadgen.inputopts import InputOptions
 from loadgen.reports.compare import compare as compare_runs
 from loadgen.store.runstore import RunStore
 
@@ -46,6 +49,29 @@ class RunForm:
     duration_s: float = 5.0
     requests: int = 3
     label: str = ""
+    # What the requests hold, as loadgen's options (loadgen.inputopts) take them: inputs
+    # separated by spaces or semicolons ("ids=4:64 mask=4:64"), a data file's path.
+    shapes: str = ""
+    ranges: str = ""
+    string_length: str = "16"
+    input_data: str = "random"
+
+
+def _items(text: str) -> list[str]:
+    return [item for item in text.replace(";", " ").split() if item]
+
+
+def input_options(form: RunForm) -> InputOptions:
+    """The form's input fields as loadgen's options; RunRefused with loadgen's message."""
+    try:
+        return InputOptions.from_texts(
+            shape=_items(form.shapes),
+            value_range=_items(form.ranges),
+            string_length=form.string_length.strip() or "16",
+            input_data=form.input_data,
+        )
+    except LoadgenError as exc:
+        raise RunRefused(str(exc)) from None
 
 
 def to_params(form: RunForm, triton_url: str) -> RunParams:
@@ -58,16 +84,40 @@ def to_params(form: RunForm, triton_url: str) -> RunParams:
         "url": triton_url,
         "label": form.label,
     }
+    opts = input_options(form)
     if form.scenario == "concurrency":
         _bounded(form.concurrency, "concurrency", MAX_CONCURRENCY)
         _bounded(form.duration_s, "duration", MAX_DURATION_S, " s")
-        return RunParams(**common, concurrency=form.concurrency, duration_s=form.duration_s)
-    if form.scenario == "rate":
+        params = RunParams(**common, concurrency=form.concurrency, duration_s=form.duration_s)
+    elif form.scenario == "rate":
         _bounded(form.rate, "rate", MAX_RATE, "/s")
         _bounded(form.duration_s, "duration", MAX_DURATION_S, " s")
-        return RunParams(**common, rate=form.rate, duration_s=form.duration_s)
-    _bounded(form.requests, "requests", MAX_REQUESTS)
-    return RunParams(**common, requests=form.requests)
+        params = RunParams(**common, rate=form.rate, duration_s=form.duration_s)
+    else:
+        _bounded(form.requests, "requests", MAX_REQUESTS)
+        params = RunParams(**common, requests=form.requests)
+    return opts.apply(params)
+
+
+def model_inputs(triton_url: str, model: str) -> list[dict[str, str]] | str:
+    """The model's inputs as the form lists them (name, datatype, dims without the batch
+    dim), or why they cannot be read."""
+    try:
+        spec = fetch_model(triton_url, model)
+    except LoadgenError as exc:
+        return str(exc)
+    return [
+        {"input": t.name, "datatype": t.datatype, "dims": str(list(t.shape))} for t in spec.inputs
+    ]
+
+
+def save_upload(folder: Path, data: bytes) -> Path:
+    """An uploaded input data file, kept by its content's hash beside the store."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.write_bytes(data)
+    return path
 
 
 def _bounded(value: float, what: str, cap: float, unit: str = "") -> None:

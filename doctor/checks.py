@@ -38,6 +38,15 @@ CONFIG, OVERLAP, FORMED, LATENCY = "config", "overlap", "formed batches", "laten
 
 
 @dataclass(frozen=True)
+class ShapeMix:
+    """The shapes a stored load run of the model sent (loadgen's ``shapes`` per run)."""
+
+    run_id: int
+    shapes: dict[str, int]  # "IDS[1,12]" -> requests
+    average_batch: float | None  # the server's, over that run
+
+
+@dataclass(frozen=True)
 class Finding:
     check: str  # CONFIG, OVERLAP, FORMED or LATENCY
     code: str  # stable name, e.g. "batching-off"
@@ -105,9 +114,11 @@ def per_s(value: float) -> str:
     return f"{value:,.1f}/s"
 
 
-def check(config: ModelConfig, window: Window | None) -> list[Finding]:
+def check(config: ModelConfig, window: Window | None, mix: ShapeMix | None = None) -> list[Finding]:
     """Every finding for one model, in the guide's order."""
     findings = check_config(config, window)
+    if mix is not None:
+        findings += check_shapes(config, mix)
     if window is None or config.dynamic is None:
         return findings
     if window.requests >= MIN_REQUESTS:
@@ -501,3 +512,46 @@ def _list(sizes: list[int]) -> str:
 
 def _distribution(formed: dict[int, float]) -> str:
     return ", ".join(f"{size}: {pct(share)}" for size, share in formed.items())
+
+
+# ---- shapes: batches form only within a shape ----------------------------------------------
+
+
+def check_shapes(config: ModelConfig, mix: ShapeMix) -> list[Finding]:
+    """Triton's dynamic batcher puts only same-shape requests in a batch unless the inputs
+    allow ragged batching: a run that sent several shapes splits its traffic into as many
+    streams, each batching alone."""
+    if config.dynamic is None or len(mix.shapes) < 2:
+        return []
+    variable = [t for t in config.inputs if any(d < 0 for d in t.dims)]
+    if variable and all(t.ragged for t in variable):
+        return []
+    total = sum(mix.shapes.values())
+    top = max(mix.shapes.values())
+    numbers = [
+        (f"shapes sent in load run #{mix.run_id}", f"{len(mix.shapes):,}"),
+        ("the commonest shape's share", pct(top / total)),
+    ]
+    if mix.average_batch is not None:
+        numbers.append(("average batch in that run", f"{mix.average_batch:.2f}"))
+    names = [t.name for t in variable] or [t.name for t in config.inputs]
+    return [
+        Finding(
+            FORMED,
+            "shape-fragmentation",
+            f"Requests come in {len(mix.shapes):,} shapes: batches form only within a shape",
+            tuple(numbers),
+            "Triton's dynamic batcher groups only requests whose inputs have the same shape, "
+            "unless the inputs allow ragged batching; each shape is then its own stream with a "
+            "fraction of the rate, so batches stay small and the queue delay waits longer for "
+            "them. Pad on the client to a few fixed lengths (buckets), or, where the backend "
+            "can take a ragged batch (it then reads each request's length from a batch_input), "
+            "allow ragged batching on the variable inputs.",
+            (
+                "# either pad on the client: send a few fixed shapes (e.g. lengths 16, 32, 64)",
+                "# or, where the backend takes ragged input (python backend, TensorRT with a",
+                "# batch_input such as BATCH_ACCUMULATED_ELEMENT_COUNT):",
+                *(f'input {{ name: "{n}" allow_ragged_batch: true ... }}' for n in names),
+            ),
+        )
+    ]

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from loadgen import cli_multi
-from loadgen.clients.payloads import parse_dims
+from loadgen import cli_multi, inputopts
 from loadgen.engine import capacity, runner
 from loadgen.errors import LoadgenError
 from loadgen.reports import report
@@ -50,20 +49,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--grpc-url", default="", help="Triton gRPC host:port (127.0.0.1:8001)")
     p.add_argument("--batch-size", type=int, default=1, help="rows per request (1)")
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=D1,D2",
-        help="dims of an input without the batch dim; needed for variable (-1) dims",
-    )
-    p.add_argument(
-        "--dtype",
-        action="append",
-        default=[],
-        metavar="NAME=TYPE",
-        help="expected datatype of an input (checked against the metadata)",
-    )
+    inputopts.add_arguments(p)
     p.add_argument(
         "--timeout",
         type=float,
@@ -278,16 +264,6 @@ def parse_age(text: str) -> float:
     return value * AGE_UNITS[unit]
 
 
-def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise LoadgenError(f"{flag} {item!r}: use NAME=VALUE")
-        out[name] = value
-    return out
-
-
 def _stages(items: Sequence[str]) -> tuple[tuple[float, float], ...]:
     stages = []
     for item in items:
@@ -301,7 +277,6 @@ def _stages(items: Sequence[str]) -> tuple[tuple[float, float], ...]:
 
 def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
     """The runs a scenario command asks for (several for a concurrency sweep)."""
-    shapes = {k: parse_dims(v, f"--shape {k}") for k, v in _pairs(args.shape, "--shape").items()}
     base = RunParams(
         scenario=name,
         model=args.model,
@@ -309,8 +284,6 @@ def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
         url=args.url,
         grpc_url=args.grpc_url,
         batch_size=args.batch_size,
-        shapes=tuple(shapes.items()),
-        dtypes=tuple(_pairs(args.dtype, "--dtype").items()),
         timeout_s=args.timeout,
         seed=args.seed,
         label=args.label,
@@ -325,6 +298,7 @@ def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
         stages=_stages(getattr(args, "stage", [])),
         max_in_flight=getattr(args, "max_in_flight", 256),
     )
+    base = inputopts.InputOptions.from_args(args).apply(base)
     if name != "concurrency":
         return [base]
     try:

@@ -319,3 +319,106 @@ def test_the_dashboard_form_refuses_with_a_message(
     with pytest.raises(runs.RunRefused, match=message.replace("(", r"\(")) as refused:
         runs.to_params(form, DEAD_URL)
     assert "\n" not in str(refused.value)
+
+
+# ---- inputs of models unlike the add model (issue 31): these need the model's metadata, so
+# they run against a private Triton serving the models of tests/loadgen/inputdata.
+INPUTDATA = ROOT / "tests" / "loadgen" / "inputdata"
+
+
+@pytest.fixture(scope="module")
+def inputs_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from dataclasses import replace
+
+    from stack.supervisor import running
+    from stacksettings import isolated
+
+    base = tmp_path_factory.mktemp("bad-inputdata")
+    shutil.copytree(INPUTDATA / "model_repository", base / "models")
+    settings = replace(isolated(base / "state"), model_repository=base / "models")
+    with running(settings, only={"triton"}):
+        yield settings.url("triton_http")
+
+
+def _one_line_exit_2(c: Case, state: Path) -> None:
+    before = fingerprint(state)
+    result = run(c, state)
+    errors = [ln for ln in result.stderr.splitlines() if ln and not ln.startswith(" ")]
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(errors) == 1, result.stderr
+    assert c.problem in errors[0] and c.fix in errors[0], errors[0]
+    assert fingerprint(state) == before
+
+
+@pytest.mark.integration
+def test_a_data_file_naming_an_input_the_model_lacks(inputs_url: str, state: Path) -> None:
+    _one_line_exit_2(
+        case(
+            *("loadgen", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
+            *("--input-data", str(INPUTDATA / "text_stats.json")),
+            problem="the model has no tensor 'TEXT'",
+            fix="(it has IDS)",
+        ),
+        state,
+    )
+
+
+@pytest.mark.integration
+def test_a_data_file_that_is_not_json(inputs_url: str, state: Path) -> None:
+    _one_line_exit_2(
+        case(
+            *("loadgen", "rate", "-r", "10", "--url", inputs_url, "-m", "bounded_ids"),
+            *("--input-data", str(INPUTDATA / "model_repository" / "bounded_ids" / "config.pbtxt")),
+            problem="not a readable JSON file",
+            fix="",
+        ),
+        state,
+    )
+
+
+def test_a_data_file_that_does_not_exist(state: Path) -> None:
+    _one_line_exit_2(
+        case(
+            *CONC,
+            *("--input-data", "nosuch.json"),
+            problem="--input-data nosuch.json: no such file",
+            fix="perf_analyzer JSON data file",
+        ),
+        state,
+    )
+
+
+@pytest.mark.integration
+def test_a_range_outside_the_dtype(inputs_url: str, state: Path) -> None:
+    _one_line_exit_2(
+        case(
+            *("loadgen", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
+            *("--shape", "IDS=8", "--range", "IDS=-1:1e20"),
+            problem="INT64 holds whole numbers",
+            fix="LO:HI must lie in",
+        ),
+        state,
+    )
+    _one_line_exit_2(
+        case(
+            *("loadgen", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
+            *("--range", "X=0:70000"),
+            problem="outside what FP16 holds",
+            fix="65504",
+        ),
+        state,
+    )
+
+
+@pytest.mark.integration
+def test_a_shape_outside_the_models_dims(inputs_url: str, state: Path) -> None:
+    _one_line_exit_2(
+        case(
+            *("loadgen", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
+            *("--shape", "Y=2:4,3"),
+            problem="--shape Y=2:4,3 does not match the model's shape [2, 3]",
+            fix="-1 = any size",
+        ),
+        state,
+    )

@@ -101,7 +101,7 @@ def test_the_check_catches_an_upward_and_a_lazy_import(tmp_path: Path) -> None:
 # and errors are below them all. Imports inside one sub-package, and between the entry
 # modules (priorities builds on sequences), are fine.
 LOADGEN_LAYERS: list[tuple[str, ...]] = [
-    ("__main__", "cli", "cli_multi", "sequences", "priorities"),
+    ("__main__", "cli", "cli_multi", "sequences", "priorities", "inputopts"),
     ("engine",),
     ("reports",),
     ("store",),

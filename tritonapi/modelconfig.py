@@ -24,6 +24,7 @@ class Tensor:
     name: str
     data_type: str  # Triton's TYPE_FP32 etc.
     dims: tuple[int, ...]  # without the batch dimension; -1 = variable
+    ragged: bool = False  # allow_ragged_batch: requests of other shapes may share a batch
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,13 @@ def _kind(enum: Any, value: int) -> str:
 
 def _tensors(items: Any) -> tuple[Tensor, ...]:
     return tuple(
-        Tensor(t.name, _kind(model_config_pb2.DataType, t.data_type), tuple(t.dims)) for t in items
+        Tensor(
+            t.name,
+            _kind(model_config_pb2.DataType, t.data_type),
+            tuple(t.dims),
+            bool(getattr(t, "allow_ragged_batch", False)),  # outputs have no such field
+        )
+        for t in items
     )
 
 

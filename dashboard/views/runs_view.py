@@ -15,6 +15,7 @@ from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
 from loadgen.errors import LoadgenError
+from loadgen.reports.report import input_lines
 from loadgen.results.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
 from stacksettings import Settings, admin_headers
@@ -98,6 +99,7 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
         label = cols[4].text_input(
             "Label (optional)", key="form_label", placeholder="e.g. batching on"
         )
+        form.update(render_inputs(cfg, model))
         st.caption(
             f"Limits here: concurrency ≤ {runs.MAX_CONCURRENCY}, rate ≤ {runs.MAX_RATE:g}/s, "
             f"duration ≤ {runs.MAX_DURATION_S:g} s, requests ≤ {runs.MAX_REQUESTS}; one run at a "
@@ -114,6 +116,43 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
                 st.error(str(exc), icon=":material/block:")
                 return
             st.rerun()
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _model_inputs(triton_url: str, model: str) -> list[dict[str, str]] | str:
+    return runs.model_inputs(triton_url, model)
+
+
+def render_inputs(cfg: DashboardSettings, model: str) -> dict[str, str]:
+    """The chosen model's inputs, and what the requests hold: shapes (a -1 dim needs one;
+    a range LO:HI is drawn per request), value ranges, string lengths, or a data file."""
+    inputs = _model_inputs(cfg.triton_url, model) if model else []
+    if isinstance(inputs, str):
+        st.caption(f"Inputs of {model}: unknown ({inputs})")
+    elif inputs:
+        variable = [i["input"] for i in inputs if "-1" in i["dims"]]
+        st.caption(
+            f"Inputs of {model}: "
+            + ", ".join(f"**{i['input']}** {i['datatype']} {i['dims']}" for i in inputs)
+            + (
+                f". Variable dims (-1) need a shape: e.g. `{variable[0]}=16` or a range "
+                f"`{variable[0]}=4:64`."
+                if variable
+                else ""
+            )
+        )
+    cols = st.columns([2, 2, 1, 3])
+    out = {
+        "shapes": cols[0].text_input("Shapes", key="form_shapes", placeholder="ids=4:64 mask=4:64"),
+        "ranges": cols[1].text_input("Value ranges", key="form_ranges", placeholder="ids=0:30000"),
+        "string_length": cols[2].text_input("String length", "16", key="form_string_length"),
+    }
+    upload = cols[3].file_uploader(
+        "Input data (perf_analyzer JSON)", type=["json"], key="form_input_data"
+    )
+    if upload is not None:
+        out["input_data"] = str(runs.save_upload(cfg.store.parent / "inputdata", upload.getvalue()))
+    return out
 
 
 def _progress() -> None:
@@ -162,6 +201,9 @@ def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
     cols[5].metric(
         "Average batch size", fmt.number(server.average_batch_size if server else None, 2)
     )
+    inputs = input_lines(run)
+    if inputs:
+        st.caption("  \n".join(line.strip() for line in inputs))
 
     window = run_window(run, cfg.scrape_interval_s)
     data, problem = server_data(cfg, run, window)

@@ -14,6 +14,11 @@ from loadgen.clients.target import TensorSpec
 WRONG_SUM = "wrong answer: OUTPUT_SUM != INPUT_A + INPUT_B"
 
 
+def wrong_output(name: str) -> str:
+    """The error of an output that differs from the input data's expected value."""
+    return f"wrong answer: {name} differs from the data's validation_data"
+
+
 def _fits(shape: Sequence[int], expected: Sequence[int]) -> bool:
     return len(shape) == len(expected) and all(
         e in (-1, s) for s, e in zip(shape, expected, strict=True)

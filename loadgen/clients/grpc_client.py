@@ -43,7 +43,8 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from loadgen.clients import http2
-from loadgen.clients.checks import WRONG_SUM, check_outputs
+from loadgen.clients.checks import WRONG_SUM, check_outputs, wrong_output
+from loadgen.clients.payloads import Expected, Tensor
 from loadgen.clients.slots import FAILED, OK, TIMED_OUT, Client, Pending, request_id
 from loadgen.errors import LoadgenError
 
@@ -294,18 +295,9 @@ def _unpad(flags: int, payload: bytes) -> bytes:
 class GrpcClient(Client):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        template = service_pb2.ModelInferRequest(model_name=self.model.name)
-        for t in self.tensors:
-            tensor = template.inputs.add(name=t.name, datatype=t.datatype)
-            tensor.shape.extend(t.shape)
-        for o in self.outputs:
-            template.outputs.add(name=o.name)
-        self.template = template.SerializeToString()
-        self.offsets = []
-        offset = 0
-        for t in self.tensors:
-            self.offsets.append((offset, offset + t.nbytes))
-            offset += t.nbytes
+        self.template, self.offsets = self._template(self.tensors)
+        # Requests of other sizes (strings, shape ranges, data): template by tensors.
+        self._templates: dict[tuple[Tensor, ...], tuple[bytes, list[tuple[int, int]]]] = {}
         a = self.address
         self.header_block = http2.request_headers(f"{a.host}:{a.port}", METHOD)
         self.header_cache = http2.HeaderCache()
@@ -316,6 +308,22 @@ class GrpcClient(Client):
         self._sweeper: asyncio.Task[None] | None = None
         self._valid_outputs: Any = None
         self._sum_index = -1
+
+    def _template(self, tensors: Any) -> tuple[bytes, list[tuple[int, int]]]:
+        """The message's fixed part for these tensors, and where each one's bytes lie in
+        the request's inputs."""
+        template = service_pb2.ModelInferRequest(model_name=self.model.name)
+        for t in tensors:
+            tensor = template.inputs.add(name=t.name, datatype=t.datatype)
+            tensor.shape.extend(t.shape)
+        for o in self.outputs:
+            template.outputs.add(name=o.name)
+        offsets = []
+        offset = 0
+        for t in tensors:
+            offsets.append((offset, offset + t.nbytes))
+            offset += t.nbytes
+        return template.SerializeToString(), offsets
 
     # ---- connections and slots --------------------------------------------------------
     async def _connect(self) -> _Conn:
@@ -398,21 +406,29 @@ class GrpcClient(Client):
             return
 
     # ---- requests ---------------------------------------------------------------------
-    def encode(self, index: int, inputs: bytes) -> bytes:
+    def encode(self, index: int, inputs: bytes, tensors: tuple[Tensor, ...] | None = None) -> bytes:
         """The request's gRPC message, length-prefixed (uncompressed)."""
-        parts = [self.template]
-        parts.extend(encode_field(RAW_INPUT_TAG, inputs[a:b]) for a, b in self.offsets)
+        template, offsets = self.template, self.offsets
+        if tensors is not None:
+            known = self._templates.get(tensors)
+            if known is None:
+                if len(self._templates) > 4096:  # strings of many lengths: bounded memory
+                    self._templates.clear()
+                known = self._templates[tensors] = self._template(tensors)
+            template, offsets = known
+        parts = [template]
+        parts.extend(encode_field(RAW_INPUT_TAG, inputs[a:b]) for a, b in offsets)
         if self.id_token:
             parts.append(encode_field(ID_TAG, request_id(self.id_token, index).encode()))
         message = b"".join(parts)
         return b"\x00" + struct.pack(">I", len(message)) + message
 
     def _frames(self, slot: _Slot, index: int, start: float) -> bytes:
-        inputs, expected = self.payloads.take(index)
+        inputs, expected, tensors = self.payloads.take(index)
         slot.pending = Pending(index, start, expected)
         self.busy.add(slot)
         self.recorder.mark_sent(start)
-        return slot.conn.request(slot, self.encode(index, inputs))
+        return slot.conn.request(slot, self.encode(index, inputs, tensors))
 
     def send(self, slot: Any, index: int, start: float) -> None:
         s: _Slot = slot
@@ -457,7 +473,7 @@ class GrpcClient(Client):
             self.on_done(slot)
 
     def check(
-        self, status: str, trailers: dict[str, str], data: bytes, expected: bytes
+        self, status: str, trailers: dict[str, str], data: bytes, expected: Expected
     ) -> str | None:
         grpc_status = trailers.get("grpc-status")
         if grpc_status is None:
@@ -480,6 +496,13 @@ class GrpcClient(Client):
                 return error
             self._valid_outputs = outputs
             self._sum_index = next((i for i, o in enumerate(outputs) if o.name == "OUTPUT_SUM"), -1)
+        if isinstance(expected, dict):
+            contents = response.raw_output_contents
+            for i, o in enumerate(outputs):
+                want = expected.get(o.name)
+                if want is not None and (i >= len(contents) or contents[i] != want):
+                    return wrong_output(o.name)
+            return None
         if expected:
             i = self._sum_index
             if i < 0 or response.raw_output_contents[i] != expected:

@@ -13,20 +13,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from loadgen.clients.checks import WRONG_SUM, check_outputs
+from loadgen.clients.checks import WRONG_SUM, check_outputs, wrong_output
+from loadgen.clients.payloads import Expected, Tensor
 from loadgen.clients.slots import FAILED, ID_DIGITS, OK, TIMED_OUT, Client, Pending, request_id
 
 SETTLE_S = 0.05  # for a burst: time for the server to read everything but the last bytes
 
 
-def request_head(client: Client) -> bytes:
+def request_head(client: Client, tensors: Sequence[Tensor] | None = None) -> bytes:
     """HTTP head plus JSON inference header of every request; only the inputs follow.
 
     With an id token the header carries ``"id": "<token>-0000000000"``: the digits are
     the request's index, fixed width, so every request's head has the same length.
     """
+    tensors = client.tensors if tensors is None else tensors
     ident = {"id": request_id(client.id_token, 0)} if client.id_token else {}
     header = json.dumps(
         {
@@ -38,7 +41,7 @@ def request_head(client: Client) -> bytes:
                     "datatype": t.datatype,
                     "parameters": {"binary_data_size": t.nbytes},
                 }
-                for t in client.tensors
+                for t in tensors
             ],
             "outputs": [
                 {"name": o.name, "parameters": {"binary_data": True}} for o in client.outputs
@@ -46,7 +49,7 @@ def request_head(client: Client) -> bytes:
         },
         separators=(",", ":"),
     ).encode()
-    body_len = len(header) + sum(t.nbytes for t in client.tensors)
+    body_len = len(header) + sum(t.nbytes for t in tensors)
     a = client.address
     return (
         f"POST /v2/models/{client.model.name}/infer HTTP/1.1\r\n"
@@ -116,12 +119,13 @@ class HttpClient(Client):
         super().__init__(*args, **kwargs)
         self.head = request_head(self)
         # Where the id's digits stand in the head (traced runs), else -1.
-        self._id_at = self.head.find(request_id(self.id_token, 0).encode()) if self.id_token else -1
-        if self._id_at >= 0:
-            self._id_at += len(self.id_token) + 1
+        self._id_at = self._digits_at(self.head)
+        # Requests of other sizes (strings, shape ranges, data): head and id place by tensors.
+        self._heads: dict[tuple[Tensor, ...], tuple[bytes, int]] = {}
         self.busy: set[_Conn] = set()
         self.conns: set[_Conn] = set()
         self._valid: tuple[bytes, int, int] | None = None  # (json header, sum offset, size)
+        self._valid_headers: set[bytes] = set()  # other right headers (requests that vary)
         self._sweeper: asyncio.Task[None] | None = None
 
     # ---- slots ------------------------------------------------------------------------
@@ -157,20 +161,34 @@ class HttpClient(Client):
         asyncio.ensure_future(reconnect())
 
     # ---- requests ---------------------------------------------------------------------
-    def head_of(self, index: int) -> bytes:
-        if self._id_at < 0:
-            return self.head
+    def _digits_at(self, head: bytes) -> int:
+        if not self.id_token:
+            return -1
+        return head.find(request_id(self.id_token, 0).encode()) + len(self.id_token) + 1
+
+    def head_of(self, index: int, tensors: tuple[Tensor, ...] | None = None) -> bytes:
+        head, at = self.head, self._id_at
+        if tensors is not None:
+            known = self._heads.get(tensors)
+            if known is None:
+                if len(self._heads) > 4096:  # strings of many lengths: bounded memory
+                    self._heads.clear()
+                made = request_head(self, tensors)
+                known = self._heads[tensors] = (made, self._digits_at(made))
+            head, at = known
+        if at < 0:
+            return head
         digits = b"%0*d" % (ID_DIGITS, index)
-        return self.head[: self._id_at] + digits + self.head[self._id_at + ID_DIGITS :]
+        return head[:at] + digits + head[at + ID_DIGITS :]
 
     def send(self, slot: Any, index: int, start: float) -> None:
         conn: _Conn = slot
-        inputs, expected = self.payloads.take(index)
+        inputs, expected, tensors = self.payloads.take(index)
         conn.pending = Pending(index, start, expected)
         self.busy.add(conn)
         self.recorder.mark_sent(start)
         assert conn.transport is not None
-        conn.transport.write(self.head_of(index) + inputs)
+        conn.transport.write(self.head_of(index, tensors) + inputs)
 
     async def burst(self, slots: list[Any], first_index: int) -> None:
         """Last-byte synchronisation (as in loadgen.clients.burst): every request goes out complete
@@ -178,8 +196,8 @@ class HttpClient(Client):
         can parse none before the final write and all arrive within microseconds."""
         datas = []
         for k, conn in enumerate(slots):
-            inputs, expected = self.payloads.take(first_index + k)
-            datas.append(self.head_of(first_index + k) + inputs)
+            inputs, expected, tensors = self.payloads.take(first_index + k)
+            datas.append(self.head_of(first_index + k, tensors) + inputs)
             conn.pending = Pending(first_index + k, 0.0, expected)
             conn.transport.write(datas[-1][:-1])
         await asyncio.sleep(SETTLE_S)
@@ -211,7 +229,7 @@ class HttpClient(Client):
             return  # connection_lost replaces it
         self.on_done(conn)
 
-    def check(self, status: int, head: bytes, body: bytes, expected: bytes) -> str | None:
+    def check(self, status: int, head: bytes, body: bytes, expected: Expected) -> str | None:
         if status != 200:
             return http_error(status, body)
         json_len = _header_value(head, b"\r\ninference-header-content-length:")
@@ -219,16 +237,30 @@ class HttpClient(Client):
             return "bad answer: outputs not in binary form"
         header = body[:json_len]
         valid = self._valid
-        if valid is None or valid[0] != header:
+        if (valid is None or valid[0] != header) and header not in self._valid_headers:
             error = self._validate(header, len(body) - json_len)
             if error is not None:
                 return error
             valid = self._valid
             assert valid is not None
+        if isinstance(expected, dict):
+            return self._compare(header, body[json_len:], expected) if expected else None
         if expected:
+            assert valid is not None
             offset = json_len + valid[1]
             if body[offset : offset + valid[2]] != expected:
                 return WRONG_SUM
+        return None
+
+    def _compare(self, header: bytes, binary: bytes, expected: dict[str, bytes]) -> str | None:
+        """Each output the data gives an expected value for, byte for byte."""
+        offset = 0
+        for out in json.loads(header).get("outputs") or []:
+            size = int((out.get("parameters") or {}).get("binary_data_size", 0))
+            want = expected.get(out["name"])
+            if want is not None and binary[offset : offset + size] != want:
+                return wrong_output(out["name"])
+            offset += size
         return None
 
     def _validate(self, header: bytes, binary_len: int) -> str | None:
@@ -248,6 +280,8 @@ class HttpClient(Client):
             return f"bad answer: {binary_len} binary bytes, header announces {offset}"
         if self.payloads.verify_sum and sum_at < 0:
             return "bad answer: output OUTPUT_SUM missing"
+        if self.payloads.varies and len(self._valid_headers) < 4096:
+            self._valid_headers.add(header)
         self._valid = (header, sum_at, sum_size)
         return None
 

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from loadgen.clients.payloads import Payloads, Tensor
+from loadgen.clients.payloads import Expected, Payloads, PoolPayloads, Tensor
 from loadgen.clients.target import Address, ModelSpec, TensorSpec
 
 OK, FAILED, TIMED_OUT = 0, 1, 2  # a request's outcome, as clients record it
@@ -45,11 +45,12 @@ class Outcomes(Protocol):
 
 
 class Pending:
-    """A request in flight: its index (which inputs), when it was due, its expected sum."""
+    """A request in flight: its index (which inputs), when it was due, what its answer must
+    hold (OUTPUT_SUM's bytes, or each validated output's bytes; empty: shapes only)."""
 
     __slots__ = ("index", "start", "expected")
 
-    def __init__(self, index: int, start: float, expected: bytes) -> None:
+    def __init__(self, index: int, start: float, expected: Expected) -> None:
         self.index = index
         self.start = start
         self.expected = expected
@@ -62,7 +63,7 @@ class Client:
         model: ModelSpec,
         tensors: list[Tensor],
         outputs: list[TensorSpec],
-        payloads: Payloads,
+        payloads: Payloads | PoolPayloads,
         recorder: Outcomes,
         timeout_s: float,
         id_token: str = "",

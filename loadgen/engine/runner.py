@@ -32,7 +32,18 @@ from typing import Any
 
 from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.http_client import HttpClient
-from loadgen.clients.payloads import Payloads, Tensor, request_tensors
+from loadgen.clients.inputdata import data_pool
+from loadgen.clients.payloads import (
+    Generation,
+    Payloads,
+    PoolPayloads,
+    PoolRequest,
+    Tensor,
+    check_batch,
+    check_names,
+    generated_pool,
+    request_tensors,
+)
 from loadgen.clients.slots import Client
 from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from loadgen.engine import scenarios, serverside
@@ -68,6 +79,15 @@ class Prepared:
     # The open-loop arrival schedule's seed: --seed, else drawn once here, so that a traced
     # run knows how many requests its schedule holds before it starts.
     arrival_seed: int = 0
+    # Requests that differ in size (strings, shape ranges, input data), made before the run,
+    # and what their answers are checked against beyond shapes and datatypes.
+    pool: list[PoolRequest] | None = None
+    checks: str = ""
+    payloads: Payloads | PoolPayloads | None = None  # the run's, once it started
+
+
+def generation(p: RunParams) -> Generation:
+    return Generation(dict(p.ranges), p.input_data == "zero", p.string_length, p.string_data)
 
 
 def prepare(params: RunParams) -> Prepared:
@@ -80,7 +100,27 @@ def prepare(params: RunParams) -> Prepared:
         target = parse_address(p.grpc_url, "--grpc-url", 8001)
         check_target(target, "--grpc-url", p.allow_remote, grpc=True)
     model = fetch_model(http.base_url, p.model)
-    tensors, outputs = request_tensors(model, p.batch_size, dict(p.shapes), dict(p.dtypes))
+    gen = generation(p)
+    shapes = dict(p.shapes)
+    pool, checks = None, ""
+    if p.input_data not in ("random", "zero"):
+        check_batch(model, p.batch_size)
+        check_given(model, p)
+        fixed = {
+            k: tuple(d for d in v if isinstance(d, int))
+            for k, v in shapes.items()
+            if all(isinstance(d, int) for d in v)
+        }
+        pool, checks = data_pool(p.input_data, model, p.batch_size, fixed)
+        tensors, outputs = list(pool[0].tensors), list(model.outputs)
+    else:
+        tensors, outputs = request_tensors(model, p.batch_size, shapes, dict(p.dtypes), gen)
+        ranged = any(not isinstance(d, int) for dims in shapes.values() for d in dims)
+        if ranged or any(t.datatype == "BYTES" for t in tensors):
+            pool = generated_pool(model, p.batch_size, shapes, gen, p.seed)
+            tensors = list(pool[0].tensors)
+        elif model.is_add_model:
+            checks = "OUTPUT_SUM = INPUT_A + INPUT_B"
     arrival_seed = p.seed if p.seed is not None else secrets.randbits(32)
     window = None
     if p.trace:
@@ -94,7 +134,24 @@ def prepare(params: RunParams) -> Prepared:
         if shape is not None and rough is not None and rough <= 2 * MAX_TRACE_COUNT:
             exact = count_arrivals(shape, p.poisson, arrival_seed)
         window = Window(p, p.exporter_url, exact)
-    return Prepared(p, http, target, model, tensors, outputs, window, arrival_seed)
+    return Prepared(p, http, target, model, tensors, outputs, window, arrival_seed, pool, checks)
+
+
+def check_given(model: ModelSpec, p: RunParams) -> None:
+    """With --input-data the data sets values and shapes: --dtype is still checked, and
+    options that generate values are refused rather than silently ignored."""
+    check_names(model, "--dtype", [k for k, _ in p.dtypes])
+    types = {t.name: t.datatype for t in model.inputs}
+    for name, dtype in p.dtypes:
+        if dtype != types[name]:
+            raise LoadgenError(
+                f"--dtype {name}={dtype} does not match the model, which takes {types[name]}"
+            )
+    if p.ranges or p.string_data is not None:
+        raise LoadgenError(
+            f"--range and --string-data generate values; --input-data {p.input_data} gives "
+            "them: use one or the other"
+        )
 
 
 def open_loop_shape(p: RunParams) -> LoadShape | None:
@@ -125,12 +182,20 @@ def run(
 def _client(prepared: Prepared, recorder: Recorder) -> Client:
     p = prepared.params
     cls: type[Client] = GrpcClient if p.protocol == "grpc" else HttpClient
+    payloads: Payloads | PoolPayloads
+    if prepared.pool is not None:
+        ranged = any(not isinstance(d, int) for _, dims in p.shapes for d in dims)
+        sample = p.data_order == "random" or (p.input_data in ("random", "zero") and ranged)
+        payloads = PoolPayloads(prepared.pool, sample, p.seed, prepared.checks)
+    else:
+        payloads = Payloads(prepared.model, prepared.tensors, p.seed, generation(p))
+    prepared.payloads = payloads
     return cls(
         prepared.target,
         prepared.model,
         prepared.tensors,
         prepared.outputs,
-        Payloads(prepared.model, prepared.tensors, p.seed),
+        payloads,
         recorder,
         p.timeout_s,
         id_token=prepared.window.token if prepared.window else "",
@@ -233,6 +298,12 @@ def _execute(
         if status == "ok":
             status = "failed"
     client = replace(recorder.summary(), not_sent=not_sent, error=error, ended=ended)
+    if prepared.payloads is not None:
+        client = replace(
+            client,
+            shapes=prepared.payloads.shapes_sent(),
+            checked=prepared.checks or "shapes and datatypes only",
+        )
     traced, trace = None, None
     if prepared.window is not None:
         found = prepared.window.close(recorder.sent, _config(base, p.model))

@@ -332,6 +332,12 @@ def _client(parts: Sequence[Part], offsets: Sequence[float], latency: Histogram)
         for kind, n in c.errors.items():
             errors[kind] = errors.get(kind, 0) + n
     data["errors"] = dict(sorted(errors.items(), key=lambda kv: -kv[1]))
+    if any(c.shapes for c in summaries):  # each process's shapes sent, added up
+        shapes: dict[str, int] = {}
+        for c in summaries:
+            for key, n in (c.shapes or {}).items():
+                shapes[key] = shapes.get(key, 0) + n
+        data["shapes"] = dict(sorted(shapes.items(), key=lambda kv: -kv[1]))
     # From the first request out (in any part) to the last outcome known (in any part).
     starts = [o + p.first_s for o, p in zip(offsets, parts, strict=True)]
     ends = [s + c.duration_s for s, c in zip(starts, summaries, strict=True)]

@@ -64,6 +64,7 @@ def run_table(run: LoadRun) -> str:
         lines.append(f"  not sent      {c.not_sent:,} due requests dropped at the stop")
     if c.late_sends is not None:
         lines.append(f"  late sends    {late_sends(c.late_sends, c.sent, c.late_threshold_s)}")
+    lines += input_lines(run)
     for kind, count in c.errors.items():
         lines.append(f"  error x{count:<6,} {kind}")
     if s is None:
@@ -86,6 +87,45 @@ def run_table(run: LoadRun) -> str:
     if run.trace is not None:
         lines += ["", *trace_lines(run.trace)]
     return "\n".join(lines)
+
+
+SHOWN_SHAPES = 6
+
+
+def input_lines(run: LoadRun) -> list[str]:
+    """What the requests held and what their answers were checked against; with several
+    shapes, what that does to batching (runs stored before these were recorded: none)."""
+    c, p = run.summary.client, run.params
+    lines = []
+    held = []
+    if p.input_data != "random":
+        held.append(p.input_data + (" (random order)" if p.data_order == "random" else ""))
+    held += [f"{name} in [{lo:g}, {hi:g})" for name, (lo, hi) in p.ranges]
+    if p.string_data is not None:
+        held.append(f"strings {p.string_data!r}")
+    elif tuple(p.string_length) != (16, 16):
+        lo, hi = p.string_length
+        held.append(f"strings of {lo}" + (f"..{hi}" if hi != lo else "") + " characters")
+    if held:
+        lines.append(f"  inputs        {', '.join(held)}")
+    if c.checked:
+        checked = c.checked
+        if checked == "shapes and datatypes only":
+            checked += " (no expected outputs given)"
+        lines.append(f"  checked       {checked}")
+    if c.shapes:
+        shown = ", ".join(f"{k} x{n:,}" for k, n in list(c.shapes.items())[:SHOWN_SHAPES])
+        more = len(c.shapes) - SHOWN_SHAPES
+        extra = f", and {more:,} more" if more > 0 else ""
+        lines.append(f"  shapes sent   {len(c.shapes):,} distinct: {shown}{extra}")
+        if len(c.shapes) > 1:
+            lines.append(
+                "  note: Triton's statistics do not split by shape, so executions and average "
+                "batch below are for all shapes together; its dynamic batcher groups only "
+                f"requests of the same shape unless the model allows ragged batching, so a "
+                f"batch here held requests of one of {len(c.shapes):,} shapes"
+            )
+    return lines
 
 
 def late_sends(late: int, sent: int, threshold_s: float | None) -> str:

@@ -7,9 +7,17 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from loadgen import limits
+from loadgen.clients.payloads import Dim, dims_text, parse_dims
 from loadgen.errors import LoadgenError
 from stacksettings import from_env_or_default
 
+INPUT_DEFAULTS: dict[str, Any] = {
+    "ranges": {},
+    "input_data": "random",
+    "data_order": "order",
+    "string_length": [16, 16],
+    "string_data": None,
+}
 SCENARIOS = ("serial", "concurrent", "concurrency", "rate", "steps")
 PROTOCOLS = ("http", "grpc")
 
@@ -41,8 +49,17 @@ class RunParams:
     poisson: bool = False
     stages: tuple[tuple[float, float], ...] = ()
     batch_size: int = 1
-    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Per input: sizes, each a number or an inclusive range (LO, HI) drawn per request.
+    shapes: tuple[tuple[str, tuple[Dim, ...]], ...] = ()
     dtypes: tuple[tuple[str, str], ...] = ()
+    # What the inputs hold (loadgen.inputopts): value ranges [LO, HI) per input; "random",
+    # "zero", or a perf_analyzer JSON file or a folder of .npy files; its order ("order" or
+    # "random", with the seed); generated strings' lengths (characters) or one given string.
+    ranges: tuple[tuple[str, tuple[float, float]], ...] = ()
+    input_data: str = "random"
+    data_order: str = "order"
+    string_length: tuple[int, int] = (16, 16)
+    string_data: str | None = None
     timeout_s: float = 10.0
     max_in_flight: int = limits.MAX_CONCURRENCY
     allow_remote: bool = False
@@ -54,8 +71,16 @@ class RunParams:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["shapes"] = {k: list(v) for k, v in self.shapes}
+        data["shapes"] = {
+            k: [d if isinstance(d, int) else dims_text([d]) for d in v] for k, v in self.shapes
+        }
         data["dtypes"] = dict(self.dtypes)
+        # Inputs as they always were (random, no ranges) keep the shape stores have had.
+        data["ranges"] = {k: list(v) for k, v in self.ranges}
+        data["string_length"] = list(self.string_length)
+        for key, default in INPUT_DEFAULTS.items():
+            if data[key] == default:
+                del data[key]
         data["stages"] = [list(s) for s in self.stages]
         if not self.trace:  # an untraced run keeps the shape stores have always had
             del data["trace"], data["exporter_url"]
@@ -67,8 +92,15 @@ class RunParams:
         left out."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        values["shapes"] = tuple((k, tuple(v)) for k, v in data.get("shapes", {}).items())
+        values["shapes"] = tuple(
+            (k, tuple(d if isinstance(d, int) else parse_dims(str(d), k)[0] for d in v))
+            for k, v in data.get("shapes", {}).items()
+        )
         values["dtypes"] = tuple(data.get("dtypes", {}).items())
+        values["ranges"] = tuple((k, (v[0], v[1])) for k, v in data.get("ranges", {}).items())
+        if "string_length" in data:
+            lo, hi = data["string_length"]
+            values["string_length"] = (lo, hi)
         values["stages"] = tuple((rate, seconds) for rate, seconds in data.get("stages", []))
         return cls(**values)
 

@@ -64,13 +64,17 @@ class ClientSummary:
     error: str = ""  # why sending ended early (the run's status is then failed)
     # What ended it: one of ENDED (runs stored before this was recorded: "").
     ended: str = ""
+    # Requests sent per shape (``ids[1,12] mask[1,12]``), and what answers were checked
+    # against beyond shapes and datatypes (runs stored before these were recorded: None, "").
+    shapes: dict[str, int] | None = None
+    checked: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("error", "ended"):
+        for key in ("error", "ended", "checked"):
             if not data[key]:
                 del data[key]
-        for key in ("not_sent", "late_sends", "late_threshold_s"):
+        for key in ("not_sent", "late_sends", "late_threshold_s", "shapes"):
             if data[key] is None:
                 del data[key]
         return data

@@ -5,20 +5,25 @@ Saves screenshots under test-artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from loadgen.results.summary import LoadRun
 from loadgen.store.runstore import RunStore
-from stacksettings import Settings
+from stack.supervisor import running
+from stacksettings import Settings, isolated
 from tests.dashboard.conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+INPUTDATA = Path(__file__).resolve().parents[1] / "loadgen" / "inputdata"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -181,3 +186,92 @@ def test_batch_timeline_draws_batches_and_arrivals(page: Page, traced_stack: Set
     assert ticks >= 30
     assert page.get_by_text("Why batches left").is_visible()
     save_whole_page(page, "dashboard-timeline.png")
+
+
+@pytest.fixture(scope="module")
+def inputs_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Triton serving the models of tests/loadgen/inputdata (one with variable dims), and
+    the dashboard in front of it."""
+    base = tmp_path_factory.mktemp("inputs-dashboard")
+    shutil.copytree(INPUTDATA / "model_repository", base / "models")
+    settings = replace(isolated(base / "state"), model_repository=base / "models")
+    with running(settings, only={"triton", "dashboard"}):
+        yield settings
+
+
+def open_form(page: Page, s: Settings, model: str) -> None:
+    """The Load runs view with ``model`` picked in the form."""
+    page.goto(f"{s.url('dashboard')}/?view=Load+runs")
+    page.get_by_role("heading", name="Load runs").wait_for(timeout=60_000)
+    page.locator(".st-key-form_model input").click()
+    page.get_by_role("option", name=model, exact=True).click()
+    shows(page, f"Inputs of {model}")
+
+
+def submit_form(page: Page, s: Settings, fields: dict[str, str]) -> LoadRun:
+    """Fill ``fields`` (by widget key), start, and return the stored run (found by its
+    label, the ``form_label`` field)."""
+    for key, value in fields.items():
+        field = page.locator(f".st-key-{key} input")
+        field.fill(value)
+        field.press("Enter")
+    page.wait_for_timeout(1000)  # let Streamlit take the inputs before the click
+    page.get_by_role("button", name="Start run").click()
+    db = s.state_dir / "loadgen.sqlite3"
+    found: list[LoadRun] = []
+
+    def stored() -> bool:
+        if not db.exists():
+            return False
+        with RunStore(db) as store:
+            for row in store.list_runs():
+                run = store.load_run(int(row["id"]))
+                if run.params.label == fields["form_label"] and row["status"] != "running":
+                    found.append(run)
+                    return True
+        return False
+
+    wait_for(stored, 60, f"run {fields['form_label']!r} to be stored")
+    return found[0]
+
+
+def test_a_run_on_a_variable_dims_model_with_a_shape_from_the_form(
+    page: Page, inputs_stack: Settings
+) -> None:
+    s = inputs_stack
+    fields = {
+        "form_concurrency": "2",
+        "form_duration": "2",
+        "form_shapes": "IDS=4:32",
+        "form_ranges": "IDS=0:1000",
+        "form_label": "shape mix",
+    }
+    open_form(page, s, "bounded_ids")
+    run = submit_form(page, s, fields)
+    # The form listed the model's inputs and said the variable dim needs a shape.
+    shows(page, "Variable dims (-1) need a shape")
+    shows(page, "INT64 [-1]")
+    assert run.params.model == "bounded_ids"
+    assert run.params.shapes == (("IDS", ((4, 32),)),)
+    c = run.summary.client
+    assert c.sent > 0 and c.ok == c.sent, c.errors
+    assert c.shapes is not None and len(c.shapes) > 5
+    assert run.summary.server is not None and run.summary.server.requests_success == c.sent
+    shows(page, "shape mix on bounded_ids")
+    shows(page, f"shapes sent {len(c.shapes)} distinct")
+    save_whole_page(page, "dashboard-shape-mix.png")
+
+
+def test_a_run_from_an_uploaded_data_file(page: Page, inputs_stack: Settings) -> None:
+    s = inputs_stack
+    open_form(page, s, "text_stats")
+    page.locator(".st-key-form_input_data input[type=file]").set_input_files(
+        str(INPUTDATA / "text_stats.json")
+    )
+    shows(page, "text_stats.json")
+    fields = {"form_concurrency": "2", "form_duration": "2", "form_label": "uploaded data"}
+    run = submit_form(page, s, fields)
+    assert Path(run.params.input_data).parent == s.state_dir / "inputdata"
+    c = run.summary.client
+    assert c.sent > 0 and c.ok == c.sent, c.errors
+    assert c.checked.startswith("outputs against the data's expected values (LENGTH, UPPER)")

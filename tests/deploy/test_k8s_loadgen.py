@@ -85,6 +85,18 @@ def test_each_pod_runs_a_load_the_cli_accepts_printing_mergeable_json(
     assert parsed.json and parsed.db.startswith("/tmp/")  # its own store, on its emptyDir
     (params,) = cli.params_from(parsed.command, parsed)
     assert params.label == "pod 2 of 4" and params.concurrency == 8
+    # The input options, empty by default: loadgen's defaults.
+    assert (params.shapes, params.ranges, params.input_data) == ((), (), "random")
+    given = {"SHAPES": "ids=4:64 mask=4:64", "RANGES": "ids=0:30000"}
+    with_inputs = [
+        re.sub(r"\$\((\w+)\)", lambda m: given.get(m.group(1), f"$({m.group(1)})"), a)
+        for a in c["args"]
+    ]
+    (shaped,) = cli.params_from(
+        parsed.command, cli.build_parser().parse_args(expanded({**c, "args": with_inputs}, 2)[3:])
+    )
+    assert shaped.shapes == (("ids", ((4, 64),)), ("mask", ((4, 64),)))
+    assert shaped.ranges == (("ids", (0.0, 30000.0)),)
     # The target: the triton Service, accepted without --allow-remote as the stack's Triton.
     env = {e["name"]: e.get("value") for e in c["env"]}
     monkeypatch.setenv("STACK_TRITON_URLS", env["STACK_TRITON_URLS"])

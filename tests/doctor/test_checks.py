@@ -194,3 +194,18 @@ def test_failures_name_the_queue_timeout_where_there_is_one() -> None:
     assert "Requests of priority 2 time out in the queue" in finding.explanation
     [plain] = check(parse_json(SPEC), window(requests_failed=100))
     assert "time out in the queue" not in plain.explanation
+
+
+def test_shape_fragmentation_unless_ragged() -> None:
+    from doctor.checks import ShapeMix
+
+    ids = {"name": "IDS", "data_type": "TYPE_INT64", "dims": ["-1"]}
+    spec = {**SPEC, "input": [ids]}
+    mix = ShapeMix(7, {"IDS[1,4]": 60, "IDS[1,9]": 40}, 1.1)
+    (found,) = [f for f in check(parse_json(spec), window(), mix) if f.code.startswith("shape")]
+    assert dict(found.numbers)["shapes sent in load run #7"] == "2"
+    assert any('name: "IDS" allow_ragged_batch: true' in line for line in found.fix)
+    ragged = {**SPEC, "input": [{**ids, "allow_ragged_batch": True}]}
+    assert "shape-fragmentation" not in [f.code for f in check(parse_json(ragged), window(), mix)]
+    one = ShapeMix(7, {"IDS[1,4]": 100}, 1.1)
+    assert "shape-fragmentation" not in [f.code for f in check(parse_json(spec), window(), one)]

@@ -90,7 +90,7 @@ def test_payloads_are_random_per_request_and_the_expected_sum_is_exact() -> None
     payloads = Payloads(ADD, tensors, seed=3)
     seen = set()
     for i in range(3000):  # crosses chunk boundaries
-        inputs, expected = payloads.take(i)
+        inputs, expected, _ = payloads.take(i)
         a, b = np.frombuffer(inputs, "<f4")
         assert np.frombuffer(expected, "<f4")[0] == np.float32(a) + np.float32(b)
         seen.add(inputs)
@@ -103,7 +103,7 @@ def test_large_requests_are_made_a_few_at_a_time() -> None:
     payloads = Payloads(ADD, big, seed=1)
     assert payloads.chunk == 4
     for i in range(9):
-        inputs, expected = payloads.take(i)
+        inputs, expected, _ = payloads.take(i)
         a, b = np.frombuffer(inputs, "<f4").reshape(2, -1)
         assert np.array_equal(np.frombuffer(expected, "<f4"), a + b)
     assert len(payloads._inputs) == 4 * payloads.request_bytes
