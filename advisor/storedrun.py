@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
@@ -149,7 +149,11 @@ def _outside(db: str | Path, run_id: int) -> Outside | None:
         samples = store.load_traced_latencies(db, run_id)
     except LoadgenError:
         return None
-    return outside(samples)
+    found = outside(samples)
+    if found is None:
+        return None
+    source = f"the run's {found.requests:,} traced requests; the spread is simulated"
+    return replace(found, source=source)
 
 
 def calibration(run: StoredRun, config: BatcherConfig, cores: float) -> Calibration:
