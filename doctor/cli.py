@@ -116,6 +116,18 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         help=f"the p99 latency bound of the advisor's config search (default {P99_MS:g}; "
         "the same search as `python -m advisor advise`)",
     )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=SearchOptions.seeds,
+        help=f"the search's seeds per finalist (default {SearchOptions.seeds}, as advise's)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=SearchOptions.requests,
+        help=f"simulated requests per config (default {SearchOptions.requests:,}, as advise's)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -253,12 +265,23 @@ def windows(
     return sampled, notes + more, sources
 
 
-def prescribed(d: Diagnosis, source: Source | None, p99_ms: float, quiet: bool) -> Diagnosis:
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    """The search's options: misuse is one line."""
+    if not 0 < args.p99_ms < math.inf:
+        raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+    if args.seeds < 1 or args.requests < 100:
+        raise UsageError("--seeds must be 1 or more and --requests 100 or more")
+    return SearchOptions(p99_bound_s=args.p99_ms / 1e3, seeds=args.seeds, requests=args.requests)
+
+
+def prescribed(
+    d: Diagnosis, source: Source | None, search: SearchOptions, quiet: bool
+) -> Diagnosis:
     if source is None:
         return d
     if not quiet:
         print(f"searching batching configs for {d.model} ...", file=sys.stderr)
-    return searched(d, source.options, SearchOptions(p99_bound_s=p99_ms / 1e3), source.server)
+    return searched(d, source.options, search, source.server)
 
 
 def stored(args: argparse.Namespace) -> Diagnosis:
@@ -288,14 +311,12 @@ def stored(args: argparse.Namespace) -> Diagnosis:
     opts = Options(store=args.store, run=args.run)
     if not args.json:
         print(f"searching batching configs for {d.model} ...", file=sys.stderr)
-    return searched(d, opts, SearchOptions(p99_bound_s=args.p99_ms / 1e3))
+    return searched(d, opts, search_options(args))
 
 
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
     if args.store is not None:
         try:
-            if not 0 < args.p99_ms < math.inf:
-                raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
             one = [stored(args)]
         except UsageError as exc:
             print(f"doctor: {exc}", file=sys.stderr)
@@ -305,8 +326,7 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
         url = _check_url(args.url, "--url")
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
-        if not 0 < args.p99_ms < math.inf:
-            raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+        search = search_options(args)
         found, notes, sources = windows(args, client, models, defaults)
         exporter = args.exporter_url or (
             defaults.exporter_url if url == defaults.triton_url else ""
@@ -315,7 +335,7 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
             prescribed(
                 diagnose(client, m, found.get(m), notes, exporter),
                 sources.get(m),
-                args.p99_ms,
+                search,
                 args.json,
             )
             for m in models
