@@ -494,15 +494,14 @@ class Outside:
         )
 
     def describe(self) -> str:
+        """'time outside Triton's queue and execution: 812 us median, p99 2,104 us (...)'."""
+        head = "time outside Triton's queue and execution: "
         if not self.spread_s:
-            return (
-                f"{self.median_s * 1e6:,.0f} us outside Triton's queue and execution "
-                f"(mean, from {self.source}; its spread not measured)"
-            )
+            mean = f"{self.median_s * 1e6:,.0f} us mean"
+            return f"{head}{mean} ({self.source}; its spread not measured)"
         return (
-            f"{self.median_s * 1e6:,.0f} us outside Triton's queue and execution "
-            f"(median; p99 {self.quantile_s(0.99) * 1e6:,.0f} us; {self.requests:,} "
-            f"{self.source})"
+            f"{head}{self.median_s * 1e6:,.0f} us median, p99 "
+            f"{self.quantile_s(0.99) * 1e6:,.0f} us ({self.source})"
         )
 
 

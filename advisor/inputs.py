@@ -213,12 +213,18 @@ def meter(url: str) -> costs.CpuMeter | None:
         return None
 
 
+def sample_step(window_s: float) -> float:
+    """Seconds between reads of the request count: 20 bins per window, enough to estimate
+    burstiness, at most 1 s each. The doctor reads at the same step, so that one window
+    fits to one traffic whoever watched it."""
+    return min(window_s / 20, 1.0)
+
+
 def watch(url: str, model: str, window_s: float) -> ServerWindow:
     """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU."""
     client = TritonClient(url)
     cpu_meter = meter(url)
-    # 20 bins per window, enough to estimate burstiness; at most 1 s each.
-    step_s = min(window_s / 20, 1.0)
+    step_s = sample_step(window_s)
     if cpu_meter is not None:
         cpu_meter.start()
     try:
@@ -561,7 +567,7 @@ def gather(opts: Options, window: ServerWindow | None = None) -> Prepared:
     notes = inputs.notes
     if inputs.outside is not None:
         cost = replace(cost, cpu=inputs.outside.apply(cost.cpu))
-        outside_line = f"time outside Triton: {inputs.outside.describe()}"
+        outside_line = inputs.outside.describe()
     else:
         outside_line = OUTSIDE_UNKNOWN
     measured = (

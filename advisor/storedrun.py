@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
@@ -106,7 +106,10 @@ def load(db: str | Path, run_id: int) -> StoredRun:
             run = runs.load_run(run_id)
             records = runs.load_records(run_id)
             traced = runs.load_traced_requests(run_id, run.params.model)
-            samples = runs.load_traced_latencies(run_id)
+            try:
+                samples = runs.load_traced_latencies(run_id)
+            except LoadgenError:  # a store without the traced tables: no time outside
+                samples = []
     except LoadgenError as exc:
         raise ValueError(str(exc)) from None
     server, client = run.summary.server, run.summary.client
@@ -117,6 +120,9 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         )
     due = sorted(float(r["start_s"]) for r in records)
     measured_outside = outside(samples)
+    if measured_outside is not None:
+        source = f"the run's {measured_outside.requests:,} traced requests; the spread is simulated"
+        measured_outside = replace(measured_outside, source=source)
     config = stored_config(run.model_config)
     handoff = measure(traced, config) if config and len(traced) >= MIN_REQUESTS else None
     return StoredRun(

@@ -79,7 +79,7 @@ class TritonPythonModel:
 """
 # The rate r each model is fitted at; judged at 0.5r, r and 1.5r.
 TUNING = {"batch_add_model": 500.0, "var_add": 800.0, "mlp_model": 250.0}
-HELDOUT = {"ho_tokens": 600.0, "ho_rows": 300.0, "ho_pair": 400.0}
+HELDOUT = {"ho_tokens": 300.0, "ho_rows": 200.0, "ho_pair": 400.0}
 RATES = {**TUNING, **HELDOUT}
 JUDGED_AT = (0.5, 1.0, 1.5)
 HELDOUT_DIR = ROOT / "bench" / "models" / "heldout"

@@ -6,7 +6,7 @@ are the advisor's own (:func:`advisor.advice.advise`), the same as ``advisor adv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,11 +17,10 @@ from advisor.advice import advise as advisor_advise
 from advisor.inputs import Options
 from stacksettings import from_env_or_default
 
-# Simulated requests per candidate config: enough for stable averages, few enough that a
-# recommendation (about 150 configs) takes seconds, not minutes, on a small machine.
-REQUESTS = 2_000
 P99_BOUND_S = 0.010
-SEEDS = 3  # the noise interval: fewer than the CLI's 5, the panel answers in seconds
+# The search's own defaults (seeds, simulated requests), the same as `advisor advise` and the
+# doctor's: one run gets one recommendation wherever it is asked for.
+SEARCH = SearchOptions(p99_bound_s=P99_BOUND_S)
 CALIBRATIONS = from_env_or_default().state_dir / "advisor-calibrations.json"
 VERIFY_S = 4.0
 
@@ -56,7 +55,7 @@ def advise(
     or a run stored without its config cannot have it read from ``triton_url``."""
     found = advisor_advise(
         Options(store=db, run=run_id, url=triton_url, calibrations=calibrations),
-        SearchOptions(p99_bound_s=p99_bound_s, seeds=SEEDS, requests=REQUESTS),
+        replace(SEARCH, p99_bound_s=p99_bound_s),
     )
     inputs, rec = found.prepared.inputs, found.recommendation
     calibration = found.prepared.costs.calibration

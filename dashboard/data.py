@@ -8,6 +8,8 @@ Prometheus again.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
@@ -118,8 +120,19 @@ def diagnosis(
     window = prometheus_window(client(prometheus_url), model, window_s)
     notes = [] if window is not None else ["Prometheus has no exporter series for this model"]
     triton = TritonClient(triton_url, timeout_s=3.0)
-    found = diagnose(triton, model, window, notes, exporter_url)
-    # The fix lines from the advisor's search over the same window: the CLI's defaults, so
-    # that the panel, `stack doctor` and `advisor advise` give one config.
+    return diagnose(triton, model, window, notes, exporter_url)
+
+
+SEARCH_TTL_S = 120
+
+
+@st.cache_data(ttl=SEARCH_TTL_S, max_entries=16, show_spinner=False)
+def prescribed(
+    prometheus_url: str, triton_url: str, model: str, window_s: int, exporter_url: str = ""
+) -> Diagnosis:
+    """The checks with their config from the advisor's search over the same window, with
+    the CLI's defaults, so that the panel, `stack doctor` and `advisor advise` give one
+    config. Seconds of simulation: asked for, not run on every refresh."""
+    found = diagnosis(prometheus_url, triton_url, model, window_s, exporter_url)
     opts = Options(triton_url, model, window_s, prometheus=prometheus_url)
-    return searched(found, opts, SearchOptions())
+    return searched(replace(found, notes=list(found.notes)), opts, SearchOptions())

@@ -11,17 +11,22 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
 from advisor.inputs import Options, ServerWindow
 from doctor import report
+from doctor.checks import check
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.prescribe import searched
-from doctor.window import Window
+from doctor.window import Window, from_summary
+from loadgen import store
+from loadgen.errors import LoadgenError
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
+from tritonapi.modelconfig import parse_json
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 P99_MS = 10.0  # the search's default bound, the dashboard's too
@@ -97,11 +102,31 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         "with the stack's --url)",
     )
     parser.add_argument(
+        "--store",
+        metavar="DB",
+        type=Path,
+        help="diagnose a stored load run instead (with --run): its statistics and config, "
+        "the same inputs as `advisor advise --store DB --run ID`",
+    )
+    parser.add_argument("--run", type=int, metavar="ID", help="the run in --store")
+    parser.add_argument(
         "--p99-ms",
         type=float,
         default=P99_MS,
         help=f"the p99 latency bound of the advisor's config search (default {P99_MS:g}; "
         "the same search as `python -m advisor advise`)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=SearchOptions.seeds,
+        help=f"the search's seeds per finalist (default {SearchOptions.seeds}, as advise's)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=SearchOptions.requests,
+        help=f"simulated requests per config (default {SearchOptions.requests:,}, as advise's)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -240,21 +265,68 @@ def windows(
     return sampled, notes + more, sources
 
 
-def prescribed(d: Diagnosis, source: Source | None, p99_ms: float, quiet: bool) -> Diagnosis:
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    """The search's options: misuse is one line."""
+    if not 0 < args.p99_ms < math.inf:
+        raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+    if args.seeds < 1 or args.requests < 100:
+        raise UsageError("--seeds must be 1 or more and --requests 100 or more")
+    return SearchOptions(p99_bound_s=args.p99_ms / 1e3, seeds=args.seeds, requests=args.requests)
+
+
+def prescribed(
+    d: Diagnosis, source: Source | None, search: SearchOptions, quiet: bool
+) -> Diagnosis:
     if source is None:
         return d
     if not quiet:
         print(f"searching batching configs for {d.model} ...", file=sys.stderr)
-    return searched(d, source.options, SearchOptions(p99_bound_s=p99_ms / 1e3), source.server)
+    return searched(d, source.options, search, source.server)
+
+
+def stored(args: argparse.Namespace) -> Diagnosis:
+    """The checks and the search on one stored load run (``--store --run``)."""
+    if args.run is None:
+        raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
+    try:
+        run = store.load_run(args.store, args.run)
+    except LoadgenError as exc:
+        raise UsageError(str(exc)) from None
+    if run.model_config is None or run.summary.server is None:
+        raise UsageError(
+            f"run {args.run} was stored without its model config or the server's statistics: "
+            "diagnose the live server instead (--url)"
+        )
+    seconds = max(run.finished_at - run.started_at, 1e-3)
+    window = from_summary(
+        run.summary.server, seconds, f"stored run {args.run} of {args.store} ({seconds:.1f} s)"
+    )
+    d = Diagnosis(
+        run.params.model,
+        parse_json(run.model_config),
+        window,
+        "stored run (its traces are the advisor's business)",
+        check(parse_json(run.model_config), window),
+    )
+    opts = Options(store=args.store, run=args.run)
+    if not args.json:
+        print(f"searching batching configs for {d.model} ...", file=sys.stderr)
+    return searched(d, opts, search_options(args))
 
 
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
+    if args.store is not None:
+        try:
+            one = [stored(args)]
+        except UsageError as exc:
+            print(f"doctor: {exc}", file=sys.stderr)
+            return 2
+        return show(args, one)
     try:
         url = _check_url(args.url, "--url")
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
-        if not 0 < args.p99_ms < math.inf:
-            raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+        search = search_options(args)
         found, notes, sources = windows(args, client, models, defaults)
         exporter = args.exporter_url or (
             defaults.exporter_url if url == defaults.triton_url else ""
@@ -263,7 +335,7 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
             prescribed(
                 diagnose(client, m, found.get(m), notes, exporter),
                 sources.get(m),
-                args.p99_ms,
+                search,
                 args.json,
             )
             for m in models
@@ -274,6 +346,10 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
     except TritonError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2
+    return show(args, diagnoses)
+
+
+def show(args: argparse.Namespace, diagnoses: list[Diagnosis]) -> int:
     if args.json:
         print(json.dumps(report.to_json(diagnoses), indent=2))
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from loadgen.summary import ServerSummary
 from tritonapi.stats import ModelStats
 
 COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -120,4 +121,19 @@ def from_statistics(
         gpu_utilization=gpu_utilization,
         gpus=gpus,
         active_seconds=active_seconds,
+    )
+
+
+def from_summary(server: ServerSummary, seconds: float, source: str) -> Window:
+    """The window of a stored load run: the statistics delta the run kept."""
+    return Window(
+        seconds=seconds,
+        source=source,
+        requests_ok=server.requests_success,
+        requests_failed=server.requests_failure,
+        inferences=server.inferences,
+        executions=server.executions,
+        queue_s=server.queue_s_total,
+        compute_s=server.compute_s_total,
+        executions_by_size={s: float(n) for s, n in server.executions_by_batch_size.items()},
     )

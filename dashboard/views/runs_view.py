@@ -308,7 +308,8 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
         st.caption(
             "The advisor simulates Triton's batcher with the service times and traffic of this "
             "run, compares its prediction with what was measured, and searches for a better "
-            "config (p99 latency ≤ 10 ms). It takes a few seconds."
+            "config (p99 latency ≤ 10 ms), the same search as `advisor advise --store`. It takes "
+            "seconds to a minute of simulation."
         )
         if st.button("Ask the advisor about this run", key=f"ask_{run.run_id}"):
             st.session_state[key] = True
