@@ -21,7 +21,7 @@ from doctor.checks import check
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.prescribe import searched
 from doctor.window import Window, from_summary
-from loadgen import store
+from loadgen.store.runstore import RunStore
 from loadgen.errors import LoadgenError
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
@@ -289,7 +289,8 @@ def stored(args: argparse.Namespace) -> Diagnosis:
     if args.run is None:
         raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
     try:
-        run = store.load_run(args.store, args.run)
+        with RunStore(args.store) as runs:
+            run = runs.load_run(args.run)
     except LoadgenError as exc:
         raise UsageError(str(exc)) from None
     if run.model_config is None or run.summary.server is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from loadgen.summary import ServerSummary
+from loadgen.results.summary import ServerSummary
 from tritonapi.stats import ModelStats
 
 COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
