@@ -21,8 +21,8 @@ from doctor.checks import check
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.prescribe import searched
 from doctor.window import Window, from_summary
-from loadgen.store.runstore import RunStore
 from loadgen.errors import LoadgenError
+from loadgen.store.runstore import RunStore
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
