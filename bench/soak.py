@@ -104,14 +104,17 @@ def soak(
     db = folder / "soak.sqlite3"
     before = TritonClient(url).model_stats(MODEL)
     print(f"soak: concurrency {concurrency} for {seconds:g} s into {db}", flush=True)
+    out_path, err_path = folder / "loadgen.out.json", folder / "loadgen.err"
+    out_file, err_file = out_path.open("w"), err_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadgen", "concurrency", "-c", str(concurrency)]
         + ["-d", f"{seconds:g}", "--url", url, "--db", str(db), "--json"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        # Files, not pipes: nothing reads a pipe until the run ends, and a result over the
+        # pipe's 64 KiB would block the load generator until the bench's SIGTERM.
+        stdout=out_file,
+        stderr=err_file,
     )
     t0 = time.monotonic()
     samples: list[tuple[float, dict[str, int], float]] = []  # (t, service -> rss, load1)
@@ -138,7 +141,10 @@ def soak(
             stopped_by_bench = "SIGKILL"
             proc.kill()
         time.sleep(SAMPLE_S)
-    out, err = proc.communicate()
+    proc.wait()
+    out_file.close()
+    err_file.close()
+    out, err = out_path.read_text(), err_path.read_text()
     elapsed = time.monotonic() - t0
     after = TritonClient(url).model_stats(MODEL)
     if not out.strip():

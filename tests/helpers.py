@@ -98,6 +98,11 @@ class TritonCrashes:
         """The (supervised) stack whose Triton the tests of this module use."""
         self.settings = settings
 
+    def forget(self) -> None:
+        """A test is setting up: no crash is anyone's until :meth:`begin` (a test whose
+        setup fails waiting for Triton is not rerun for the previous test's crash)."""
+        self.nodeid = ""
+
     def begin(self, nodeid: str) -> None:
         """A test starts: what Triton's log and the supervisor hold now is not its crash."""
         assert self.settings is not None, "watch() the stack first"

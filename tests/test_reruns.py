@@ -105,13 +105,16 @@ def test_its_own_fault_is_not_rerun():
 """
 
 
-@pytest.mark.parametrize("count", [3, 4])
-def test_reruns_are_listed_and_more_than_three_fail_the_session(tmp_path: Path, count: int) -> None:
+@pytest.mark.parametrize(("count", "workers"), [(3, 0), (4, 0), (4, 2)])
+def test_reruns_are_listed_and_more_than_three_fail_the_session(
+    tmp_path: Path, count: int, workers: int
+) -> None:
     """A session whose only failures are reruns passes with 3 and fails with 4; a failure
-    the condition rejects is not rerun at all."""
+    the condition rejects is not rerun at all. With xdist's workers too (the causes travel
+    in the reports)."""
     (tmp_path / "test_session.py").write_text(SESSION.replace("COUNT", str(count)))
     argv = [sys.executable, "-m", "pytest", str(tmp_path), "-p", "tests.conftest", "-q"]
-    argv += ["-p", "no:randomly", "-p", "no:cacheprovider", "-k"]
+    argv += ["-p", "no:randomly", "-p", "no:cacheprovider", "-n", str(workers), "-k"]
     for select, expect in (("first_try", 0 if count <= 3 else 1), ("own_fault", 1)):
         tries = tmp_path / "tries"
         tries.unlink(missing_ok=True)
@@ -132,4 +135,4 @@ def test_reruns_are_listed_and_more_than_three_fail_the_session(tmp_path: Path, 
             assert line in out, out
         limit = "over the limit" if count > 3 else "within the limit"
         assert f"{count} test(s) needed a rerun; at most 3 may ({limit}" in out, out
-        assert tries.read_text().split() == [str(n) for n in range(count) for _ in (0, 1)]
+        assert sorted(tries.read_text().split()) == [str(n) for n in range(count) for _ in (0, 1)]

@@ -50,7 +50,10 @@ def test_advisor_predicts_the_run_and_recommends(
     assert row["measured"] == f"{measured:,.2f}"
     assert 1.0 <= float(row["predicted"]) <= 4.0
     verdict = [i.value for i in at.info] + [m.value for m in at.success]
-    assert any(v.startswith(("Recommended", "Keep it")) for v in verdict), verdict
+    assert any(v.startswith(("Recommended", "Keep it")) for v in verdict), (
+        verdict,
+        [w.value for w in at.warning],
+    )
 
 
 def test_the_panel_shows_costs_noise_and_a_verification(

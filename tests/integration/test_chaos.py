@@ -441,16 +441,16 @@ def test_a_hung_exporter_is_restarted_and_pages_once(hung_stack: Settings) -> No
 def test_stack_restart_goes_through_the_supervisor(stack: Settings) -> None:
     """`python -m stack restart SERVICE` as a user types it, answered by the detached
     stack's supervising process: a new, healthy process, one restart more, the old gone."""
-    before = status(stack)["exporter"]
-    done = cli(stack, "restart", "exporter")
+    before = status(stack)["alertmanager"]
+    done = cli(stack, "restart", "alertmanager")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("restarted exporter ("), done.stdout
-    after = status(stack)["exporter"]
+    assert done.stdout.startswith("restarted alertmanager ("), done.stdout
+    after = status(stack)["alertmanager"]
     assert after["pid"] != before["pid"] and after["state"] == "healthy", after
     assert after["restarts"] == before["restarts"] + 1
     assert after["last_exit"].startswith("stopped for `restart`"), after
     assert procstat.start_time(before["pid"]) is None
-    assert requests.get(f"{stack.url('exporter')}/metrics", timeout=10).status_code == 200
+    assert requests.get(f"{stack.url('alertmanager')}/-/ready", timeout=10).status_code == 200
     wrong = cli(stack, "restart", "no_such_service", timeout=60)
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
     assert "no service 'no_such_service' in this stack (running: triton, " in wrong.stderr

@@ -75,6 +75,7 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
 @pytest.fixture(autouse=True)
 def triton_back(traced_stack: Settings, request: pytest.FixtureRequest) -> None:
     """A Triton restarted after a crash is waited for; a crash from now on is this test's."""
+    CRASHES.forget()
     TritonCrashes.wait_ready(traced_stack)
     CRASHES.begin(request.node.nodeid)
 

@@ -49,6 +49,7 @@ def stack_state(
     """loadgen opens trace settings with the key in the stack's state folder, as a user's
     loadgen finds the ./stack/up stack's. A Triton restarted after a crash is waited for;
     a crash from now on is this test's."""
+    CRASHES.forget()
     TritonCrashes.wait_ready(traced_stack)
     CRASHES.begin(request.node.nodeid)
     monkeypatch.setenv("STACK_STATE_DIR", str(traced_stack.state_dir))
