@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from advisor import costs, handoff, storedrun, verify
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
@@ -46,6 +48,7 @@ from loadgen.errors import LoadgenError
 from loadgen.params import RunParams
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
+from tritonapi.modelname import model_name
 from tritonapi.stats import ModelStats
 from tritonapi.traces import ExporterUnavailable, read_exporter
 
@@ -205,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="predict and recommend from a running Triton or a stored load run",
     )
     advise.add_argument("--url", help="Triton HTTP base URL (config, statistics, traffic)")
-    advise.add_argument("--model", help="model name (with --url)")
+    advise.add_argument("--model", type=model_name, help="model name (with --url)")
     advise.add_argument(
         "--window",
         type=_positive(float, "--window"),
@@ -683,7 +686,26 @@ def print_recommendation(rec: Recommendation, notes: list[str], cost: Costs) -> 
     print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
 
 
+def probe_traces(url: str) -> None:
+    """--traces must be the exporter, and answer, before the minutes of watching begin."""
+    try:
+        response = requests.get(f"{url.rstrip('/')}/api/traces", timeout=5)
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise UsageError(
+            f"--traces {url}: the exporter's trace API did not answer usably "
+            f"({type(exc).__name__}); give the exporter's URL (port 9733 by default)"
+        ) from None
+    if not (isinstance(body, dict) and ("requests" in body or "error" in body)):
+        raise UsageError(
+            f"--traces {url}: that is not the exporter (its /api/traces answered "
+            f"{response.status_code}); give the exporter's URL (port 9733 by default)"
+        )
+
+
 def advise(args: argparse.Namespace) -> int:
+    if args.traces:
+        probe_traces(args.traces)
     given, calibrated_service = given_costs(args)
     traffic = given_traffic(args)
     if args.store:

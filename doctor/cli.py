@@ -18,6 +18,7 @@ from doctor.window import Window
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
+from tritonapi.modelname import model_name
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 PROMETHEUS_S = 300.0
@@ -59,7 +60,9 @@ class UsageError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("--model", "-m", help="one model (default: every ready model)")
+    parser.add_argument(
+        "--model", "-m", type=model_name, help="one model (default: every ready model)"
+    )
     parser.add_argument(
         "--url", default=defaults.triton_url, help=f"Triton's HTTP endpoint ({defaults.triton_url})"
     )

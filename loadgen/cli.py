@@ -23,6 +23,7 @@ from loadgen import api, capacity, cli_multi, report, store
 from loadgen.errors import LoadgenError
 from loadgen.params import RunParams, default_db
 from loadgen.payloads import parse_dims
+from tritonapi.modelname import model_name
 
 SCENARIO_HELP = {
     "serial": "N requests one at a time, a fixed gap after each answer (the spec's first case)",
@@ -34,7 +35,13 @@ SCENARIO_HELP = {
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", default="batch_add_model", help="model name (batch_add_model)")
+    p.add_argument(
+        "-m",
+        "--model",
+        type=model_name,
+        default="batch_add_model",
+        help="model name (batch_add_model)",
+    )
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument(
         "--url",

@@ -86,6 +86,10 @@ class RunParams:
         return "steps " + " ".join(f"{r:g}/s*{d:g}s" for r, d in self.stages)
 
 
+# numpy's generators take seeds of 32 bits (and none below 0).
+MAX_SEED = 2**32 - 1
+
+
 def validate(p: RunParams) -> RunParams:
     """The params with defaults filled in; LoadgenError (exit 2) on anything out of bounds."""
     if p.scenario not in SCENARIOS:
@@ -94,6 +98,8 @@ def validate(p: RunParams) -> RunParams:
         raise LoadgenError(f"--protocol {p.protocol!r}: use http or grpc")
     if not p.model:
         raise LoadgenError("--model must name a model")
+    if p.seed is not None and not 0 <= p.seed <= MAX_SEED:
+        raise LoadgenError(f"--seed {p.seed}: use a whole number from 0 to {MAX_SEED}")
     limits.positive(p.timeout_s, "--timeout", limits.MAX_TIMEOUT_S, "s")
     limits.positive_int(p.batch_size, "--batch-size", 1 << 20)
     limits.positive_int(p.max_in_flight, "--max-in-flight", limits.MAX_CONCURRENCY)

@@ -166,6 +166,12 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
     path = Path(db)
     if not create and not path.exists():
         raise LoadgenError(f"no load-run store at {path} (run a load first, or pass --db)")
+    if path.exists() and not path.is_file():
+        # SQLite opens /dev/null (and reads it as an empty store) or fails on a folder late.
+        raise LoadgenError(
+            f"{path} is not a file (a folder or a device); pass --db with the path of a "
+            "load-run store (SQLite)"
+        )
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:

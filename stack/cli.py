@@ -40,6 +40,7 @@ from stacksettings import (
 )
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
+from tritonapi.modelname import model_name
 from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
 
 
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "triton_batching_queue_wait_seconds show them. Exit 0 when the window completed, "
         "1 when --seconds ran out first (its traces are then not written), 2 on misuse.",
     )
-    trace.add_argument("--model", required=True, help="the model to trace")
+    trace.add_argument("--model", type=model_name, required=True, help="the model to trace")
     trace.add_argument(
         "--count",
         type=int,
@@ -335,6 +336,13 @@ def check_config(settings: Settings) -> int:
         raise StackError(
             f"{exc}: pass --model-repository or STACK_MODEL_REPOSITORY", exit_code=2
         ) from None
+    if not checks:
+        raise StackError(
+            f"{settings.model_repository} holds no model (a model is a folder with a "
+            "config.pbtxt): pass --model-repository or STACK_MODEL_REPOSITORY with the "
+            "repository's folder",
+            exit_code=2,
+        )
     for check in checks:
         for finding in check.findings:
             print(finding, file=sys.stderr)

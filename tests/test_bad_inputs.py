@@ -229,6 +229,27 @@ CASES = [
         problem="--p99-ms",
         fix="positive",
     ),
+    # ---- round 3 (issue 29): each of these ended in a traceback, a wrong cause or exit 0 ---
+    case(
+        *RATE, "-r", "10", "-d", "1", "--poisson", "--seed", "-1", problem="--seed -1", fix="0 to"
+    ),
+    case(*STACK, "check-config", "--model-repository", "{empty}", problem="no model", fix="--mod"),
+    case(*LOADGEN, "runs", "--db", "/dev/null", problem="/dev/null is not a file", fix="--db"),
+    case(*CONC, "--model", "m" * 100_000, problem="100,000 characters", fix="name of a folder"),
+    case(
+        *ADVISOR,
+        "advise",
+        "--url",
+        DEAD_URL,
+        "--model",
+        "m",
+        "--p99-ms",
+        "5",
+        "--traces",
+        "http://127.0.0.1:1",
+        problem="--traces http://127.0.0.1:1",
+        fix="exporter's URL",
+    ),
 ]
 
 
@@ -237,6 +258,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("bad-inputs")
     shutil.copy(STORE, folder / "loadgen.sqlite3")
     (folder / "notsqlite").write_text("these are my notes, not a database\n")
+    (folder / "empty").mkdir()
     yield folder
 
 
@@ -250,7 +272,10 @@ def fingerprint(folder: Path) -> dict[str, str]:
 
 def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
     argv = [
-        a.format(store=state / "loadgen.sqlite3", notsqlite=state / "notsqlite") for a in c.argv
+        a.format(
+            store=state / "loadgen.sqlite3", notsqlite=state / "notsqlite", empty=state / "empty"
+        )
+        for a in c.argv
     ]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
