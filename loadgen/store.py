@@ -191,6 +191,31 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
         raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
 
 
+def check_writable(db: str | Path) -> None:
+    """LoadgenError (one line) unless a run can be stored at ``db``: missing (it is made),
+    or an existing load-run store. Checked before a run sends anything."""
+    path = Path(db)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LoadgenError(
+            f"--db {path}: cannot be read ({exc.strerror or exc}); pass --db with the path of "
+            "a load-run store, or of a new file"
+        ) from None
+    with closing(connect(path)) as conn:
+        try:
+            conn.execute("SELECT name FROM sqlite_master").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if is_locked(exc):
+                return
+            raise LoadgenError(
+                f"--db {path} is not a load-run store ({exc}); pass --db with the SQLite file "
+                "loadgen writes, or a new file"
+            ) from None
+
+
 def is_locked(exc: BaseException) -> bool:
     """SQLite's answer when another connection holds the lock past the busy wait."""
     return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)

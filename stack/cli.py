@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -42,6 +41,9 @@ from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelname import model_name
 from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
+
+# An hour between scrapes already leaves every rule window empty; more is a typing slip.
+MAX_SCRAPE_INTERVAL_S = 3600.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,14 +250,29 @@ def doctor_defaults() -> doctor_cli.Defaults:
     )
 
 
+def resolved(path: Path, flag: str, folder: bool = False) -> Path:
+    """``path`` made absolute; one SettingsError line when it cannot be (a symlink loop) or
+    when a folder is wanted and it is something else (a file, a device)."""
+    try:
+        full = path.resolve()
+        is_other = folder and full.exists() and not full.is_dir()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Python's "Symlink loop"
+        raise SettingsError(f"{flag} {path}: cannot be read ({exc}); give another path") from None
+    if is_other:
+        raise SettingsError(f"{flag} {path} is not a folder; give a folder's path")
+    return full
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     settings = from_env()
     if getattr(args, "rules_settings", None):
-        settings = replace(settings, rules_settings=args.rules_settings.resolve())
+        rules = resolved(args.rules_settings, "--rules-settings")
+        settings = replace(settings, rules_settings=rules)
     if args.state_dir:
-        settings = replace(settings, state_dir=args.state_dir.resolve())
+        settings = replace(settings, state_dir=resolved(args.state_dir, "--state-dir", True))
     if args.model_repository:
-        settings = replace(settings, model_repository=args.model_repository.resolve())
+        repository = resolved(args.model_repository, "--model-repository", True)
+        settings = replace(settings, model_repository=repository)
     if getattr(args, "host", None):
         settings = replace(settings, host=args.host)
     if args.command == "up" and not settings.on_loopback and not args.expose:
@@ -271,8 +288,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
     }
     settings = settings.with_ports(**ports)
     if getattr(args, "scrape_interval", None) is not None:
-        if not 0 < args.scrape_interval < math.inf:
-            raise SettingsError("--scrape-interval must be a positive number of seconds")
+        if not 0 < args.scrape_interval <= MAX_SCRAPE_INTERVAL_S:
+            raise SettingsError(
+                f"--scrape-interval must be a positive number of seconds, at most "
+                f"{MAX_SCRAPE_INTERVAL_S:g}"
+            )
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
     if getattr(args, "hung_after", None) is not None:
         hung = parse_seconds(args.hung_after, "--hung-after", settings.hung_after_s)

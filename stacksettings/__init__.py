@@ -197,7 +197,7 @@ def read_secret(path: Path | str | None) -> str | None:
         return None
     try:
         return Path(path).read_text().strip() or None
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # missing, a folder, a loop, binary garbage
         return None
 
 

@@ -7,20 +7,35 @@ Every command runs as a real subprocess against a state folder holding a real lo
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
+import importlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from advisor import cli as advisor_cli
 from dashboard import runs
+from exporter import cli as exporter_cli
+from loadgen import cli as loadgen_cli
+from stack import cli as stack_cli
 from stacksettings import free_ports
+from tritonapi.modelname import model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "tests" / "advisor" / "data" / "loadruns.sqlite3"
@@ -299,6 +314,8 @@ def test_there_are_at_least_40_cases_across_every_cli() -> None:
     assert {c.argv[0].split(".")[0] for c in CASES} == {"stack", "exporter", "loadgen", "advisor"}
 
 
+# About a hundred interpreters started one after another: minutes on a busy 2-core machine.
+@pytest.mark.timeout(900)
 def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Path) -> None:
     before = fingerprint(state)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -344,3 +361,315 @@ def test_the_dashboard_form_refuses_with_a_message(
     with pytest.raises(runs.RunRefused, match=message.replace("(", r"\(")) as refused:
         runs.to_params(form, DEAD_URL)
     assert "\n" not in str(refused.value)
+
+
+# ---- by class: every flag that takes a number, a path, a URL or a model name ------------
+# Generated from the parsers themselves (their actions' ``type``, ``dest`` and ``metavar``),
+# so a new flag is covered the day it is added. Each case runs in a forked child of this
+# process (the modules are imported once), with the same environment as above.
+
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "stack": stack_cli.build_parser,
+    "loadgen": loadgen_cli.build_parser,
+    "exporter": exporter_cli.build_parser,
+    "advisor": advisor_cli.build_parser,
+}
+MAINS = {"stack": "stack.cli", "loadgen": "loadgen.cli", "exporter": "exporter.cli"}
+MAINS["advisor"] = "advisor.cli"
+NUMERIC_METAVARS = {"PORT", "SECONDS", "S", "N", "B", "R", "X", "AGE"}
+URL_METAVARS = {"URL", "EXPORTER_URL"}
+PATH_METAVARS = {"FILE", "PREFIX"}
+# Paths a command writes or creates (a missing one is made, a folder is what they want).
+OUTPUT_PATHS = {"--state-dir", "--output", "--out", "--trace-file", "--calibrations"}
+# What each command needs besides the flag under test, chosen so that nothing can start
+# (a dead Triton URL, a garbage rules file for `up`, a port in use for the exporter) and
+# nothing is written where the store is checked.
+(BUSY,) = free_ports(1)
+BASE: dict[str, tuple[str, ...]] = {
+    "stack up": ("--no-warmup", "--rules-settings", "{garbage}"),
+    "stack restart": ("exporter",),
+    "stack check-config": (),
+    "stack trace": ("--model", "m", "--url", DEAD_URL),
+    "stack doctor": ("--url", DEAD_URL),
+    "stack secrets": ("--state-dir", "{scratch}/secrets"),
+    "loadgen serial": ("--url", DEAD_URL, "--no-store"),
+    "loadgen concurrent": ("--url", DEAD_URL, "--no-store"),
+    "loadgen concurrency": ("--url", DEAD_URL, "--no-store"),
+    "loadgen rate": ("-r", "10", "--url", DEAD_URL, "--no-store"),
+    "loadgen steps": ("--stage", "10:1", "--url", DEAD_URL, "--no-store"),
+    "loadgen capacity": ("--p99-ms", "5", "--url", DEAD_URL, "--no-store"),
+    "loadgen compare": ("serial -n 1", "serial -n 2", "--db", "{scratch}/compare.db"),
+    "loadgen runs": ("--db", "{store}"),
+    "loadgen show": ("1", "--db", "{store}"),
+    "loadgen export": ("1", "--db", "{store}", "--out", "{scratch}/export"),
+    "loadgen merge": ("{store}", "{store}", "--db", "{scratch}/merge.db"),
+    "loadgen prune": ("--db", "{scratch}/prune.db"),
+    "loadgen import": ("{garbage}", "--db", "{scratch}/import.db"),
+    "exporter": ("--web.listen-address", f"127.0.0.1:{BUSY}"),
+    "advisor predict": ("--service-us", "450,47", "--concurrency", "8", "--max-batch-size", "8"),
+    "advisor advise": ("--url", DEAD_URL, "--model", "m", "--p99-ms", "5"),
+}
+VALUES = {
+    # class -> (label, value, refused in every context)
+    "number": [
+        ("negative", "-1", True),
+        ("zero", "0", False),
+        ("huge", "1e300", False),
+        ("NaN", "nan", True),
+        ("non-numeric", "abc", True),
+    ],
+    "path": [
+        ("missing", "/nonexistent/x", False),
+        ("a directory", "{scratch}/folder", False),
+        ("a device", "/dev/null", False),
+        ("unreadable", "{scratch}/loop", False),
+        ("garbage", "{garbage}", False),
+    ],
+    "url": [
+        ("wrong scheme", "ftp://127.0.0.1:1", True),
+        ("dead", DEAD_URL, False),
+        ("another service's port", "{other}", False),
+        ("too long", "http://127.0.0.1:1/" + "x" * 10_000, True),
+    ],
+    "model": [
+        ("too long", "m" * 300, True),
+        ("odd characters", "a/../b?c", True),
+    ],
+}
+# Reviewed: values these flags take on purpose. (command, flag, label) -> why.
+ACCEPTED: dict[tuple[str, str, str], str] = {
+    ("stack up", "--hung-after", "zero"): "0 turns hang restarts off",
+    ("stack up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
+    ("stack up", "--triton-url", "another service's port"): "warned by the probe, then watched",
+    ("loadgen serial", "--db", "missing"): "a new store is made there",
+    ("loadgen serial", "--grpc-url", "another service's port"): "used only with --protocol grpc",
+    ("loadgen serial", "--exporter-url", "another service's port"): "used only with --trace",
+    ("advisor advise", "--model-repository", "missing"): "read only by --verify",
+    ("advisor advise", "--model-repository", "a directory"): "a repository is a folder",
+    ("advisor advise", "--admin-key-file", "missing"): "no key: the default may not exist",
+    ("exporter", "--triton-url", "dead"): "read at scrape time: a down Triton is what it reports",
+    ("exporter", "--triton-url", "another service's port"): "read at scrape time, reported then",
+    ("exporter", "--triton-metrics-url", "dead"): "read at scrape time",
+    ("exporter", "--triton-metrics-url", "another service's port"): "read at scrape time",
+    ("exporter", "--trace-file", "a device"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    ("exporter", "--trace-file", "unreadable"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    ("exporter", "--trace-file", "garbage"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    # The doctor reads Prometheus and the exporter after Triton: what answers there is
+    # judged then (a dead Triton, as here, is the first thing it reports).
+    ("stack doctor", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("stack doctor", "--prometheus", "another service's port"): "read after Triton answers",
+    ("stack doctor", "--exporter-url", "another service's port"): "read after Triton answers",
+}
+
+
+@dataclass(frozen=True)
+class Flag:
+    command: str  # "loadgen rate"
+    option: str  # "--duration"
+    kind: str  # number | path | url | model
+    names: tuple[str, ...]  # what an error line may call it
+
+
+def classify(action: argparse.Action) -> str | None:
+    name = getattr(action.type, "__name__", "")
+    dest, metavar = action.dest, str(action.metavar or "")
+    if action.type is model_name:
+        return "model"
+    if "url" in dest or metavar in URL_METAVARS or dest in ("prometheus", "traces"):
+        return "url"
+    if action.type is Path or metavar in PATH_METAVARS or dest in ("db", "out"):
+        return "path"
+    if action.type in (int, float) or name == "parse" or metavar in NUMERIC_METAVARS:
+        return "number"
+    if dest in ("concurrency", "scrape_interval"):
+        return "number"
+    return None
+
+
+def flags() -> list[Flag]:
+    """Every optional flag of every parser with a class, once per distinct flag of a module
+    (the load generator's scenarios share their common flags)."""
+    found: dict[tuple[str, str], Flag] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.option_strings and action.nargs != 0:
+                kind = classify(action)
+                key = (path.split()[0], action.option_strings[-1])
+                if kind and key not in found and path in BASE:
+                    names = (*action.option_strings, action.dest.replace("_", "-"))
+                    found[key] = Flag(path, action.option_strings[-1], kind, names)
+
+    for module, build in PARSERS.items():
+        walk(build(), module)
+    return list(found.values())
+
+
+FLAGS = flags()
+
+
+@dataclass(frozen=True)
+class ClassCase:
+    flag: Flag
+    label: str
+    value: str
+    strict: bool
+
+    @property
+    def id(self) -> str:
+        shown = self.value if len(self.value) < 40 else f"{self.value[:20]}..."
+        return f"{self.flag.command} {self.flag.option} {shown} ({self.label})"
+
+
+CLASS_CASES = [
+    ClassCase(f, label, value, strict)
+    for f in FLAGS
+    for label, value, strict in VALUES[f.kind]
+    if not (f.kind == "path" and f.option in OUTPUT_PATHS and label in ("missing", "a directory"))
+]
+
+
+class OtherService:
+    """Some other HTTP service on a loopback port: it answers, but it is not the one asked for."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                body = b"<html>not what you think</html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@contextlib.contextmanager
+def socket_held(port: int) -> Iterator[None]:
+    """``port`` on loopback taken (listening) for the with-block: an address in use."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield
+
+
+def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> int:
+    """Run ``module.main(argv)`` in a forked child; its stderr goes to ``out``."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 99
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            err = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(err, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            code = importlib.import_module(module).main(argv) or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - reported as the traceback it is
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 124
+        time.sleep(0.01)
+
+
+def verdict(c: ClassCase, code: int, stderr: str, value: str) -> str | None:
+    """What is wrong with how the command took the value, or None."""
+    errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
+    if "Traceback" in stderr:
+        return "a traceback"
+    if code not in (0, 1, 2):
+        return f"exit {code}"
+    accepted = (c.flag.command, c.flag.option, c.label) in ACCEPTED
+    if accepted:
+        return None
+    if code != 0 and len(errors) != 1:
+        return f"{len(errors)} error lines"
+    named = bool(errors) and any(n in errors[-1] for n in (*c.flag.names, value[:20]))
+    if not (code == 2 and named):
+        if code == 2:
+            return f"refused without naming {c.flag.option}: {errors[-1][:160]}"
+        return f"accepted (exit {code})"
+    return None
+
+
+def test_class_cases_cover_every_flag_with_a_number_path_url_or_model() -> None:
+    per_class = {kind: sum(c.flag.kind == kind for c in CLASS_CASES) for kind in VALUES}
+    print(per_class)
+    # Every class has flags in it, and a few well-known ones are found by the walk.
+    assert all(per_class.values()), per_class
+    options = {(f.command.split()[0], f.option, f.kind) for f in FLAGS}
+    for known in [
+        ("loadgen", "--duration", "number"),
+        ("loadgen", "--db", "path"),
+        ("stack", "--hung-after", "number"),
+        ("exporter", "--triton-url", "url"),
+        ("advisor", "--traces", "url"),
+        ("stack", "--model", "model"),
+    ]:
+        assert known in options, known
+
+
+def test_every_class_case_is_refused_in_one_line_naming_the_flag(
+    state: Path, tmp_path: Path
+) -> None:
+    other = OtherService()
+    scratch = tmp_path / "scratch"
+    (scratch / "folder").mkdir(parents=True)
+    (scratch / "loop").symlink_to(scratch / "loop")  # ELOOP: unreadable even for root
+    garbage = scratch / "garbage"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    before = fingerprint(state)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": str(DEAD),
+    }
+    fill = {
+        "store": state / "loadgen.sqlite3",
+        "garbage": garbage,
+        "scratch": scratch,
+        "other": other.url,
+    }
+    problems = []
+    try:
+        with socket_held(BUSY):
+            for c in CLASS_CASES:
+                base = [a.format(**fill) for a in BASE[c.flag.command]]
+                if c.flag.option == "--db":  # a run that is stored: the store is checked
+                    base = [a for a in base if a != "--no-store"]
+                value = c.value.format(**fill)
+                argv = [*c.flag.command.split()[1:], *base, c.flag.option, value]
+                out = tmp_path / "stderr"
+                code = forked(MAINS[c.flag.command.split()[0]], argv, env, out, 20)
+                why = verdict(c, code, out.read_text(errors="replace"), value)
+                if why:
+                    problems.append(f"{c.id}: {why}")
+    finally:
+        other.server.shutdown()
+        other.server.server_close()
+    assert not problems, f"{len(problems)} of {len(CLASS_CASES)}:\n" + "\n".join(problems)
+    assert fingerprint(state) == before
