@@ -26,6 +26,7 @@ from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
 from stacksettings import (
+    MAX_SCRAPE_INTERVAL_S,
     PORTS,
     RULES_SETTINGS,
     Settings,
@@ -41,9 +42,6 @@ from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelname import model_name
 from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
-
-# An hour between scrapes already leaves every rule window empty; more is a typing slip.
-MAX_SCRAPE_INTERVAL_S = 3600.0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,7 +34,7 @@ from dashboard import runs
 from exporter import cli as exporter_cli
 from loadgen import cli as loadgen_cli
 from stack import cli as stack_cli
-from stacksettings import free_ports
+from stacksettings import PORTS, free_ports
 from tritonapi.modelname import model_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -672,4 +672,112 @@ def test_every_class_case_is_refused_in_one_line_naming_the_flag(
         other.server.shutdown()
         other.server.server_close()
     assert not problems, f"{len(problems)} of {len(CLASS_CASES)}:\n" + "\n".join(problems)
+    assert fingerprint(state) == before
+
+
+# ---- environment variables, by the same classes ----------------------------------------
+# (variable, class, the command that reads it). The ports come from stacksettings.PORTS.
+# The exporter names its flag when the value came from the variable that stands for it.
+ENV_FLAGS = {
+    "TRITON_TIMEOUT": "--triton-timeout",
+    "EXPORTER_CONFIG_CACHE_TTL": "--config-cache-ttl",
+    "EXPORTER_READ_INTERVAL": "--read-interval",
+    "TRITON_ADMIN_KEY_FILE": "--triton-admin-key-file",
+    "TRITON_URL": "--triton-url",
+    "TRITON_METRICS_URL": "--triton-metrics-url",
+    "STACK_TRITON_URLS": "--triton-url",
+}
+ENV_VARS: list[tuple[str, str, str]] = [
+    *[(var, "number", "stack up") for _, var in PORTS.values()],
+    ("STACK_SCRAPE_INTERVAL", "number", "stack up"),
+    ("STACK_HUNG_AFTER", "number", "stack up"),
+    ("STACK_TRITON_CACHE_BYTES", "number", "stack up"),
+    ("TRITON_TIMEOUT", "number", "exporter"),
+    ("EXPORTER_CONFIG_CACHE_TTL", "number", "exporter"),
+    ("EXPORTER_READ_INTERVAL", "number", "exporter"),
+    ("STACK_STATE_DIR", "path", "stack status"),
+    ("STACK_MODEL_REPOSITORY", "path", "stack check-config"),
+    ("STACK_RULES_SETTINGS", "path", "stack up"),
+    ("STACK_TRITON_ADMIN_KEY_FILE", "path", "stack check-config"),
+    ("TRITON_ADMIN_KEY_FILE", "path", "exporter"),
+    ("LOADGEN_DB", "path", "loadgen runs"),
+    ("STACK_TRITON_URLS", "url", "stack check-config"),
+    ("TRITON_URL", "url", "exporter"),
+    ("TRITON_METRICS_URL", "url", "exporter"),
+]
+ENV_BASE = {**BASE, "stack up": ("--no-warmup",), "loadgen runs": (), "stack status": ()}
+ENV_ACCEPTED = {
+    ("STACK_HUNG_AFTER", "zero"): "0 turns hang restarts off",
+    ("STACK_TRITON_CACHE_BYTES", "zero"): "0: no response cache",
+    ("EXPORTER_READ_INTERVAL", "zero"): "0: read at each scrape",
+    ("EXPORTER_CONFIG_CACHE_TTL", "zero"): "0: no config cache",
+    ("STACK_TRITON_URLS", "dead"): "check-config says it cannot read it (exit 1: not misuse)",
+    ("STACK_TRITON_URLS", "another service's port"): "the same, naming what answered",
+    **{
+        ("STACK_TRITON_ADMIN_KEY_FILE", label): "read only in attach mode (STACK_TRITON_URLS)"
+        for label in ("missing", "a directory", "a device", "garbage")
+    },
+    ("STACK_STATE_DIR", "missing"): "status of a stack that never ran: says so, exit 1",
+    ("STACK_STATE_DIR", "a directory"): "a state folder is a folder",
+    ("TRITON_URL", "dead"): "read at scrape time: a down Triton is what it reports",
+    ("TRITON_URL", "another service's port"): "read at scrape time, reported then",
+    ("TRITON_METRICS_URL", "dead"): "read at scrape time",
+    ("TRITON_METRICS_URL", "another service's port"): "read at scrape time",
+}
+ENV_CASES = [
+    (var, command, label, value, strict)
+    for var, kind, command in ENV_VARS
+    for label, value, strict in VALUES[kind]
+]
+
+
+def test_every_environment_class_case_is_refused_in_one_line_naming_the_variable(
+    state: Path, tmp_path: Path
+) -> None:
+    other = OtherService()
+    scratch = tmp_path / "scratch"
+    (scratch / "folder").mkdir(parents=True)
+    (scratch / "loop").symlink_to(scratch / "loop")
+    garbage = scratch / "garbage"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    fill = {"store": state / "loadgen.sqlite3", "garbage": garbage, "scratch": scratch}
+    fill["other"] = other.url  # type: ignore[assignment]
+    before = fingerprint(state)
+    base_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": str(DEAD),
+        # `up` must never start: a rules file that cannot be read stops it after the checks.
+        "STACK_RULES_SETTINGS": str(garbage),
+    }
+    problems = []
+    try:
+        with socket_held(BUSY):
+            for var, command, label, value, _strict in ENV_CASES:
+                filled = value.format(**fill)
+                argv = [*command.split()[1:], *(a.format(**fill) for a in ENV_BASE[command])]
+                out = tmp_path / "stderr"
+                env = {**base_env, var: filled}
+                code = forked(MAINS[command.split()[0]], argv, env, out, 20)
+                stderr = out.read_text(errors="replace")
+                errors = [
+                    ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))
+                ]
+                if "Traceback" in stderr or code not in (0, 1, 2):
+                    problems.append(f"{var}={value[:30]} ({label}): exit {code}, {stderr[-300:]}")
+                    continue
+                if (var, label) in ENV_ACCEPTED:
+                    continue
+                names = [var, ENV_FLAGS.get(var, var)]
+                if len(filled) > 3:  # a path or a URL names itself; "0" would match anything
+                    names.append(filled[:20])
+                named = bool(errors) and any(n in errors[-1] for n in names)
+                if not (code == 2 and len(errors) == 1 and named):
+                    problems.append(f"{var}={value[:30]} ({label}): exit {code}, {errors[-1:]}")
+    finally:
+        other.server.shutdown()
+        other.server.server_close()
+    print({kind: sum(k == kind for _, k, _ in ENV_VARS) * len(VALUES[kind]) for kind in VALUES})
+    assert not problems, f"{len(problems)} of {len(ENV_CASES)}:\n" + "\n".join(problems)
     assert fingerprint(state) == before
