@@ -34,7 +34,7 @@ from dashboard import runs
 from exporter import cli as exporter_cli
 from loadgen import cli as loadgen_cli
 from stack import cli as stack_cli
-from stacksettings import PORTS, free_ports
+from stacksettings import PORTS, free_ports, isolated
 from tritonapi.modelname import model_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -575,6 +575,9 @@ def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout
             err = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(err, 2)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            # pytest's capture replaces sys.stderr and sys.stdout: point them at the fds.
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives until _exit
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
             code = importlib.import_module(module).main(argv) or 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -780,4 +783,43 @@ def test_every_environment_class_case_is_refused_in_one_line_naming_the_variable
         other.server.server_close()
     print({kind: sum(k == kind for _, k, _ in ENV_VARS) * len(VALUES[kind]) for kind in VALUES})
     assert not problems, f"{len(problems)} of {len(ENV_CASES)}:\n" + "\n".join(problems)
+    assert fingerprint(state) == before
+
+
+# ---- an unknown model, asked of a real Triton -----------------------------------------
+MODEL_FLAGS = [f for f in FLAGS if f.kind == "model"]
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stack's own Triton alone (the one that knows which models it serves)."""
+    from stack.supervisor import running
+
+    settings = isolated(tmp_path_factory.mktemp("triton") / "state")
+    with running(settings, only={"triton"}):
+        yield settings.url("triton_http")
+
+
+def test_an_unknown_model_is_named_by_every_command_that_takes_one(
+    state: Path, triton: str, tmp_path: Path
+) -> None:
+    before = fingerprint(state)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": triton.rsplit(":", 1)[1],
+    }
+    problems = []
+    for flag in MODEL_FLAGS:
+        base = [triton if a == DEAD_URL else a for a in BASE[flag.command]]
+        argv = [*flag.command.split()[1:], *base, flag.option, "nosuch_model"]
+        out = tmp_path / "stderr"
+        code = forked(MAINS[flag.command.split()[0]], argv, env, out, 60)
+        stderr = out.read_text(errors="replace")
+        errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
+        if code != 2 or len(errors) != 1 or "nosuch_model" not in errors[0]:
+            problems.append(f"{flag.command} {flag.option}: exit {code}, {stderr[-400:]}")
+    assert len(MODEL_FLAGS) >= 4
+    assert not problems, "\n".join(problems)
     assert fingerprint(state) == before
