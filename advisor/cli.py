@@ -707,12 +707,12 @@ def probe_traces(url: str) -> None:
         body = response.json()
     except (requests.RequestException, ValueError) as exc:
         raise UsageError(
-            f"--traces {url}: the exporter's trace API did not answer usably "
+            f"--traces: {url}: the exporter's trace API did not answer usably "
             f"({type(exc).__name__}); give the exporter's URL (port 9733 by default)"
         ) from None
     if not (isinstance(body, dict) and ("requests" in body or "error" in body)):
         raise UsageError(
-            f"--traces {url}: that is not the exporter (its /api/traces answered "
+            f"--traces: {url}: that is not the exporter (its /api/traces answered "
             f"{response.status_code}); give the exporter's URL (port 9733 by default)"
         )
 

@@ -262,7 +262,7 @@ CASES = [
         "5",
         "--traces",
         "http://127.0.0.1:1",
-        problem="--traces http://127.0.0.1:1",
+        problem="--traces: http://127.0.0.1:1",
         fix="exporter's URL",
     ),
 ]
