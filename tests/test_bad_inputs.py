@@ -439,6 +439,13 @@ VALUES = {
 # Reviewed: values these flags take on purpose. (command, flag, label) -> why.
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("stack up", "--hung-after", "zero"): "0 turns hang restarts off",
+    ("loadgen serial", "--gap-ms", "zero"): "back to back",
+    ("loadgen serial", "--seed", "zero"): "a seed like any other",
+    ("loadgen prune", "--keep", "zero"): "keep none (the store is checked next)",
+    ("exporter", "--config-cache-ttl", "zero"): "0: no config cache",
+    ("exporter", "--read-interval", "zero"): "0: read at each scrape",
+    ("advisor advise", "--cv", "zero"): "0: evenly spaced arrivals",
+    ("advisor advise", "--delay-us", "zero"): "0: no queue delay, Triton's default",
     ("stack up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
     ("stack up", "--triton-url", "another service's port"): "warned by the probe, then watched",
     ("loadgen serial", "--db", "missing"): "a new store is made there",
@@ -610,7 +617,9 @@ def verdict(c: ClassCase, code: int, stderr: str, value: str) -> str | None:
         return None
     if code != 0 and len(errors) != 1:
         return f"{len(errors)} error lines"
-    named = bool(errors) and any(n in errors[-1] for n in (*c.flag.names, value[:20]))
+    # A value names itself only when it is long enough not to match by chance ("0", "-1").
+    names = [*c.flag.names, *([value[:20]] if len(value) > 3 else [])]
+    named = bool(errors) and any(n in errors[-1] for n in names)
     if not (code == 2 and named):
         if code == 2:
             return f"refused without naming {c.flag.option}: {errors[-1][:160]}"
