@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from advisor import advice, verify
 from advisor.advice import Advice, SearchOptions
@@ -40,20 +43,32 @@ from advisor.predict import (
 from loadgen.errors import LoadgenError
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonError, TritonHTTPError
+from tritonapi.modelname import model_name
 
 
 class UsageError(Exception):
     """Bad input: one line for the user, exit code 2."""
 
 
-def _positive(kind: type, what: str) -> Any:
+# No flag of the advisor means anything past this (a rate, a window, a count): a bigger
+# number is a typing slip, and would only make the simulator run for ever.
+MAX_NUMBER = 1e9
+
+
+def _positive(kind: type, what: str, zero_ok: bool = False) -> Any:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a number") from None
-        if not 0 < value < math.inf:  # NaN and inf too
-            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text}")
+        in_range = (0 <= value if zero_ok else 0 < value) and value < math.inf  # not NaN
+        if not in_range:
+            wanted = "0 or more" if zero_ok else "a positive number"
+            raise argparse.ArgumentTypeError(f"{what} must be {wanted}, got {text}")
+        if value > MAX_NUMBER:
+            raise argparse.ArgumentTypeError(
+                f"{what} {text} is past the bound of {MAX_NUMBER:g}; give a smaller number"
+            )
         return value
 
     return parse
@@ -117,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--rate", type=_positive(float, "--rate"), help="open-loop requests/s")
     traffic.add_argument(
         "--cv",
-        type=float,
+        type=_positive(float, "--cv", zero_ok=True),
         default=None,
         help="burstiness: coefficient of variation of inter-arrival times (1 = Poisson)",
     )
@@ -197,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="predict and recommend from a running Triton or a stored load run",
     )
     advise.add_argument("--url", help="Triton HTTP base URL (config, statistics, traffic)")
-    advise.add_argument("--model", help="model name (with --url)")
+    advise.add_argument("--model", type=model_name, help="model name (with --url)")
     advise.add_argument(
         "--window",
         type=_positive(float, "--window"),
@@ -209,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus URL: fit from the exporter's counters over --window instead",
     )
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
-    advise.add_argument("--run", type=int, help="run id in --store (python -m loadgen runs)")
+    advise.add_argument(
+        "--run", type=_positive(int, "--run"), help="run id in --store (python -m loadgen runs)"
+    )
     advise.add_argument(
         "--probe",
         action="store_true",
@@ -377,7 +394,48 @@ def print_recommendation(advice: Advice) -> None:
     print("\n".join("  " + line for line in rec.best.config.pbtxt().splitlines()))
 
 
+def probe_traces(url: str) -> None:
+    """--traces must be the exporter, and answer, before the minutes of watching begin."""
+    try:
+        response = requests.get(f"{url.rstrip('/')}/api/traces", timeout=5)
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise UsageError(
+            f"--traces: {url}: the exporter's trace API did not answer usably "
+            f"({type(exc).__name__}); give the exporter's URL (port 9733 by default)"
+        ) from None
+    if not (isinstance(body, dict) and ("requests" in body or "error" in body)):
+        raise UsageError(
+            f"--traces: {url}: that is not the exporter (its /api/traces answered "
+            f"{response.status_code}); give the exporter's URL (port 9733 by default)"
+        )
+
+
+def check_path(path: Path, flag: str, folder: bool) -> None:
+    """A path the advisor may read later, checked now: missing is fine (the default may not
+    exist yet), anything else must be a folder or a readable text file as ``folder`` says."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be read ({exc.strerror or exc})") from None
+    wanted = "a folder" if folder else "a file"
+    if (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)) is False:
+        raise UsageError(f"{flag} {path} is not {wanted}; give {wanted}'s path")
+    if not folder:
+        try:
+            path.read_text()
+        except (OSError, UnicodeDecodeError):
+            raise UsageError(f"{flag} {path} is not a readable text file") from None
+
+
 def advise(args: argparse.Namespace) -> int:
+    check_path(args.model_repository, "--model-repository", folder=True)
+    check_path(args.admin_key_file, "--admin-key-file", folder=False)
+    check_path(args.calibrations, "--calibrations", folder=False)
+    if args.traces:
+        probe_traces(args.traces)
     opts = options_from(args)
     try:
         found = advice.advise(opts, search_options(args))

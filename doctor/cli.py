@@ -27,6 +27,7 @@ from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelconfig import parse_json
+from tritonapi.modelname import model_name
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 P99_MS = 10.0  # the search's default bound, the dashboard's too
@@ -69,7 +70,9 @@ class UsageError(ValueError):
 def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    parser.add_argument("--model", "-m", help="one model (default: every ready model)")
+    parser.add_argument(
+        "--model", "-m", type=model_name, help="one model (default: every ready model)"
+    )
     parser.add_argument(
         "--url", default=defaults.triton_url, help=f"Triton's HTTP endpoint ({defaults.triton_url})"
     )
@@ -132,6 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
 
 
 def _check_url(url: str, flag: str) -> str:
+    if len(url) > MAX_URL:
+        raise UsageError(f"{flag} {url[:40]!r}... is {len(url):,} characters long; give the URL")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"{flag} {url!r} is not an http:// URL (e.g. http://127.0.0.1:8000)")
@@ -315,6 +320,31 @@ def stored(args: argparse.Namespace) -> Diagnosis:
     return searched(d, opts, search_options(args))
 
 
+MAX_URL = 2048
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Every flag checked before the first request, so a mistake is named as itself (not
+    hidden behind a Triton that does not answer)."""
+    for flag in ("metrics_url", "prometheus", "exporter_url"):
+        value = getattr(args, flag)
+        if value:
+            _check_url(value, f"--{flag.replace('_', '-')}")
+    if args.window is not None and not 0 < args.window <= MAX_PROMETHEUS_S:
+        raise UsageError(
+            f"--window {args.window:g}: between 1 and {MAX_PROMETHEUS_S:g} seconds "
+            f"({MAX_SAMPLE_S:g} without Prometheus)"
+        )
+    if args.admin_key_file:
+        try:
+            Path(args.admin_key_file).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"--admin-key-file {args.admin_key_file}: cannot read a key from it ({exc}); "
+                "give the file with the key of Triton's restricted APIs"
+            ) from None
+
+
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
     if args.store is not None:
         try:
@@ -324,6 +354,7 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
             return 2
         return show(args, one)
     try:
+        _check_inputs(args)
         url = _check_url(args.url, "--url")
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)

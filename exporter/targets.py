@@ -16,9 +16,17 @@ class Target:
     metrics_url: str
 
 
+# Longer than any real address: a paste gone wrong.
+MAX_URL = 2048
+
+
 def normalize_url(value: str, what: str) -> str:
     """``host:port`` or ``http(s)://host:port[/path]`` without a trailing slash."""
     text = value.strip()
+    if len(text) > MAX_URL:
+        raise ValueError(
+            f"{what}: {value[:40]!r}... is {len(text):,} characters long; give the URL"
+        )
     if "://" not in text:
         text = f"http://{text}"
     parts = urlsplit(text)

@@ -27,7 +27,8 @@ from loadgen.results.params import RunParams, default_db
 from loadgen.results.summary import result_json
 from loadgen.store.prune import check_rules
 from loadgen.store.runstore import RunStore
-from loadgen.store.schema import STALE_S, is_locked
+from loadgen.store.schema import STALE_S, check_writable, is_locked
+from tritonapi.modelname import model_name
 
 SCENARIO_HELP = {
     "serial": "N requests one at a time, a gap after each answer (the experiment's first case)",
@@ -38,8 +39,27 @@ SCENARIO_HELP = {
 }
 
 
+def _positive_int(flag: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number from 1 up")
+        return value
+
+    return parse
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", default="batch_add_model", help="model name (batch_add_model)")
+    p.add_argument(
+        "-m",
+        "--model",
+        type=model_name,
+        default="batch_add_model",
+        help="model name (batch_add_model)",
+    )
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument(
         "--url",
@@ -153,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--models", default="", help="A,B: the same scenario on two models")
     _output(cmp)
     runs = sub.add_parser("runs", help="list stored runs, newest first")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=_positive_int("--limit"), default=20)
     runs.add_argument("--db", default=None)
     runs.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="one stored run's summary")
@@ -220,6 +240,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         args.p99_ms / 1e3, args.max_rate, args.steps, args.step_duration
     )
     bounds.check()
+    _db(args)
     args.rate, args.duration = args.max_rate, args.step_duration
     (base,) = params_from("rate", args)
     runner.prepare(capacity.step_params(base, bounds, bounds.max_rate))
@@ -313,7 +334,9 @@ def params_from(name: str, args: argparse.Namespace) -> list[RunParams]:
 def _db(args: argparse.Namespace) -> str | None:
     if getattr(args, "no_store", False):
         return None
-    return args.db or default_db()
+    db = args.db or default_db()
+    check_writable(db)
+    return str(db)
 
 
 def _exit_code(results: list[runner.RunResult]) -> int:
@@ -350,6 +373,7 @@ def run_series(
 
 def run_scenario(name: str, args: argparse.Namespace) -> int:
     runs = params_from(name, args)
+    _db(args)  # a store that cannot take the run is said before anything is sent
     if args.processes != 1:
         return cli_multi.run_split(runs, args, _db(args))
     group = f"sweep-{time.time():.3f}" if len(runs) > 1 else ""
@@ -449,8 +473,14 @@ def import_run(args: argparse.Namespace) -> int:
 def export_run(args: argparse.Namespace) -> int:
     if args.hgrm:
         return cli_multi.export_hgrm(args)
-    with RunStore(args.db or default_db()) as runs:
-        paths = runs.export_csv(args.run_id, args.out)
+    try:
+        with RunStore(args.db or default_db()) as runs:
+            paths = runs.export_csv(args.run_id, args.out)
+    except OSError as exc:
+        raise LoadgenError(
+            f"--out {args.out}: cannot write the CSV files there ({exc.strerror or exc}); "
+            "give a folder"
+        ) from None
     for path in paths:
         print(path)
     return 0

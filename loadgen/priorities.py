@@ -27,6 +27,7 @@ from loadgen.results.params import default_urls
 from loadgen.sequences import error_kind, json_inputs, read_config
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelconfig import ModelConfig
+from tritonapi.modelname import model_name
 
 MAX_CLIENTS = 64
 MAX_DURATION_S = 300.0
@@ -157,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m loadgen.priorities",
         description="Closed-loop clients per priority level against one model, side by side.",
     )
-    parser.add_argument("--model", required=True, help="a model with priority_levels")
+    parser.add_argument(
+        "--model", type=model_name, required=True, help="a model with priority_levels"
+    )
     parser.add_argument("--mix", required=True, help="LEVEL:CLIENTS pairs, e.g. 1:2,2:4")
     parser.add_argument("--url", default="", help="Triton HTTP URL (default: the stack's)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds")

@@ -31,6 +31,7 @@ from loadgen.errors import LoadgenError
 from loadgen.results.params import default_urls
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.modelconfig import ModelConfig, Tensor
+from tritonapi.modelname import model_name
 
 # KServe v2 JSON datatypes of the model config's TYPE_* we can fill with small numbers.
 DATATYPES = {
@@ -252,7 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Send sequences (START ... END, one correlation ID each) to a stateful "
         "model served with sequence batching.",
     )
-    parser.add_argument("--model", required=True, help="a model with sequence_batching")
+    parser.add_argument(
+        "--model", type=model_name, required=True, help="a model with sequence_batching"
+    )
     parser.add_argument("--url", default="", help="Triton HTTP URL (default: the stack's)")
     parser.add_argument("--sequences", type=int, default=8, help="how many sequences")
     parser.add_argument("--length", type=int, default=5, help="requests per sequence")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from stack.errors import StackError
 from stack.services import service_table
 from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
 from stacksettings import (
+    MAX_SCRAPE_INTERVAL_S,
     PORTS,
     RULES_SETTINGS,
     Settings,
@@ -40,6 +40,7 @@ from stacksettings import (
 )
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError
+from tritonapi.modelname import model_name
 from tritonapi.traces import DEFAULT_COUNT, MAX_COUNT
 
 
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "triton_batching_queue_wait_seconds show them. Exit 0 when the window completed, "
         "1 when --seconds ran out first (its traces are then not written), 2 on misuse.",
     )
-    trace.add_argument("--model", required=True, help="the model to trace")
+    trace.add_argument("--model", type=model_name, required=True, help="the model to trace")
     trace.add_argument(
         "--count",
         type=int,
@@ -249,14 +250,29 @@ def doctor_defaults() -> doctor_cli.Defaults:
     )
 
 
+def resolved(path: Path, flag: str, folder: bool = False) -> Path:
+    """``path`` made absolute; one SettingsError line when it cannot be (a symlink loop) or
+    when a folder is wanted and it is something else (a file, a device)."""
+    try:
+        full = path.resolve()
+        is_other = folder and full.exists() and not full.is_dir()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Python's "Symlink loop"
+        raise SettingsError(f"{flag} {path}: cannot be read ({exc}); give another path") from None
+    if is_other:
+        raise SettingsError(f"{flag} {path} is not a folder; give a folder's path")
+    return full
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     settings = from_env()
     if getattr(args, "rules_settings", None):
-        settings = replace(settings, rules_settings=args.rules_settings.resolve())
+        rules = resolved(args.rules_settings, "--rules-settings")
+        settings = replace(settings, rules_settings=rules)
     if args.state_dir:
-        settings = replace(settings, state_dir=args.state_dir.resolve())
+        settings = replace(settings, state_dir=resolved(args.state_dir, "--state-dir", True))
     if args.model_repository:
-        settings = replace(settings, model_repository=args.model_repository.resolve())
+        repository = resolved(args.model_repository, "--model-repository", True)
+        settings = replace(settings, model_repository=repository)
     if getattr(args, "host", None):
         settings = replace(settings, host=args.host)
     if args.command == "up" and not settings.on_loopback and not args.expose:
@@ -272,8 +288,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
     }
     settings = settings.with_ports(**ports)
     if getattr(args, "scrape_interval", None) is not None:
-        if not 0 < args.scrape_interval < math.inf:
-            raise SettingsError("--scrape-interval must be a positive number of seconds")
+        if not 0 < args.scrape_interval <= MAX_SCRAPE_INTERVAL_S:
+            raise SettingsError(
+                f"--scrape-interval must be a positive number of seconds, at most "
+                f"{MAX_SCRAPE_INTERVAL_S:g}"
+            )
         settings = replace(settings, scrape_interval_s=args.scrape_interval)
     if getattr(args, "hung_after", None) is not None:
         hung = parse_seconds(args.hung_after, "--hung-after", settings.hung_after_s)
@@ -337,6 +356,13 @@ def check_config(settings: Settings) -> int:
         raise StackError(
             f"{exc}: pass --model-repository or STACK_MODEL_REPOSITORY", exit_code=2
         ) from None
+    if not checks:
+        raise StackError(
+            f"{settings.model_repository} holds no model (a model is a folder with a "
+            "config.pbtxt): pass --model-repository or STACK_MODEL_REPOSITORY with the "
+            "repository's folder",
+            exit_code=2,
+        )
     for check in checks:
         for finding in check.findings:
             print(finding, file=sys.stderr)

@@ -87,6 +87,12 @@ def load(path: Path = RULES_SETTINGS) -> RuleSettings:
         ) from None
     except yaml.YAMLError as exc:
         raise RuleSettingsError(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError:
+        raise RuleSettingsError(
+            path,
+            "not a text file; give --rules-settings (STACK_RULES_SETTINGS) a YAML settings "
+            "file, e.g. stack/rules/settings.yaml",
+        ) from None
     return parse(data, path)
 
 

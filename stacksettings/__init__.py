@@ -35,6 +35,9 @@ DASHBOARD_TOKEN_NAME = "dashboard.token"
 ALERTMANAGER_USER = "batchscope"
 ALERTMANAGER_PASSWORD_NAME = "alertmanager.password"
 
+# An hour between scrapes already leaves every rule window empty; more is a typing slip.
+MAX_SCRAPE_INTERVAL_S = 3600.0
+
 # name -> (default port, environment variable). The launcher's flags use the same names.
 PORTS: dict[str, tuple[int, str]] = {
     "triton_http": (8000, "STACK_TRITON_HTTP_PORT"),
@@ -197,7 +200,7 @@ def read_secret(path: Path | str | None) -> str | None:
         return None
     try:
         return Path(path).read_text().strip() or None
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # missing, a folder, a loop, binary garbage
         return None
 
 
@@ -232,9 +235,10 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
             interval = float(scrape)
         except ValueError:
             interval = -1.0
-        if not 0 < interval < float("inf"):
+        if not 0 < interval <= MAX_SCRAPE_INTERVAL_S:
             raise SettingsError(
-                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a positive number of seconds"
+                f"STACK_SCRAPE_INTERVAL: {scrape!r} is not a positive number of seconds, at "
+                f"most {MAX_SCRAPE_INTERVAL_S:g}"
             ) from None
     return replace(
         base,
@@ -245,18 +249,34 @@ def from_env(env: dict[str, str] | None = None) -> Settings:
         triton_urls=env_list(env, "STACK_TRITON_URLS"),
         triton_metrics_urls=env_list(env, "STACK_TRITON_METRICS_URLS"),
         attached_admin_key_file=(
-            Path(env["STACK_TRITON_ADMIN_KEY_FILE"]).resolve()
+            _env_path(env, "STACK_TRITON_ADMIN_KEY_FILE", Path())
             if env.get("STACK_TRITON_ADMIN_KEY_FILE")
             else None
         ),
         host=env.get("STACK_HOST", base.host),
-        state_dir=Path(env.get("STACK_STATE_DIR", base.state_dir)).resolve(),
-        model_repository=Path(env.get("STACK_MODEL_REPOSITORY", base.model_repository)).resolve(),
-        triton_venv=Path(env.get("STACK_TRITON_VENV", base.triton_venv)).resolve(),
-        rules_settings=Path(env.get("STACK_RULES_SETTINGS", base.rules_settings)).resolve(),
+        state_dir=_env_path(env, "STACK_STATE_DIR", base.state_dir, folder=True),
+        model_repository=_env_path(
+            env, "STACK_MODEL_REPOSITORY", base.model_repository, folder=True
+        ),
+        triton_venv=_env_path(env, "STACK_TRITON_VENV", base.triton_venv),
+        rules_settings=_env_path(env, "STACK_RULES_SETTINGS", base.rules_settings),
         ports=ports,
         scrape_interval_s=interval,
     )
+
+
+def _env_path(env: dict[str, str], name: str, default: Path, folder: bool = False) -> Path:
+    """A path variable made absolute; one SettingsError line for a symlink loop, or for
+    something that is not a folder where one is wanted."""
+    raw = Path(env.get(name) or default)
+    try:
+        path = raw.resolve()
+        other = folder and path.exists() and not path.is_dir()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Python's "Symlink loop"
+        raise SettingsError(f"{name}: {raw} cannot be read ({exc}); give another path") from None
+    if other:
+        raise SettingsError(f"{name}: {raw} is not a folder; give a folder's path")
+    return path
 
 
 def parse_seconds(text: str, what: str, default: float, zero_ok: bool = True) -> float:

@@ -7,20 +7,35 @@ Every command runs as a real subprocess against a state folder holding a real lo
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
+import importlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from advisor import cli as advisor_cli
 from dashboard import runs
-from stacksettings import free_ports
+from exporter import cli as exporter_cli
+from loadgen import cli as loadgen_cli
+from stack import cli as stack_cli
+from stacksettings import PORTS, free_ports, isolated
+from tritonapi.modelname import model_name
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "tests" / "advisor" / "data" / "loadruns.sqlite3"
@@ -229,6 +244,27 @@ CASES = [
         problem="--p99-ms",
         fix="positive",
     ),
+    # ---- round 3 (issue 29): each of these ended in a traceback, a wrong cause or exit 0 ---
+    case(
+        *RATE, "-r", "10", "-d", "1", "--poisson", "--seed", "-1", problem="--seed -1", fix="0 to"
+    ),
+    case(*STACK, "check-config", "--model-repository", "{empty}", problem="no model", fix="--mod"),
+    case(*LOADGEN, "runs", "--db", "/dev/null", problem="/dev/null is not a file", fix="--db"),
+    case(*CONC, "--model", "m" * 100_000, problem="100,000 characters", fix="name of a folder"),
+    case(
+        *ADVISOR,
+        "advise",
+        "--url",
+        DEAD_URL,
+        "--model",
+        "m",
+        "--p99-ms",
+        "5",
+        "--traces",
+        "http://127.0.0.1:1",
+        problem="--traces: http://127.0.0.1:1",
+        fix="exporter's URL",
+    ),
 ]
 
 
@@ -237,6 +273,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("bad-inputs")
     shutil.copy(STORE, folder / "loadgen.sqlite3")
     (folder / "notsqlite").write_text("these are my notes, not a database\n")
+    (folder / "empty").mkdir()
     yield folder
 
 
@@ -250,7 +287,10 @@ def fingerprint(folder: Path) -> dict[str, str]:
 
 def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
     argv = [
-        a.format(store=state / "loadgen.sqlite3", notsqlite=state / "notsqlite") for a in c.argv
+        a.format(
+            store=state / "loadgen.sqlite3", notsqlite=state / "notsqlite", empty=state / "empty"
+        )
+        for a in c.argv
     ]
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
@@ -274,6 +314,8 @@ def test_there_are_at_least_40_cases_across_every_cli() -> None:
     assert {c.argv[0].split(".")[0] for c in CASES} == {"stack", "exporter", "loadgen", "advisor"}
 
 
+# About a hundred interpreters started one after another: minutes on a busy 2-core machine.
+@pytest.mark.timeout(900)
 def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Path) -> None:
     before = fingerprint(state)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -319,6 +361,477 @@ def test_the_dashboard_form_refuses_with_a_message(
     with pytest.raises(runs.RunRefused, match=message.replace("(", r"\(")) as refused:
         runs.to_params(form, DEAD_URL)
     assert "\n" not in str(refused.value)
+
+
+# ---- by class: every flag that takes a number, a path, a URL or a model name ------------
+# Generated from the parsers themselves (their actions' ``type``, ``dest`` and ``metavar``),
+# so a new flag is covered the day it is added. Each case runs in a forked child of this
+# process (the modules are imported once), with the same environment as above.
+
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "stack": stack_cli.build_parser,
+    "loadgen": loadgen_cli.build_parser,
+    "exporter": exporter_cli.build_parser,
+    "advisor": advisor_cli.build_parser,
+}
+MAINS = {"stack": "stack.cli", "loadgen": "loadgen.cli", "exporter": "exporter.cli"}
+MAINS["advisor"] = "advisor.cli"
+NUMERIC_METAVARS = {"PORT", "SECONDS", "S", "N", "B", "R", "X", "AGE"}
+URL_METAVARS = {"URL", "EXPORTER_URL"}
+PATH_METAVARS = {"FILE", "PREFIX"}
+# Paths a command writes or creates (a missing one is made, a folder is what they want).
+OUTPUT_PATHS = {"--state-dir", "--output", "--out", "--trace-file", "--calibrations"}
+# What each command needs besides the flag under test, chosen so that nothing can start
+# (a dead Triton URL, a garbage rules file for `up`, a port in use for the exporter) and
+# nothing is written where the store is checked.
+(BUSY,) = free_ports(1)
+BASE: dict[str, tuple[str, ...]] = {
+    "stack up": ("--no-warmup", "--rules-settings", "{garbage}"),
+    "stack restart": ("exporter",),
+    "stack check-config": (),
+    "stack trace": ("--model", "m", "--url", DEAD_URL),
+    "stack doctor": ("--url", DEAD_URL),
+    "stack secrets": ("--state-dir", "{scratch}/secrets"),
+    "loadgen serial": ("--url", DEAD_URL, "--no-store"),
+    "loadgen concurrent": ("--url", DEAD_URL, "--no-store"),
+    "loadgen concurrency": ("--url", DEAD_URL, "--no-store"),
+    "loadgen rate": ("-r", "10", "--url", DEAD_URL, "--no-store"),
+    "loadgen steps": ("--stage", "10:1", "--url", DEAD_URL, "--no-store"),
+    "loadgen capacity": ("--p99-ms", "5", "--url", DEAD_URL, "--no-store"),
+    "loadgen compare": ("serial -n 1", "serial -n 2", "--db", "{scratch}/compare.db"),
+    "loadgen runs": ("--db", "{store}"),
+    "loadgen show": ("1", "--db", "{store}"),
+    "loadgen export": ("1", "--db", "{store}", "--out", "{scratch}/export"),
+    "loadgen merge": ("{store}", "{store}", "--db", "{scratch}/merge.db"),
+    "loadgen prune": ("--db", "{scratch}/prune.db"),
+    "loadgen import": ("{garbage}", "--db", "{scratch}/import.db"),
+    "exporter": ("--web.listen-address", f"127.0.0.1:{BUSY}"),
+    "advisor predict": ("--service-us", "450,47", "--concurrency", "8", "--max-batch-size", "8"),
+    "advisor advise": ("--url", DEAD_URL, "--model", "m", "--p99-ms", "5"),
+}
+VALUES = {
+    # class -> (label, value, refused in every context)
+    "number": [
+        ("negative", "-1", True),
+        ("zero", "0", False),
+        ("huge", "1e300", False),
+        ("NaN", "nan", True),
+        ("non-numeric", "abc", True),
+    ],
+    "path": [
+        ("missing", "/nonexistent/x", False),
+        ("a directory", "{scratch}/folder", False),
+        ("a device", "/dev/null", False),
+        ("unreadable", "{scratch}/loop", False),
+        ("garbage", "{garbage}", False),
+    ],
+    "url": [
+        ("wrong scheme", "ftp://127.0.0.1:1", True),
+        ("dead", DEAD_URL, False),
+        ("another service's port", "{other}", False),
+        ("too long", "http://127.0.0.1:1/" + "x" * 10_000, True),
+    ],
+    "model": [
+        ("too long", "m" * 300, True),
+        ("odd characters", "a/../b?c", True),
+    ],
+}
+# Reviewed: values these flags take on purpose. (command, flag, label) -> why.
+ACCEPTED: dict[tuple[str, str, str], str] = {
+    ("stack up", "--hung-after", "zero"): "0 turns hang restarts off",
+    ("loadgen serial", "--gap-ms", "zero"): "back to back",
+    ("loadgen serial", "--seed", "zero"): "a seed like any other",
+    ("loadgen prune", "--keep", "zero"): "keep none (the store is checked next)",
+    ("exporter", "--config-cache-ttl", "zero"): "0: no config cache",
+    ("exporter", "--read-interval", "zero"): "0: read at each scrape",
+    ("advisor advise", "--cv", "zero"): "0: evenly spaced arrivals",
+    ("advisor advise", "--delay-us", "zero"): "0: no queue delay, Triton's default",
+    ("stack up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
+    ("stack up", "--triton-url", "another service's port"): "warned by the probe, then watched",
+    ("loadgen serial", "--db", "missing"): "a new store is made there",
+    ("loadgen serial", "--grpc-url", "another service's port"): "used only with --protocol grpc",
+    ("loadgen serial", "--exporter-url", "another service's port"): "used only with --trace",
+    ("advisor advise", "--model-repository", "missing"): "read only by --verify",
+    ("advisor advise", "--model-repository", "a directory"): "a repository is a folder",
+    ("advisor advise", "--admin-key-file", "missing"): "no key: the default may not exist",
+    ("exporter", "--triton-url", "dead"): "read at scrape time: a down Triton is what it reports",
+    ("exporter", "--triton-url", "another service's port"): "read at scrape time, reported then",
+    ("exporter", "--triton-metrics-url", "dead"): "read at scrape time",
+    ("exporter", "--triton-metrics-url", "another service's port"): "read at scrape time",
+    ("exporter", "--trace-file", "a device"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    ("exporter", "--trace-file", "unreadable"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    ("exporter", "--trace-file", "garbage"): "a prefix: Triton writes PREFIX.0, .1, ...",
+    # The doctor reads Prometheus and the exporter after Triton: what answers there is
+    # judged then (a dead Triton, as here, is the first thing it reports).
+    ("stack doctor", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("stack doctor", "--prometheus", "another service's port"): "read after Triton answers",
+    ("stack doctor", "--exporter-url", "another service's port"): "read after Triton answers",
+}
+
+
+@dataclass(frozen=True)
+class Flag:
+    command: str  # "loadgen rate"
+    option: str  # "--duration"
+    kind: str  # number | path | url | model
+    names: tuple[str, ...]  # what an error line may call it
+
+
+def classify(action: argparse.Action) -> str | None:
+    name = getattr(action.type, "__name__", "")
+    dest, metavar = action.dest, str(action.metavar or "")
+    if action.type is model_name:
+        return "model"
+    if "url" in dest or metavar in URL_METAVARS or dest in ("prometheus", "traces"):
+        return "url"
+    if action.type is Path or metavar in PATH_METAVARS or dest in ("db", "out"):
+        return "path"
+    if action.type in (int, float) or name == "parse" or metavar in NUMERIC_METAVARS:
+        return "number"
+    if dest in ("concurrency", "scrape_interval"):
+        return "number"
+    return None
+
+
+def flags() -> list[Flag]:
+    """Every optional flag of every parser with a class, once per distinct flag of a module
+    (the load generator's scenarios share their common flags)."""
+    found: dict[tuple[str, str], Flag] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.option_strings and action.nargs != 0:
+                kind = classify(action)
+                key = (path.split()[0], action.option_strings[-1])
+                if kind and key not in found and path in BASE:
+                    names = (*action.option_strings, action.dest.replace("_", "-"))
+                    found[key] = Flag(path, action.option_strings[-1], kind, names)
+
+    for module, build in PARSERS.items():
+        walk(build(), module)
+    return list(found.values())
+
+
+FLAGS = flags()
+
+
+@dataclass(frozen=True)
+class ClassCase:
+    flag: Flag
+    label: str
+    value: str
+    strict: bool
+
+    @property
+    def id(self) -> str:
+        shown = self.value if len(self.value) < 40 else f"{self.value[:20]}..."
+        return f"{self.flag.command} {self.flag.option} {shown} ({self.label})"
+
+
+CLASS_CASES = [
+    ClassCase(f, label, value, strict)
+    for f in FLAGS
+    for label, value, strict in VALUES[f.kind]
+    if not (f.kind == "path" and f.option in OUTPUT_PATHS and label in ("missing", "a directory"))
+]
+
+
+class OtherService:
+    """Some other HTTP service on a loopback port: it answers, but it is not the one asked for."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                body = b"<html>not what you think</html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@contextlib.contextmanager
+def socket_held(port: int) -> Iterator[None]:
+    """``port`` on loopback taken (listening) for the with-block: an address in use."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        yield
+
+
+def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> int:
+    """Run ``module.main(argv)`` in a forked child; its stderr goes to ``out``."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 99
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            err = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(err, 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            # pytest's capture replaces sys.stderr and sys.stdout: point them at the fds.
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives until _exit
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            code = importlib.import_module(module).main(argv) or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - reported as the traceback it is
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 124
+        time.sleep(0.01)
+
+
+def verdict(c: ClassCase, code: int, stderr: str, value: str) -> str | None:
+    """What is wrong with how the command took the value, or None."""
+    errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
+    if "Traceback" in stderr:
+        return "a traceback"
+    if code not in (0, 1, 2):
+        return f"exit {code}"
+    accepted = (c.flag.command, c.flag.option, c.label) in ACCEPTED
+    if accepted:
+        return None
+    if code != 0 and len(errors) != 1:
+        return f"{len(errors)} error lines"
+    # A value names itself only when it is long enough not to match by chance ("0", "-1").
+    names = [*c.flag.names, *([value[:20]] if len(value) > 3 else [])]
+    named = bool(errors) and any(n in errors[-1] for n in names)
+    if not (code == 2 and named):
+        if code == 2:
+            return f"refused without naming {c.flag.option}: {errors[-1][:160]}"
+        return f"accepted (exit {code})"
+    return None
+
+
+def test_class_cases_cover_every_flag_with_a_number_path_url_or_model() -> None:
+    per_class = {kind: sum(c.flag.kind == kind for c in CLASS_CASES) for kind in VALUES}
+    print(per_class)
+    # Every class has flags in it, and a few well-known ones are found by the walk.
+    assert all(per_class.values()), per_class
+    options = {(f.command.split()[0], f.option, f.kind) for f in FLAGS}
+    for known in [
+        ("loadgen", "--duration", "number"),
+        ("loadgen", "--db", "path"),
+        ("stack", "--hung-after", "number"),
+        ("exporter", "--triton-url", "url"),
+        ("advisor", "--traces", "url"),
+        ("stack", "--model", "model"),
+    ]:
+        assert known in options, known
+
+
+def test_every_class_case_is_refused_in_one_line_naming_the_flag(
+    state: Path, tmp_path: Path
+) -> None:
+    other = OtherService()
+    scratch = tmp_path / "scratch"
+    (scratch / "folder").mkdir(parents=True)
+    (scratch / "loop").symlink_to(scratch / "loop")  # ELOOP: unreadable even for root
+    garbage = scratch / "garbage"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    before = fingerprint(state)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": str(DEAD),
+    }
+    fill = {
+        "store": state / "loadgen.sqlite3",
+        "garbage": garbage,
+        "scratch": scratch,
+        "other": other.url,
+    }
+    problems = []
+    try:
+        with socket_held(BUSY):
+            for c in CLASS_CASES:
+                base = [a.format(**fill) for a in BASE[c.flag.command]]
+                if c.flag.option == "--db":  # a run that is stored: the store is checked
+                    base = [a for a in base if a != "--no-store"]
+                value = c.value.format(**fill)
+                argv = [*c.flag.command.split()[1:], *base, c.flag.option, value]
+                out = tmp_path / "stderr"
+                code = forked(MAINS[c.flag.command.split()[0]], argv, env, out, 20)
+                why = verdict(c, code, out.read_text(errors="replace"), value)
+                if why:
+                    problems.append(f"{c.id}: {why}")
+    finally:
+        other.server.shutdown()
+        other.server.server_close()
+    assert not problems, f"{len(problems)} of {len(CLASS_CASES)}:\n" + "\n".join(problems)
+    assert fingerprint(state) == before
+
+
+# ---- environment variables, by the same classes ----------------------------------------
+# (variable, class, the command that reads it). The ports come from stacksettings.PORTS.
+# The exporter names its flag when the value came from the variable that stands for it.
+ENV_FLAGS = {
+    "TRITON_TIMEOUT": "--triton-timeout",
+    "EXPORTER_CONFIG_CACHE_TTL": "--config-cache-ttl",
+    "EXPORTER_READ_INTERVAL": "--read-interval",
+    "TRITON_ADMIN_KEY_FILE": "--triton-admin-key-file",
+    "TRITON_URL": "--triton-url",
+    "TRITON_METRICS_URL": "--triton-metrics-url",
+    "STACK_TRITON_URLS": "--triton-url",
+}
+ENV_VARS: list[tuple[str, str, str]] = [
+    *[(var, "number", "stack up") for _, var in PORTS.values()],
+    ("STACK_SCRAPE_INTERVAL", "number", "stack up"),
+    ("STACK_HUNG_AFTER", "number", "stack up"),
+    ("STACK_TRITON_CACHE_BYTES", "number", "stack up"),
+    ("TRITON_TIMEOUT", "number", "exporter"),
+    ("EXPORTER_CONFIG_CACHE_TTL", "number", "exporter"),
+    ("EXPORTER_READ_INTERVAL", "number", "exporter"),
+    ("STACK_STATE_DIR", "path", "stack status"),
+    ("STACK_MODEL_REPOSITORY", "path", "stack check-config"),
+    ("STACK_RULES_SETTINGS", "path", "stack up"),
+    ("STACK_TRITON_ADMIN_KEY_FILE", "path", "stack check-config"),
+    ("TRITON_ADMIN_KEY_FILE", "path", "exporter"),
+    ("LOADGEN_DB", "path", "loadgen runs"),
+    ("STACK_TRITON_URLS", "url", "stack check-config"),
+    ("TRITON_URL", "url", "exporter"),
+    ("TRITON_METRICS_URL", "url", "exporter"),
+]
+ENV_BASE = {**BASE, "stack up": ("--no-warmup",), "loadgen runs": (), "stack status": ()}
+ENV_ACCEPTED = {
+    ("STACK_HUNG_AFTER", "zero"): "0 turns hang restarts off",
+    ("STACK_TRITON_CACHE_BYTES", "zero"): "0: no response cache",
+    ("EXPORTER_READ_INTERVAL", "zero"): "0: read at each scrape",
+    ("EXPORTER_CONFIG_CACHE_TTL", "zero"): "0: no config cache",
+    ("STACK_TRITON_URLS", "dead"): "check-config says it cannot read it (exit 1: not misuse)",
+    ("STACK_TRITON_URLS", "another service's port"): "the same, naming what answered",
+    **{
+        ("STACK_TRITON_ADMIN_KEY_FILE", label): "read only in attach mode (STACK_TRITON_URLS)"
+        for label in ("missing", "a directory", "a device", "garbage")
+    },
+    ("STACK_STATE_DIR", "missing"): "status of a stack that never ran: says so, exit 1",
+    ("STACK_STATE_DIR", "a directory"): "a state folder is a folder",
+    ("TRITON_URL", "dead"): "read at scrape time: a down Triton is what it reports",
+    ("TRITON_URL", "another service's port"): "read at scrape time, reported then",
+    ("TRITON_METRICS_URL", "dead"): "read at scrape time",
+    ("TRITON_METRICS_URL", "another service's port"): "read at scrape time",
+}
+ENV_CASES = [
+    (var, command, label, value, strict)
+    for var, kind, command in ENV_VARS
+    for label, value, strict in VALUES[kind]
+]
+
+
+def test_every_environment_class_case_is_refused_in_one_line_naming_the_variable(
+    state: Path, tmp_path: Path
+) -> None:
+    other = OtherService()
+    scratch = tmp_path / "scratch"
+    (scratch / "folder").mkdir(parents=True)
+    (scratch / "loop").symlink_to(scratch / "loop")
+    garbage = scratch / "garbage"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    fill = {"store": state / "loadgen.sqlite3", "garbage": garbage, "scratch": scratch}
+    fill["other"] = other.url  # type: ignore[assignment]
+    before = fingerprint(state)
+    base_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": str(DEAD),
+        # `up` must never start: a rules file that cannot be read stops it after the checks.
+        "STACK_RULES_SETTINGS": str(garbage),
+    }
+    problems = []
+    try:
+        with socket_held(BUSY):
+            for var, command, label, value, _strict in ENV_CASES:
+                filled = value.format(**fill)
+                argv = [*command.split()[1:], *(a.format(**fill) for a in ENV_BASE[command])]
+                out = tmp_path / "stderr"
+                env = {**base_env, var: filled}
+                code = forked(MAINS[command.split()[0]], argv, env, out, 20)
+                stderr = out.read_text(errors="replace")
+                errors = [
+                    ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))
+                ]
+                if "Traceback" in stderr or code not in (0, 1, 2):
+                    problems.append(f"{var}={value[:30]} ({label}): exit {code}, {stderr[-300:]}")
+                    continue
+                if (var, label) in ENV_ACCEPTED:
+                    continue
+                names = [var, ENV_FLAGS.get(var, var)]
+                if len(filled) > 3:  # a path or a URL names itself; "0" would match anything
+                    names.append(filled[:20])
+                named = bool(errors) and any(n in errors[-1] for n in names)
+                if not (code == 2 and len(errors) == 1 and named):
+                    problems.append(f"{var}={value[:30]} ({label}): exit {code}, {errors[-1:]}")
+    finally:
+        other.server.shutdown()
+        other.server.server_close()
+    print({kind: sum(k == kind for _, k, _ in ENV_VARS) * len(VALUES[kind]) for kind in VALUES})
+    assert not problems, f"{len(problems)} of {len(ENV_CASES)}:\n" + "\n".join(problems)
+    assert fingerprint(state) == before
+
+
+# ---- an unknown model, asked of a real Triton -----------------------------------------
+MODEL_FLAGS = [f for f in FLAGS if f.kind == "model"]
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stack's own Triton alone (the one that knows which models it serves)."""
+    from stack.supervisor import running
+
+    settings = isolated(tmp_path_factory.mktemp("triton") / "state")
+    with running(settings, only={"triton"}):
+        yield settings.url("triton_http")
+
+
+def test_an_unknown_model_is_named_by_every_command_that_takes_one(
+    state: Path, triton: str, tmp_path: Path
+) -> None:
+    before = fingerprint(state)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("STACK_", "LOADGEN_"))},
+        "STACK_STATE_DIR": str(state),
+        "LOADGEN_DB": str(state / "loadgen.sqlite3"),
+        "STACK_TRITON_HTTP_PORT": triton.rsplit(":", 1)[1],
+    }
+    problems = []
+    for flag in MODEL_FLAGS:
+        base = [triton if a == DEAD_URL else a for a in BASE[flag.command]]
+        argv = [*flag.command.split()[1:], *base, flag.option, "nosuch_model"]
+        out = tmp_path / "stderr"
+        code = forked(MAINS[flag.command.split()[0]], argv, env, out, 60)
+        stderr = out.read_text(errors="replace")
+        errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
+        if code != 2 or len(errors) != 1 or "nosuch_model" not in errors[0]:
+            problems.append(f"{flag.command} {flag.option}: exit {code}, {stderr[-400:]}")
+    assert len(MODEL_FLAGS) >= 4
+    assert not problems, "\n".join(problems)
+    assert fingerprint(state) == before
 
 
 # ---- inputs of models unlike the add model (issue 31): these need the model's metadata, so

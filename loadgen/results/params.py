@@ -118,6 +118,12 @@ class RunParams:
         return "steps " + " ".join(f"{r:g}/s*{d:g}s" for r, d in self.stages)
 
 
+# Longer than any real address: a paste gone wrong (and past what servers accept in a line).
+MAX_URL = 2048
+# numpy's generators take seeds of 32 bits (and none below 0).
+MAX_SEED = 2**32 - 1
+
+
 def validate(p: RunParams) -> RunParams:
     """The params with defaults filled in; LoadgenError (exit 2) on anything out of bounds."""
     if p.scenario not in SCENARIOS:
@@ -126,9 +132,22 @@ def validate(p: RunParams) -> RunParams:
         raise LoadgenError(f"--protocol {p.protocol!r}: use http or grpc")
     if not p.model:
         raise LoadgenError("--model must name a model")
+    if p.seed is not None and not 0 <= p.seed <= MAX_SEED:
+        raise LoadgenError(f"--seed {p.seed}: use a whole number from 0 to {MAX_SEED}")
     limits.positive(p.timeout_s, "--timeout", limits.MAX_TIMEOUT_S, "s")
     limits.positive_int(p.batch_size, "--batch-size", 1 << 20)
     limits.positive_int(p.max_in_flight, "--max-in-flight", limits.MAX_CONCURRENCY)
+    # Checked here, not only when gRPC is used: a wrong flag is a mistake either way.
+    scheme = p.grpc_url.split("://", 1)[0] if "://" in p.grpc_url else "grpc"
+    if scheme not in ("grpc", "http") or len(p.grpc_url) > MAX_URL:
+        raise LoadgenError(f"--grpc-url {p.grpc_url[:40]!r}: give HOST:PORT (e.g. 127.0.0.1:8001)")
+    if p.exporter_url:
+        scheme = p.exporter_url.split("://", 1)[0] if "://" in p.exporter_url else ""
+        if scheme not in ("http", "https") or len(p.exporter_url) > MAX_URL:
+            raise LoadgenError(
+                f"--exporter-url {p.exporter_url[:40]!r}: give the exporter's http(s) URL "
+                f"(at most {MAX_URL} characters), e.g. http://127.0.0.1:9733"
+            )
     http_url, grpc_url = default_urls()
     changes: dict[str, Any] = {"url": p.url or http_url, "grpc_url": p.grpc_url or grpc_url}
     if p.trace:
@@ -137,7 +156,7 @@ def validate(p: RunParams) -> RunParams:
         n = 3 if p.requests is None else p.requests
         cap = limits.MAX_CONCURRENCY if p.scenario == "concurrent" else limits.MAX_REQUESTS
         changes["requests"] = limits.positive_int(n, "--requests", cap)
-        limits.non_negative(p.gap_s, "--gap", limits.MAX_GAP_S, "s")
+        limits.non_negative(p.gap_s * 1e3, "--gap-ms", limits.MAX_GAP_S * 1e3, " ms")
     if p.scenario == "concurrency":
         limits.positive_int(p.concurrency, "--concurrency", limits.MAX_CONCURRENCY)
         if p.requests is not None:

@@ -10,6 +10,7 @@ server's config) are made by ``CREATE TABLE IF NOT EXISTS`` and read as empty wh
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from loadgen.errors import LoadgenError
@@ -109,6 +110,12 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
     path = Path(db)
     if not create and not path.exists():
         raise LoadgenError(f"no load-run store at {path} (run a load first, or pass --db)")
+    if path.exists() and not path.is_file():
+        # SQLite opens /dev/null (and reads it as an empty store) or fails on a folder late.
+        raise LoadgenError(
+            f"{path} is not a file (a folder or a device); pass --db with the path of a "
+            "load-run store (SQLite)"
+        )
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -126,6 +133,31 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
         if is_locked(exc):  # a store in use, not a bad one: the caller waits or says so
             raise
         raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
+
+
+def check_writable(db: str | Path) -> None:
+    """LoadgenError (one line) unless a run can be stored at ``db``: missing (it is made),
+    or an existing load-run store. Checked before a run sends anything."""
+    path = Path(db)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LoadgenError(
+            f"--db {path}: cannot be read ({exc.strerror or exc}); pass --db with the path of "
+            "a load-run store, or of a new file"
+        ) from None
+    with closing(connect(path)) as conn:
+        try:
+            conn.execute("SELECT name FROM sqlite_master").fetchall()
+        except sqlite3.DatabaseError as exc:
+            if is_locked(exc):
+                return
+            raise LoadgenError(
+                f"--db {path} is not a load-run store ({exc}); pass --db with the SQLite file "
+                "loadgen writes, or a new file"
+            ) from None
 
 
 def is_locked(exc: BaseException) -> bool:
