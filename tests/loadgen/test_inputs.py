@@ -9,6 +9,7 @@ it executed successfully must match what loadgen says it sent right.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -204,8 +205,9 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
     assert after.phase("success").count == after.inference_count > 0
 
 
+@pytest.mark.parametrize("where", ["live", "stored"])
 def test_doctor_names_shape_fragmentation_from_a_stored_run(
-    inputs_triton: Settings, tmp_path: Path
+    inputs_triton: Settings, tmp_path: Path, where: str
 ) -> None:
     url = inputs_triton.url("triton_http")
     db = tmp_path / "runs.sqlite3"
@@ -215,18 +217,42 @@ def test_doctor_names_shape_fragmentation_from_a_stored_run(
     opts = InputOptions.from_texts(shape=["IDS=4:12"], value_range=["IDS=0:1000"])
     stored = run(opts.apply(params), db=str(db))
     assert stored.summary.client.ok == 300
-    argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--store", str(db)]
+    # Live, the doctor reads the newest run of the model with several shapes from the
+    # default store (LOADGEN_DB); --store DB --run ID diagnoses that run, its mix included.
+    argv = ["--url", url, "--model", "bounded_ids", "--window", "1"]
+    if where == "stored":
+        argv = ["--store", str(db), "--run", str(stored.run_id), "--requests", "500"]
     out = subprocess.run(
         [sys.executable, "-m", "stack", "doctor", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "LOADGEN_DB": str(db)},
     )
     assert out.returncode == 1, out.stderr  # a finding
     (diagnosis,) = json.loads(out.stdout)
     (found,) = [f for f in diagnosis["findings"] if f["code"] == "shape-fragmentation"]
     assert found["numbers"][f"shapes sent in load run #{stored.run_id}"] == "9"
     assert 'input { name: "IDS" allow_ragged_batch: true ... }' in found["fix"]
+
+
+def test_doctor_without_a_default_store_reads_no_shape_mix(
+    inputs_triton: Settings, tmp_path: Path
+) -> None:
+    url = inputs_triton.url("triton_http")
+    missing = tmp_path / "none.sqlite3"
+    argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--json"]
+    out = subprocess.run(
+        [sys.executable, "-m", "stack", "doctor", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LOADGEN_DB": str(missing)},
+    )
+    assert out.returncode in (0, 1), out.stderr  # no store is no error
+    (diagnosis,) = json.loads(out.stdout)
+    assert "shape-fragmentation" not in [f["code"] for f in diagnosis["findings"]]
+    assert not missing.exists()  # and none was made
 
 
 def test_advise_verify_replays_with_the_input_options(
