@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dashboard import advice
 from loadgen.engine.runner import RunParams, run
 from loadgen.inputopts import InputOptions
 from stack.supervisor import running
-from stacksettings import Settings, isolated
+from stacksettings import Settings, admin_headers, isolated
 from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
@@ -286,3 +287,29 @@ def test_advise_verify_replays_with_the_input_options(
         checks = json.loads(out.stdout)["verification"]["checks"]
         current = {r["measure"]: r for r in checks[0]["rows"]}
         assert current["throughput (req/s)"]["measured"] > 0
+
+
+def test_dashboard_advice_splits_by_shape_and_replays_the_runs_inputs(
+    inputs_triton: Settings, tmp_path: Path
+) -> None:
+    url = inputs_triton.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "concurrency", model="bounded_ids", concurrency=4, duration_s=1.5, seed=6, url=url
+    )
+    opts = InputOptions.from_texts(shape=["IDS=4:9"], value_range=["IDS=0:1000"])
+    stored = run(opts.apply(params), db=str(db))
+    assert stored.summary.client.failed == 0 and stored.run_id is not None
+    sent = stored.summary.client.shapes
+    assert sent is not None and len(sent) > 1
+    a = advice.advise(db, stored.run_id, url, calibrations=tmp_path / "calibrations.json")
+    assert a.inputs == opts  # rebuilt from the run's stored parameters
+    assert a.shapes is not None
+    assert {s.shape for s in a.shapes.shares} == set(sent)
+    assert any(n.startswith("batches per shape") for n in a.notes)
+    # The replay sends the run's own inputs: without them IDS's variable dims are refused.
+    checked = advice.check(
+        a, url, admin_headers(inputs_triton.admin_key_file), inputs_triton.model_repository
+    )
+    current = {name: measured for name, _, measured in checked.checks[0].rows()}
+    assert (current["throughput (req/s)"] or 0) > 0
