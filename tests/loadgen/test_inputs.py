@@ -37,11 +37,12 @@ def inputs_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings
     base = tmp_path_factory.mktemp("inputs")
     repo = base / "models"
     shutil.copytree(DATA / "model_repository", repo)
-    # A twin that only the advisor's test loads: a model that has never executed.
-    fresh = repo / "bounded_ids_fresh"
-    shutil.copytree(repo / "bounded_ids", fresh)
-    config = (fresh / "config.pbtxt").read_text()
-    (fresh / "config.pbtxt").write_text(config.replace('"bounded_ids"', '"bounded_ids_fresh"'))
+    # Twins that only the advisor's tests load, each its own: models that have never executed.
+    for name in ("bounded_ids_fresh", "bounded_ids_untouched"):
+        fresh = repo / name
+        shutil.copytree(repo / "bounded_ids", fresh)
+        config = (fresh / "config.pbtxt").read_text()
+        (fresh / "config.pbtxt").write_text(config.replace('"bounded_ids"', f'"{name}"'))
     settings = replace(isolated(base / "state"), model_repository=repo)
     with running(settings, only={"triton"}):
         yield settings
@@ -178,6 +179,23 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     )
     assert capacity.returncode in (0, 1), capacity.stdout + capacity.stderr
     assert "outside 0..999" not in capacity.stdout + capacity.stderr
+
+
+def test_advise_probe_on_a_model_that_never_executed_needs_the_traffic(
+    inputs_triton: Settings,
+) -> None:
+    url = inputs_triton.url("triton_http")
+    assert model_stats(url, "bounded_ids_untouched").execution_count == 0
+    argv = ["advise", "--url", url, "--model", "bounded_ids_untouched", "--p99-ms", "50"]
+    argv += ["--probe", "--probe-s", "1", "--shape", "IDS=4:64", "--range", "IDS=0:1000"]
+    argv += ["--calibrations", str(inputs_triton.state_dir / "calibrations.json")]
+    out = subprocess.run(
+        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().endswith("give the traffic with --rate or --concurrency")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert model_stats(url, "bounded_ids_untouched").inference_count == 0  # nothing was sent
 
 
 def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) -> None:
