@@ -6,9 +6,11 @@ statistics, and on this machine its CPU), the exporter's counters in Prometheus 
 window, or a load run in the load generator's store. From it come the batching config, the
 service times, the traffic, the costs outside the model (given, measured now, cached, or
 unknown), the time outside Triton (a probe or a traced stored run; else unknown) and the
-batcher's hand-offs (traces). The callers pass plain values (:class:`Options`); nothing here
-reads argparse or the environment, and a problem is an :class:`InputError`: one line that
-names it and the fix (the CLI prints it and exits 2).
+batcher's hand-offs (traces), and the shapes the requests came in where a stored run or the
+probe recorded them. The probes' requests hold what ``Options.load`` says (loadgen's input
+options), so that any model can be probed. The callers pass plain values (:class:`Options`);
+nothing here reads argparse or the environment, and a problem is an :class:`InputError`: one
+line that names it and the fix (the CLI prints it and exits 2).
 """
 
 from __future__ import annotations
