@@ -3,7 +3,9 @@
 
 ``advisor advise``, the dashboard's advisor panel, the doctor's fix lines and the dashboard's
 "Why isn't batching working?" panel all ask :func:`advise`, so that one server, window and
-bound get one config wherever it is asked for.
+bound get one config wherever it is asked for. Where the inputs recorded a shape mix (a stored
+run's, or the probe's), the batches each shape forms alone come with it
+(:func:`advisor.shapes.by_shape`), for every caller alike.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from advisor.inputs import InputError, Options, Prepared, ServerWindow, gather
 from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
+from advisor.shapes import ShapeSplit, by_shape
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Advice:
     prepared: Prepared
     recommendation: Recommendation
     notes: list[str]
+    # Batches per shape, when the inputs hold more than one shape (None otherwise).
+    shapes: ShapeSplit | None = None
 
 
 def search(prepared: Prepared, options: SearchOptions) -> Advice:
@@ -75,7 +80,18 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    return Advice(prepared, rec, notes)
+    mix = None
+    if inputs.shapes and len(inputs.shapes) > 1:
+        mix = by_shape(
+            config,
+            inputs.traffic,
+            inputs.service,
+            inputs.shapes,
+            prepared.cpu,
+            requests=options.requests,
+        )
+        notes.extend(mix.lines())
+    return Advice(prepared, rec, notes, mix)
 
 
 def advise(opts: Options, options: SearchOptions, window: ServerWindow | None = None) -> Advice:

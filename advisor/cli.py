@@ -3,6 +3,8 @@
     triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10
     triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10 --probe
     triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --p99-ms 10
+    triton-advisor advise --url http://127.0.0.1:8000 --model ids --p99-ms 10 --probe \\
+        --concurrency 8 --shape IDS=4:64 --range IDS=0:30000
     triton-advisor predict --max-batch-size 64 --delay-us 1000 --service-us 600,41 \\
         --concurrency 8 --cores 2 --request-us 100
 """
@@ -26,10 +28,10 @@ from advisor.config import BatcherConfig
 from advisor.inputs import (
     UNKNOWN,
     InputError,
-    Inputs,
     Options,
     given_costs,
     given_traffic,
+    replay_options,
 )
 from advisor.model import CpuModel, ServiceModel
 from advisor.predict import (
@@ -40,6 +42,7 @@ from advisor.predict import (
     Recommendation,
     predict,
 )
+from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonError, TritonHTTPError
@@ -271,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
         "spread) from the exporter's retained traces of --model; trace every request first: "
         "python -m stack trace --model M",
     )
+    loads = advise.add_argument_group(
+        "what --probe's and --verify's requests hold (as in batchscope load; --verify "
+        "replays a stored run's own when none is given)"
+    )
+    inputopts.add_arguments(loads)
     advise.add_argument(
         "--calibrations",
         type=Path,
@@ -300,6 +308,14 @@ def flag_config(args: argparse.Namespace) -> BatcherConfig:
         raise UsageError(str(exc)) from None
 
 
+def input_options(args: argparse.Namespace) -> inputopts.InputOptions:
+    """What the probe's and --verify's requests hold (loadgen's input options)."""
+    try:
+        return inputopts.InputOptions.from_args(args)
+    except LoadgenError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def options_from(args: argparse.Namespace) -> Options:
     """The inputs' options from ``advise``'s flags (the rest never sees argparse)."""
     return Options(
@@ -322,6 +338,7 @@ def options_from(args: argparse.Namespace) -> Options:
         probe_s=args.probe_s,
         traces=args.traces or "",
         calibrations=args.calibrations,
+        load=input_options(args),
     )
 
 
@@ -441,9 +458,14 @@ def advise(args: argparse.Namespace) -> int:
         found = advice.advise(opts, search_options(args))
     except InputError as exc:
         raise UsageError(str(exc)) from None
-    checked = run_verify(args, found.prepared.inputs, found.recommendation) if args.verify else None
+    checked = (
+        run_verify(args, replay_options(opts, found.prepared.inputs), found)
+        if args.verify
+        else None
+    )
     if args.json:
         out = recommendation_json(found)
+        out["by_shape"] = found.shapes.to_json() if found.shapes else None
         out["verification"] = checked.to_json(found.recommendation.objective) if checked else None
         print(json.dumps(out, indent=1))
     else:
@@ -454,8 +476,9 @@ def advise(args: argparse.Namespace) -> int:
 
 
 def run_verify(
-    args: argparse.Namespace, inputs: Inputs, rec: Recommendation
+    args: argparse.Namespace, load: inputopts.InputOptions, found: Advice
 ) -> verify.Verification:
+    inputs, rec = found.prepared.inputs, found.recommendation
     url = args.url or inputs.server
     if not url:
         raise UsageError("--verify needs --url (the Triton to load the scratch copies on)")
@@ -467,6 +490,7 @@ def run_verify(
             args.model_repository,
             rec,
             args.verify_s,
+            inputs=load,
         )
     except ValueError as exc:
         raise UsageError(f"--verify: {exc}") from None

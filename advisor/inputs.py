@@ -6,9 +6,11 @@ statistics, and on this machine its CPU), the exporter's counters in Prometheus 
 window, or a load run in the load generator's store. From it come the batching config, the
 service times, the traffic, the costs outside the model (given, measured now, cached, or
 unknown), the time outside Triton (a probe or a traced stored run; else unknown) and the
-batcher's hand-offs (traces). The callers pass plain values (:class:`Options`); nothing here
-reads argparse or the environment, and a problem is an :class:`InputError`: one line that
-names it and the fix (the CLI prints it and exits 2).
+batcher's hand-offs (traces), and the shapes the requests came in where a stored run or the
+probe recorded them. The probes' requests hold what ``Options.load`` says (loadgen's input
+options), so that any model can be probed. The callers pass plain values (:class:`Options`);
+nothing here reads argparse or the environment, and a problem is an :class:`InputError`: one
+line that names it and the fix (the CLI prints it and exits 2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from advisor.fit import (
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
+from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
 from stacksettings import from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
@@ -71,6 +74,8 @@ class Options:
     config: BatcherConfig | None = None  # given instead of read from the server or the run
     probe: bool = False  # measure costs and the time outside Triton with a short load now
     probe_s: float = 3.0
+    # What the probes' and --verify's requests hold (loadgen's input options).
+    load: InputOptions = field(default_factory=InputOptions)
     traces: str = ""  # the exporter whose retained traces give the hand-offs
     calibrations: Path = field(
         default_factory=lambda: from_env_or_default().state_dir / "advisor-calibrations.json"
@@ -108,6 +113,8 @@ class Inputs:
     outside: handoff.Outside | None = None
     handoffs: tuple[handoff.HandOff, str] | None = None
     run: storedrun.StoredRun | None = None  # the stored run read, when that was the source
+    # Requests per shape, where a stored run or the probe recorded them (None: unknown).
+    shapes: dict[str, int] | None = None
 
 
 @dataclass
@@ -260,6 +267,8 @@ def from_server(
         raise InputError("--url needs --model")
     client = TritonClient(opts.url)
     config = opts.config or server_config(client, opts.model)
+    if opts.probe and calibrated is None and window is None and never_executed(client, opts.model):
+        return first_probe(opts, client, config, traffic)
     if window is None:
         window = watch(opts.url, opts.model, opts.window_s)
     delta, cumulative = window.delta, window.cumulative
@@ -296,6 +305,72 @@ def from_server(
             )
         except ValueError as exc:
             notes.append(f"costs not measured from the window: {exc}")
+    return inputs
+
+
+def never_executed(client: TritonClient, model: str) -> bool:
+    try:
+        return client.model_stats(model).execution_count == 0
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, model)) from None
+
+
+def probe_params(opts: Options, model: str, url: str, concurrency: int, label: str) -> RunParams:
+    """A probe's load: closed loop for ``opts.probe_s``, its requests as ``opts.load`` says."""
+    return opts.load.apply(
+        RunParams(
+            "concurrency",
+            model=model,
+            url=url,
+            concurrency=concurrency,
+            duration_s=opts.probe_s,
+            label=label,
+        )
+    )
+
+
+def probe_concurrency(config: BatcherConfig) -> int:
+    return min(64, max(8, 2 * config.instances * config.batch_limit))
+
+
+def first_probe(
+    opts: Options, client: TritonClient, config: BatcherConfig, traffic: Traffic | None
+) -> Inputs:
+    """``--probe`` on a model that has never executed: a first probe load, so that there
+    are executions to fit the service times from (no window to wait for: nothing runs yet,
+    so the traffic must be given)."""
+    if traffic is None:
+        raise InputError(
+            f"model {opts.model!r} has never executed, so it has no traffic to watch: "
+            "give the traffic with --rate or --concurrency"
+        )
+    params = probe_params(
+        opts, opts.model, opts.url, probe_concurrency(config), "advisor first probe"
+    )
+    try:
+        before = client.model_stats(opts.model)
+        result = loadgen_api.run(params, db=None)
+        delta = client.model_stats(opts.model).minus(before)
+    except LoadgenError as exc:
+        raise InputError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, opts.model)) from None
+    if delta.execution_count == 0:
+        raise InputError(f"--probe: model {opts.model!r} executed nothing under load")
+    notes = [
+        f"model had never executed: service times fitted from a first {opts.probe_s:g} s "
+        f"probe ({delta.execution_count} executions; no window watched)"
+    ]
+    inputs = Inputs(
+        config,
+        fit_service_times(delta),
+        traffic,
+        notes,
+        opts.url,
+        opts.model,
+        triton_version(client),
+    )
+    inputs.shapes = result.summary.client.shapes
     return inputs
 
 
@@ -343,7 +418,15 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(
-        config, service, traffic, notes, run.server, run.model, run.triton_version, run=run
+        config,
+        service,
+        traffic,
+        notes,
+        run.server,
+        run.model,
+        run.triton_version,
+        run=run,
+        shapes=run.shapes,
     )
     inputs.outside = run.outside
     if run.handoff is not None:
@@ -415,7 +498,7 @@ def probe(opts: Options, inputs: Inputs) -> Probe:
     if not url:
         raise InputError("--probe needs --url (the Triton to probe)")
     config = inputs.config
-    concurrency = min(64, max(8, 2 * config.instances * config.batch_limit))
+    concurrency = probe_concurrency(config)
     cpu_meter = meter(url)
     if cpu_meter is None and not opts.cores:
         raise InputError(
@@ -423,14 +506,7 @@ def probe(opts: Options, inputs: Inputs) -> Probe:
             "(the server's CPU cores)"
         )
     client = TritonClient(url)
-    params = RunParams(
-        "concurrency",
-        model=inputs.model,
-        url=url,
-        concurrency=concurrency,
-        duration_s=opts.probe_s,
-        label="advisor probe",
-    )
+    params = probe_params(opts, inputs.model, url, concurrency, "advisor probe")
     try:
         before = client.model_stats(inputs.model)
         if cpu_meter is not None:
@@ -442,6 +518,7 @@ def probe(opts: Options, inputs: Inputs) -> Probe:
         raise InputError(f"--probe: {exc}") from None
     except TritonError as exc:
         raise InputError(triton_problem(exc, inputs.model)) from None
+    inputs.shapes = result.summary.client.shapes or inputs.shapes
     measured = result.summary.client.throughput_per_s or 0.0
     source = f"a {opts.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
     try:
@@ -478,6 +555,15 @@ def probe_outside(
         + sum(delta.phase(p).seconds for p in ("compute_input", "compute_infer", "compute_output"))
     ) / ok
     return handoff.Outside(max(client_mean_s - inside, 0.0), (), source)
+
+
+def replay_options(opts: Options, inputs: Inputs) -> InputOptions:
+    """What ``--verify``'s replayed requests hold: ``opts.load`` when any input option was
+    given, else (none given) the stored run's own, so that a run is replayed alike."""
+    run = inputs.run
+    if opts.load == InputOptions() and run is not None and run.inputs is not None:
+        return run.inputs
+    return opts.load
 
 
 def resolve_costs(opts: Options, given: Costs | None, inputs: Inputs) -> Costs:

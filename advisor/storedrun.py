@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
@@ -30,6 +30,7 @@ from advisor.fit import fit_service_times
 from advisor.handoff import MIN_REQUESTS, HandOff, Outside, measure, outside
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen.errors import LoadgenError
+from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
 from loadgen.results.summary import ServerSummary
 from loadgen.store.runstore import RunStore
@@ -60,6 +61,8 @@ class StoredRun:
     # hand-offs measured from them, over ``traced_requests`` requests.
     handoff: HandOff | None = None
     traced_requests: int = 0
+    shapes: dict[str, int] | None = None  # requests per shape sent (loadgen's record)
+    inputs: InputOptions | None = None  # what the run's requests held, to replay them alike
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -143,6 +146,8 @@ def load(db: str | Path, run_id: int) -> StoredRun:
         outside=measured_outside,
         handoff=handoff,
         traced_requests=len(traced),
+        shapes=client.shapes,
+        inputs=InputOptions(**{f.name: getattr(run.params, f.name) for f in fields(InputOptions)}),
     )
 
 

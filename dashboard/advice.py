@@ -15,6 +15,8 @@ from advisor import Prediction, Recommendation, verify
 from advisor.advice import SearchOptions
 from advisor.advice import advise as advisor_advise
 from advisor.inputs import Options
+from advisor.shapes import ShapeSplit
+from loadgen.inputopts import InputOptions
 from stacksettings import from_env_or_default
 
 P99_BOUND_S = 0.010
@@ -42,6 +44,8 @@ class Advice:
     capacity_known: bool = False
     outside: str = ""  # where the time outside Triton came from, or that it is unknown
     notes: tuple[str, ...] = ()
+    inputs: InputOptions | None = None  # what the run's requests held: replayed alike
+    shapes: ShapeSplit | None = None  # batches per shape, when the run sent several
 
 
 def advise(
@@ -77,6 +81,8 @@ def advise(
         capacity_known=found.prepared.costs.known,
         outside=found.prepared.outside_line,
         notes=tuple(found.notes),
+        inputs=run.inputs,
+        shapes=found.shapes,
     )
 
 
@@ -84,7 +90,9 @@ def check(
     a: Advice, triton_url: str, headers: dict[str, str], repository: Path
 ) -> verify.Verification:
     """The recommendation checked by experiment (scratch copies; see ``advisor.verify``)."""
-    return verify.verify(triton_url, headers, a.model, repository, a.recommendation, VERIFY_S)
+    return verify.verify(
+        triton_url, headers, a.model, repository, a.recommendation, VERIFY_S, inputs=a.inputs
+    )
 
 
 def verification_frame(checked: verify.Verification) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +18,13 @@ from urllib.parse import urlsplit
 from advisor.advice import SearchOptions
 from advisor.inputs import Options, ServerWindow
 from doctor import report
-from doctor.checks import check
+from doctor.checks import ShapeMix, check
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.prescribe import searched
 from doctor.window import Window, from_summary
 from loadgen.errors import LoadgenError
+from loadgen.results.params import default_db
+from loadgen.results.summary import RunSummary
 from loadgen.store.runstore import RunStore
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
@@ -108,8 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         "--store",
         metavar="DB",
         type=Path,
-        help="diagnose a stored load run instead (with --run): its statistics and config, "
-        "the same inputs as `advisor advise --store DB --run ID`",
+        help="diagnose a stored load run instead (with --run): its statistics, config and "
+        "shape mix, the same inputs as `advisor advise --store DB --run ID` (a live "
+        "diagnosis reads the shape mix from LOADGEN_DB or .stack/loadgen.sqlite3)",
     )
     parser.add_argument("--run", type=int, metavar="ID", help="the run in --store")
     parser.add_argument(
@@ -289,6 +293,40 @@ def prescribed(
     return searched(d, source.options, search, source.server)
 
 
+RUNS_READ = 20  # the newest runs of the default store looked at for a model's shape mix
+
+
+def run_mix(run_id: int, summary: RunSummary) -> ShapeMix | None:
+    """The shapes a stored run sent, when it sent several (runs made before loadgen recorded
+    shapes have none)."""
+    shapes = summary.client.shapes
+    if not shapes or len(shapes) < 2:
+        return None
+    average = summary.server.average_batch_size if summary.server else None
+    return ShapeMix(run_id, shapes, average)
+
+
+def shape_mix(model: str) -> tuple[ShapeMix | None, list[str]]:
+    """For a live diagnosis: the shapes the newest run of ``model`` with several shapes in
+    the default load-run store sent (LOADGEN_DB or .stack/loadgen.sqlite3). None when there
+    is no store or no such run; a store that cannot be read is a note, not an error (the
+    user did not name it)."""
+    path = Path(default_db())
+    if not path.is_file():
+        return None, []
+    try:
+        with RunStore(path) as store:
+            for row in store.list_runs(RUNS_READ):
+                if row["model"] != model:
+                    continue
+                mix = run_mix(int(row["id"]), store.load_run(int(row["id"])).summary)
+                if mix is not None:
+                    return mix, []
+    except (LoadgenError, sqlite3.Error) as exc:
+        return None, [f"shape mix not read from the load-run store {path}: {exc}"]
+    return None, []
+
+
 def stored(args: argparse.Namespace) -> Diagnosis:
     """The checks and the search on one stored load run (``--store --run``)."""
     if args.run is None:
@@ -312,7 +350,7 @@ def stored(args: argparse.Namespace) -> Diagnosis:
         parse_json(run.model_config),
         window,
         "stored run (its traces are the advisor's business)",
-        check(parse_json(run.model_config), window),
+        check(parse_json(run.model_config), window, run_mix(args.run, run.summary)),
     )
     opts = Options(store=args.store, run=args.run)
     if not args.json:
@@ -363,15 +401,11 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
         exporter = args.exporter_url or (
             defaults.exporter_url if url == defaults.triton_url else ""
         )
-        diagnoses: list[Diagnosis] = [
-            prescribed(
-                diagnose(client, m, found.get(m), notes, exporter),
-                sources.get(m),
-                search,
-                args.json,
-            )
-            for m in models
-        ]
+        diagnoses: list[Diagnosis] = []
+        for m in models:
+            mix, more = shape_mix(m)
+            d = diagnose(client, m, found.get(m), [*notes, *more], exporter, mix)
+            diagnoses.append(prescribed(d, sources.get(m), search, args.json))
     except UsageError as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from advisor import inputs
 from advisor.costs import ServerCpu
 from advisor.inputs import ServerWindow
-from doctor.checks import Finding, Prescription, check
+from doctor.checks import Finding, Prescription, ShapeMix, check
 from doctor.window import Window, from_statistics
 from promapi import PromClient, increase_with_new, promql_duration
 from tritonapi import (
@@ -63,17 +63,19 @@ def diagnose(
     window: Window | None,
     notes: Iterable[str] = (),
     exporter_url: str = "",
+    mix: ShapeMix | None = None,
 ) -> Diagnosis:
     """Run every check on one model (its config as Triton loaded it) and its window.
 
     With ``exporter_url``, the batch traces the exporter holds for the model (if any) are
-    summarised beside the trace setting.
+    summarised beside the trace setting. ``mix``: the shapes a stored load run of the model
+    sent, for the shape-fragmentation check.
     """
     config = client.model_config(model)
     traces = trace_state(client, model)
     if exporter_url:
         traces = traces_read(exporter_url, config) or traces
-    return Diagnosis(model, config, window, traces, check(config, window), list(notes))
+    return Diagnosis(model, config, window, traces, check(config, window, mix), list(notes))
 
 
 def traces_read(exporter_url: str, config: ModelConfig, seconds: float = 120.0) -> str:

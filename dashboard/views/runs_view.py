@@ -333,6 +333,9 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
     st.caption(
         f"Latency predicted for the current config: {a.predicted.latency_line()}. {a.outside}."
     )
+    if a.shapes is not None:
+        # Several shapes batch apart in Triton: the split says how much each one batches.
+        st.caption("  \n".join(a.shapes.lines()))
     st.dataframe(
         fmt.table(
             advice.predicted_vs_measured(a),

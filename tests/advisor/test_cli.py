@@ -90,6 +90,25 @@ def test_predict_needs_traffic(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--rate" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--range", "IDS=5:1"], "--range IDS=5:1: use NAME=LO:HI with LO < HI"),
+        (["--shape", "IDS"], "--shape 'IDS': use NAME=VALUE"),
+        (["--input-data", "no/such.json"], "--input-data no/such.json: no such file"),
+    ],
+)
+def test_bad_input_options_are_one_line_before_any_server(
+    option: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (port,) = free_ports(1)  # nothing listens: the options are refused before it is asked
+    argv = ["advise", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--p99-ms", "5"]
+    code, out, err = run_main([*argv, *option], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"triton-advisor: error: {expected}"), err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
     (port,) = free_ports(1)
     code, out, err = run_main(

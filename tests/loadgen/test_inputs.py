@@ -9,6 +9,7 @@ it executed successfully must match what loadgen says it sent right.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,10 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dashboard import advice
 from loadgen.engine.runner import RunParams, run
 from loadgen.inputopts import InputOptions
 from stack.supervisor import running
-from stacksettings import Settings, isolated
+from stacksettings import Settings, admin_headers, isolated
 from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
@@ -35,11 +37,12 @@ def inputs_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings
     base = tmp_path_factory.mktemp("inputs")
     repo = base / "models"
     shutil.copytree(DATA / "model_repository", repo)
-    # A twin that only the advisor's test loads: a model that has never executed.
-    fresh = repo / "bounded_ids_fresh"
-    shutil.copytree(repo / "bounded_ids", fresh)
-    config = (fresh / "config.pbtxt").read_text()
-    (fresh / "config.pbtxt").write_text(config.replace('"bounded_ids"', '"bounded_ids_fresh"'))
+    # Twins that only the advisor's tests load, each its own: models that have never executed.
+    for name in ("bounded_ids_fresh", "bounded_ids_untouched"):
+        fresh = repo / name
+        shutil.copytree(repo / "bounded_ids", fresh)
+        config = (fresh / "config.pbtxt").read_text()
+        (fresh / "config.pbtxt").write_text(config.replace('"bounded_ids"', f'"{name}"'))
     settings = replace(isolated(base / "state"), model_repository=repo)
     with running(settings, only={"triton"}):
         yield settings
@@ -178,6 +181,23 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     assert "outside 0..999" not in capacity.stdout + capacity.stderr
 
 
+def test_advise_probe_on_a_model_that_never_executed_needs_the_traffic(
+    inputs_triton: Settings,
+) -> None:
+    url = inputs_triton.url("triton_http")
+    assert model_stats(url, "bounded_ids_untouched").execution_count == 0
+    argv = ["advise", "--url", url, "--model", "bounded_ids_untouched", "--p99-ms", "50"]
+    argv += ["--probe", "--probe-s", "1", "--shape", "IDS=4:64", "--range", "IDS=0:1000"]
+    argv += ["--calibrations", str(inputs_triton.state_dir / "calibrations.json")]
+    out = subprocess.run(
+        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().endswith("give the traffic with --rate or --concurrency")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert model_stats(url, "bounded_ids_untouched").inference_count == 0  # nothing was sent
+
+
 def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) -> None:
     url = inputs_triton.url("triton_http")
     argv = ["advise", "--url", url, "--model", "bounded_ids_fresh", "--p99-ms", "50"]
@@ -204,8 +224,9 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
     assert after.phase("success").count == after.inference_count > 0
 
 
+@pytest.mark.parametrize("where", ["live", "stored"])
 def test_doctor_names_shape_fragmentation_from_a_stored_run(
-    inputs_triton: Settings, tmp_path: Path
+    inputs_triton: Settings, tmp_path: Path, where: str
 ) -> None:
     url = inputs_triton.url("triton_http")
     db = tmp_path / "runs.sqlite3"
@@ -215,18 +236,42 @@ def test_doctor_names_shape_fragmentation_from_a_stored_run(
     opts = InputOptions.from_texts(shape=["IDS=4:12"], value_range=["IDS=0:1000"])
     stored = run(opts.apply(params), db=str(db))
     assert stored.summary.client.ok == 300
-    argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--store", str(db)]
+    # Live, the doctor reads the newest run of the model with several shapes from the
+    # default store (LOADGEN_DB); --store DB --run ID diagnoses that run, its mix included.
+    argv = ["--url", url, "--model", "bounded_ids", "--window", "1"]
+    if where == "stored":
+        argv = ["--store", str(db), "--run", str(stored.run_id), "--requests", "500"]
     out = subprocess.run(
         [sys.executable, "-m", "stack", "doctor", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "LOADGEN_DB": str(db)},
     )
     assert out.returncode == 1, out.stderr  # a finding
     (diagnosis,) = json.loads(out.stdout)
     (found,) = [f for f in diagnosis["findings"] if f["code"] == "shape-fragmentation"]
     assert found["numbers"][f"shapes sent in load run #{stored.run_id}"] == "9"
     assert 'input { name: "IDS" allow_ragged_batch: true ... }' in found["fix"]
+
+
+def test_doctor_without_a_default_store_reads_no_shape_mix(
+    inputs_triton: Settings, tmp_path: Path
+) -> None:
+    url = inputs_triton.url("triton_http")
+    missing = tmp_path / "none.sqlite3"
+    argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--json"]
+    out = subprocess.run(
+        [sys.executable, "-m", "stack", "doctor", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LOADGEN_DB": str(missing)},
+    )
+    assert out.returncode in (0, 1), out.stderr  # no store is no error
+    (diagnosis,) = json.loads(out.stdout)
+    assert "shape-fragmentation" not in [f["code"] for f in diagnosis["findings"]]
+    assert not missing.exists()  # and none was made
 
 
 def test_advise_verify_replays_with_the_input_options(
@@ -260,3 +305,29 @@ def test_advise_verify_replays_with_the_input_options(
         checks = json.loads(out.stdout)["verification"]["checks"]
         current = {r["measure"]: r for r in checks[0]["rows"]}
         assert current["throughput (req/s)"]["measured"] > 0
+
+
+def test_dashboard_advice_splits_by_shape_and_replays_the_runs_inputs(
+    inputs_triton: Settings, tmp_path: Path
+) -> None:
+    url = inputs_triton.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "concurrency", model="bounded_ids", concurrency=4, duration_s=1.5, seed=6, url=url
+    )
+    opts = InputOptions.from_texts(shape=["IDS=4:9"], value_range=["IDS=0:1000"])
+    stored = run(opts.apply(params), db=str(db))
+    assert stored.summary.client.failed == 0 and stored.run_id is not None
+    sent = stored.summary.client.shapes
+    assert sent is not None and len(sent) > 1
+    a = advice.advise(db, stored.run_id, url, calibrations=tmp_path / "calibrations.json")
+    assert a.inputs == opts  # rebuilt from the run's stored parameters
+    assert a.shapes is not None
+    assert {s.shape for s in a.shapes.shares} == set(sent)
+    assert any(n.startswith("batches per shape") for n in a.notes)
+    # The replay sends the run's own inputs: without them IDS's variable dims are refused.
+    checked = advice.check(
+        a, url, admin_headers(inputs_triton.admin_key_file), inputs_triton.model_repository
+    )
+    current = {name: measured for name, _, measured in checked.checks[0].rows()}
+    assert (current["throughput (req/s)"] or 0) > 0
