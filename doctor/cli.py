@@ -34,6 +34,7 @@ from tritonapi.modelname import model_name
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 P99_MS = 10.0  # the search's default bound, the dashboard's too
+MAX_P99_MS = 3_600_000.0  # an hour: past it a bound says nothing about a batcher
 PROMETHEUS_S = 300.0
 MAX_SAMPLE_S = 600.0
 MAX_PROMETHEUS_S = 7 * 86400.0
@@ -276,8 +277,10 @@ def windows(
 
 def search_options(args: argparse.Namespace) -> SearchOptions:
     """The search's options: misuse is one line."""
-    if not 0 < args.p99_ms < math.inf:
-        raise UsageError(f"--p99-ms {args.p99_ms:g}: give a positive bound in ms")
+    if not 0 < args.p99_ms <= MAX_P99_MS:  # NaN too
+        raise UsageError(
+            f"--p99-ms {args.p99_ms:g}: give a positive bound in ms, at most {MAX_P99_MS:,.0f}"
+        )
     if args.seeds < 1 or args.requests < 100:
         raise UsageError("--seeds must be 1 or more and --requests 100 or more")
     return SearchOptions(p99_bound_s=args.p99_ms / 1e3, seeds=args.seeds, requests=args.requests)
@@ -393,10 +396,10 @@ def run(args: argparse.Namespace, defaults: Defaults) -> int:
         return show(args, one)
     try:
         _check_inputs(args)
+        search = search_options(args)  # misuse is named before Triton is asked
         url = _check_url(args.url, "--url")
         client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
         models = _models(client, args.model)
-        search = search_options(args)
         found, notes, sources = windows(args, client, models, defaults)
         exporter = args.exporter_url or (
             defaults.exporter_url if url == defaults.triton_url else ""

@@ -444,6 +444,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("loadgen prune", "--keep", "zero"): "keep none (the store is checked next)",
     ("exporter", "--config-cache-ttl", "zero"): "0: no config cache",
     ("exporter", "--read-interval", "zero"): "0: read at each scrape",
+    ("exporter", "--trace-sample", "zero"): "0: always-on trace sampling off (the default)",
     ("advisor advise", "--cv", "zero"): "0: evenly spaced arrivals",
     ("advisor advise", "--delay-us", "zero"): "0: no queue delay, Triton's default",
     ("stack up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
