@@ -3,8 +3,9 @@
 ``Capture(port, protocol)`` runs Debian's ``tcpdump`` on ``lo`` while a load goes to
 ``port`` and stamps, with the kernel's nanosecond timestamps, every request that left:
 
-- HTTP: each TCP segment to the port whose payload starts with ``POST `` (one per request:
-  both loadgen and perf_analyzer write a request in one go);
+- HTTP: each inference request (``POST .../infer``; the exporter's ``POST
+  /v2/repository/index`` is not one) at the start of a TCP segment to the port (both
+  loadgen and perf_analyzer write a request in one go);
 - gRPC: each HTTP/2 HEADERS frame (type 1) found at a frame boundary from the start of a
   segment to the port (a request opens with its HEADERS frame; SETTINGS, WINDOW_UPDATE and
   PING frames are skipped by type).
@@ -60,6 +61,8 @@ class Capture:
             "lo",
             "-n",
             "-U",  # write each packet as it comes: nothing is lost at the stop
+            "-B",
+            "65536",  # KiB of kernel buffer: a busy machine delays tcpdump, not the capture
             "-s",
             str(SNAP),
             "--time-stamp-precision=nano",
@@ -100,6 +103,8 @@ class Capture:
             except subprocess.TimeoutExpired:
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
+        if self._proc is not None and self._proc.stderr is not None:
+            self._proc.stderr.close()
 
     def stamps(self) -> list[float]:
         """When each request went out (seconds of the kernel's clock), in order."""
@@ -157,7 +162,7 @@ def read_pcap(path: Path) -> list[tuple[float, tuple[int, int], bytes]]:
 def requests_in(payload: bytes, protocol: str) -> int:
     """Requests that start in one captured segment (see the module doc)."""
     if protocol == "http":  # a request's head is at a segment's start (several: pipelined)
-        return payload.count(b"POST /v2/") if payload.startswith(b"POST ") else 0
+        return payload.count(b"/infer HTTP/1.") if payload.startswith(b"POST ") else 0
     n, off = 0, 0
     if payload.startswith(b"PRI * HTTP/2.0"):
         off = 24  # the connection preface

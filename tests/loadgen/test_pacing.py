@@ -107,5 +107,7 @@ def test_sends_at_2000_per_second_are_spaced_on_the_wire(running_stack: Settings
     c = result.summary.client
     assert c.sent == count_arrivals(ConstantRate(2000, 2), False, 1) > 3990
     stats = gap_stats(stamps, 2000, poisson=False)
-    assert stats.requests == c.sent, stats  # the observer saw every request, once
+    # The observer saw nearly every request, each once. A stamp tcpdump dropped on a busy
+    # machine only merges two gaps into a longer one: it never makes a short gap.
+    assert c.sent >= stats.requests >= 0.95 * c.sent, stats
     assert stats.under_half < 0.05, (stats, c.send_lateness_s, os.getloadavg())
