@@ -100,7 +100,8 @@ class Capture:
 
     def _stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            time.sleep(0.2)  # the last packets reach the file
+            # A busy tcpdump lags: what is still in its kernel buffer at SIGINT is lost.
+            time.sleep(1.0)
             os.killpg(self._proc.pid, signal.SIGINT)
             try:
                 self._proc.wait(timeout=10)
