@@ -14,6 +14,7 @@ Every driver stops sending when ``stop`` is set and returns once nothing is in f
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from loadgen.engine import pacing
 from loadgen.engine.shapes import Arrivals
 
 Stop = Callable[[], bool]
+SLOTS_AHEAD_S = 0.025  # open loop: connections opened up front, in seconds of arrivals
 
 
 async def serial(client: Client, n: int, gap_s: float, stop: Stop) -> None:
@@ -92,7 +94,11 @@ async def open_loop(
     connection could take within the request timeout). ``origin``: when, on the recorder's
     clock, the schedule starts (now if None; the workers of ``--processes`` share one)."""
     rec = client.recorder
-    idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, 8)))
+    # Enough connections for the first rate's arrivals over SLOTS_AHEAD_S of slow answers:
+    # a request that finds none free waits for one to open, and leaves late.
+    first_rate = arrivals.rate() or 0.0
+    ahead = max(8, math.ceil(first_rate * SLOTS_AHEAD_S))
+    idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, ahead)))
     opened = [len(idle), 0]  # slots open, slots opening
     backlog: deque[tuple[int, float]] = deque()
 
