@@ -34,10 +34,10 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)
 MAX_ERROR_KINDS = 1000
 OTHER_ERRORS = f"other errors (past {MAX_ERROR_KINDS:,} distinct kinds)"
 KEEP_RECORDS = 1_000_000  # records a run without a store keeps in memory (about 20 MB)
-# An open-loop request sent later than this after its due time counts as a late send. Not
-# zero: asyncio's sleeps end on epoll's millisecond ticks (the selector rounds its timeout
-# up to the next millisecond), so up to 1 ms late is the timer's resolution, not a backlog
-# or a client out of breath.
+# An open-loop request sent later than this after its due time counts as a late send, as
+# perf_analyzer counts its "delayed" requests. The pacer (engine.pacing) sends within
+# microseconds; a millisecond late is a backlog or a client out of breath, and the run's
+# send-lateness distribution (Recorder.lateness) shows everything under it.
 LATE_THRESHOLD_S = 0.001
 TIMELINE_COLUMNS = ("second", "sent", "ok", "failed", "timed_out", "p50_s", "p99_s", "mean_s")
 
