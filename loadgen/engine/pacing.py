@@ -11,11 +11,10 @@ Batching feeds on exactly that error, so open-loop runs are paced here instead:
   it refuses descriptors numbered past 1,024, which a dashboard or a test session holds;
 - the loop's thread asks the kernel for 1 ns of timer slack (``prctl(PR_SET_TIMERSLACK)``;
   Linux lets a normal thread's timers fire up to 50 us late to batch wake-ups);
-- ``until(due)`` sleeps on that loop until ``YIELD_S`` (``YIELD_RT_S`` with real-time
-  scheduling) before the due time (answers are read meanwhile), then hands the loop turns
-  without sleeping (each turn still polls the sockets, so answers are still read) until
-  ``SPIN_S`` before it, then spins on the clock for the last microseconds, where one turn
-  of the loop could overshoot.
+- ``until(due)`` sleeps on that loop until ``YIELD_S`` before the due time (answers are
+  read meanwhile), then hands the loop turns without sleeping (each turn still polls the
+  sockets, so answers are still read) until ``SPIN_S`` before it, then spins on the clock
+  for the last microseconds, where one turn of the loop could overshoot.
 
 perf_analyzer paces its request-rate mode the same way (sleep, then spin). A send that is
 late anyway (a busy core, a long callback) leaves at once, and the recorder keeps how late
@@ -35,9 +34,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 YIELD_S = 0.0002  # sleep until this long before the due time; then hand the loop turns
-# With real-time scheduling a wake-up is on time within microseconds: a shorter window
-# spends less of the cores the server under test needs (the loop spins at top priority).
-YIELD_RT_S = 0.00005
 SPIN_S = 0.00003  # and spin for the last of it: one turn of the loop may take this long
 SWITCH_S = 0.0002  # the GIL switch interval during an open-loop run (Python's default: 5 ms)
 PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
@@ -52,7 +48,6 @@ class _ITimerSpec(ctypes.Structure):
     _fields_ = [("it_interval", _TimeSpec), ("it_value", _TimeSpec)]
 
 
-_yield_s = YIELD_S  # YIELD_RT_S while the run's thread has real-time scheduling
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK, TFD_CLOEXEC = 0o4000, 0o2000000
 
@@ -153,12 +148,9 @@ def realtime() -> Iterator[None]:
     except OSError:  # not allowed: normal scheduling, the lateness figures say how it went
         yield
         return
-    global _yield_s
-    before, _yield_s = _yield_s, YIELD_RT_S
     try:
         yield
     finally:
-        _yield_s = before
         os.sched_setscheduler(0, policy, param)
 
 
@@ -179,9 +171,9 @@ def tight_timers() -> Iterator[None]:
 
 async def until(due: float, now: Callable[[], float]) -> None:
     """Return at ``due`` on the clock ``now`` (seconds), or at once if it has passed."""
-    left, window = due - now(), _yield_s
-    if left > window:
-        await asyncio.sleep(left - window)
+    left = due - now()
+    if left > YIELD_S:
+        await asyncio.sleep(left - YIELD_S)
     while due - now() > SPIN_S:
         await asyncio.sleep(0)  # one turn of the loop: answers are read, nothing sleeps
     while now() < due:
