@@ -419,13 +419,18 @@ def holds(batches: Sequence[Batch]) -> tuple[float, tuple[float, ...]]:
         return 0.0, ()
     # Onsets: the held share grows from one pooled phase to the next; spread it evenly
     # over the phase it grew in.
+    # Counted on the cumulative share, so that small steps spread over many phases still
+    # add up to their samples (rounded one by one, each could round to none).
     onsets: list[float] = []
-    before = 0.0
+    before = 0
     for k, (phase, _, _) in enumerate(pooled):
         end = pooled[k + 1][0] if k + 1 < len(pooled) else phase + HOLD_BIN_S
-        count = round((held[k] - before) * SAMPLES)
+        upto = round(held[k] * SAMPLES)
+        count = upto - before
         onsets += [phase + (end - phase) * (j + 0.5) / count for j in range(count)]
-        before = held[k]
+        before = upto
+    if not onsets:  # a share too small for one sample: no hold the simulator can draw
+        return 0.0, ()
     return share, tuple(onsets)
 
 

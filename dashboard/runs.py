@@ -217,6 +217,19 @@ def latency_table(run: LoadRun) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["percentile", "ms"])
 
 
+def lateness_table(run: LoadRun) -> pd.DataFrame:
+    """Open-loop runs: how late the sends went out after their due times, in microseconds
+    (p50, p99, max); empty for closed-loop runs and runs stored before it was kept."""
+    late = run.summary.client.send_lateness_s
+    if late is None:
+        return pd.DataFrame(columns=["send lateness", "us"])
+    rows = [
+        (name, None if v is None else v * 1e6)
+        for name, v in (("p50", late.p50), ("p99", late.p99), ("max", late.max))
+    ]
+    return pd.DataFrame(rows, columns=["send lateness", "us"])
+
+
 def compare(a: LoadRun, b: LoadRun) -> pd.DataFrame:
     """``loadgen.reports.compare`` as a frame: one row per measure, A, B and the ratio B / A."""
     rows = [

@@ -67,8 +67,11 @@ def json_of(result: Any, db: str | None) -> dict[str, Any]:
                 "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?",
                 (result.run_id,),
             )
-            return merge.portable(base, merge.from_records((r[0], r[1], r[2]) for r in rows))
-    found = merge.from_records((r[1], r[2], r[3]) for r in result.records())
+            found = merge.from_records((r[0], r[1], r[2]) for r in rows)
+    else:
+        found = merge.from_records((r[1], r[2], r[3]) for r in result.records())
+    if result.summary.client.send_lateness_s is not None:
+        found.lateness = result.recorder.lateness
     return merge.portable(base, found)
 
 

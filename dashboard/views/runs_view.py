@@ -192,6 +192,9 @@ def _progress() -> None:
 def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
     c = run.summary.client
     server = run.summary.server
+    missed = c.schedule_missed()
+    if missed:  # the figures below are of a different arrival process than the one asked
+        st.warning(f"Run #{run.run_id}: {missed}.", icon=":material/schedule:")
     cols = st.columns(6)
     cols[0].metric("Throughput (req/s)", fmt.number(c.throughput_per_s))
     cols[1].metric("Sent", fmt.count(c.sent))
@@ -215,6 +218,15 @@ def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
             fmt.table(runs.latency_table(run), {"ms": "{:.2f}"}),
             hide_index=True,
         )
+        if c.send_lateness_s is not None:
+            st.dataframe(
+                fmt.table(runs.lateness_table(run), {"us": "{:,.0f}"}),
+                hide_index=True,
+            )
+            st.caption(
+                "Send lateness: how long after its due time each request went out "
+                "(open-loop runs). Past 1 ms at p99 the run did not keep its schedule."
+            )
         st.plotly_chart(
             charts.render_run_timeline(runs.timeline(cfg.store, run.run_id or 0)),
             key="run_timeline",

@@ -22,6 +22,7 @@ with status ``interrupted``. A run ends only by its own limits, a stop or an err
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import signal
 import threading
@@ -46,7 +47,7 @@ from loadgen.clients.payloads import (
 )
 from loadgen.clients.slots import Client
 from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model, parse_address
-from loadgen.engine import scenarios, serverside
+from loadgen.engine import pacing, scenarios, serverside
 from loadgen.engine.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
 from loadgen.errors import LoadgenError
 from loadgen.results.params import RunParams, validate
@@ -62,6 +63,7 @@ from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT
 __all__ = ["RunParams", "RunResult", "LoadRun", "Prepared", "prepare", "run", "LoadgenError"]
 
 CHECKED_KINDS = ("wrong answer", "bad answer")
+OPEN_LOOP = ("rate", "steps")
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -84,6 +86,10 @@ class Prepared:
     pool: list[PoolRequest] | None = None
     checks: str = ""
     payloads: Payloads | PoolPayloads | None = None  # the run's, once it started
+    # Open loop: when the schedule's first request is due, on time.perf_counter's clock
+    # (CLOCK_MONOTONIC, one for every process); None: as the run starts. The workers of
+    # --processes share one start, each a fraction of a gap apart, so their sends interleave.
+    start_at: float | None = None
 
 
 def generation(p: RunParams) -> Generation:
@@ -216,10 +222,28 @@ def execute(
     facts = _server_facts(prepared.http.base_url, p.model)
     if prepared.window is not None:
         prepared.window.open()
-    open_loop = p.scenario in ("rate", "steps")
+    open_loop = p.scenario in OPEN_LOOP
     recorder = Recorder(
         track_index=p.trace, late_threshold_s=LATE_THRESHOLD_S if open_loop else None
     )
+    # Open loop: paced from here, so that the store's writer thread (started below)
+    # inherits the scheduling the sending thread gets (see engine.pacing.paced).
+    with pacing.paced() if open_loop else contextlib.nullcontext():
+        return _execute_with(
+            prepared, before, facts, recorder, stop, progress, handle_sigint, writer
+        )
+
+
+def _execute_with(
+    prepared: Prepared,
+    before: ModelStats,
+    facts: tuple[str, dict[str, Any] | None],
+    recorder: Recorder,
+    stop: threading.Event,
+    progress: Progress | None,
+    handle_sigint: bool,
+    writer: RunWriter | None,
+) -> RunResult:
     if writer is None:
         result = _execute(prepared, before, recorder, stop, progress, handle_sigint, None)
         result.triton_version, result.model_config = facts
@@ -267,9 +291,12 @@ def _execute(
     base = prepared.http.base_url
     status, not_sent, error, ended = "ok", None, "", ""
     try:
-        not_sent, ended = asyncio.run(
-            _drive(prepared, recorder, stop, progress, handle_sigint, writer)
-        )
+        drive = _drive(prepared, recorder, stop, progress, handle_sigint, writer)
+        if p.scenario in OPEN_LOOP:  # sends paced to the microsecond (see engine.pacing)
+            with asyncio.Runner(loop_factory=pacing.loop_factory) as r:
+                not_sent, ended = r.run(drive)
+        else:
+            not_sent, ended = asyncio.run(drive)
     except LoadgenError:
         raise
     except OSError as exc:
@@ -389,7 +416,8 @@ async def _drive(
             shape = open_loop_shape(p)
             assert shape is not None
             arrivals = Arrivals(shape, p.poisson, prepared.arrival_seed)
-            not_sent = await scenarios.open_loop(client, arrivals, p.max_in_flight, stop)
+            origin = None if prepared.start_at is None else prepared.start_at - recorder.t0
+            not_sent = await scenarios.open_loop(client, arrivals, p.max_in_flight, stop, origin)
     finally:
         if ticker is not None:
             ticker.cancel()

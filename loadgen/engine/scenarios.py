@@ -14,14 +14,17 @@ Every driver stops sending when ``stop`` is set and returns once nothing is in f
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from loadgen.clients.slots import Client, wait_idle
+from loadgen.engine import pacing
 from loadgen.engine.shapes import Arrivals
 
 Stop = Callable[[], bool]
+SLOTS_AHEAD_S = 0.025  # open loop: connections opened up front, in seconds of arrivals
 
 
 async def serial(client: Client, n: int, gap_s: float, stop: Stop) -> None:
@@ -79,12 +82,23 @@ async def closed_loop(
         await asyncio.sleep(0.01)
 
 
-async def open_loop(client: Client, arrivals: Arrivals, max_in_flight: int, stop: Stop) -> int:
-    """Sends at ``arrivals``' due times; returns how many due requests were never sent (a
-    backlog cut short by a stop, or one that no connection could take within the request
-    timeout)."""
+async def open_loop(
+    client: Client,
+    arrivals: Arrivals,
+    max_in_flight: int,
+    stop: Stop,
+    origin: float | None = None,
+) -> int:
+    """Sends at ``arrivals``' due times, each at its microsecond (``pacing.until``); returns
+    how many due requests were never sent (a backlog cut short by a stop, or one that no
+    connection could take within the request timeout). ``origin``: when, on the recorder's
+    clock, the schedule starts (now if None; the workers of ``--processes`` share one)."""
     rec = client.recorder
-    idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, 8)))
+    # Enough connections for the first rate's arrivals over SLOTS_AHEAD_S of slow answers:
+    # a request that finds none free waits for one to open, and leaves late.
+    first_rate = arrivals.rate() or 0.0
+    ahead = max(8, math.ceil(first_rate * SLOTS_AHEAD_S))
+    idle: deque[Any] = deque(await client.open_slots(min(max_in_flight, ahead)))
     opened = [len(idle), 0]  # slots open, slots opening
     backlog: deque[tuple[int, float]] = deque()
 
@@ -107,8 +121,8 @@ async def open_loop(client: Client, arrivals: Arrivals, max_in_flight: int, stop
         on_done(slot)
 
     client.on_done = on_done
-    t0 = rec.now()
-    due, i = t0, 0
+    t0 = rec.now() if origin is None else origin
+    due, i = t0 + arrivals.offset, 0
     while not stop():
         now = rec.now()
         rate = None
@@ -127,7 +141,7 @@ async def open_loop(client: Client, arrivals: Arrivals, max_in_flight: int, stop
             due = t0 + arrivals.offset
         if due <= now and rate is None:
             break
-        await asyncio.sleep(max(due - rec.now(), 0.0))
+        await pacing.until(due, rec.now)
     drain_until = rec.now() + client.timeout_s
     while backlog and not stop() and rec.now() < drain_until:
         await asyncio.sleep(0.01)

@@ -11,6 +11,10 @@ share of the load:
 
 Each worker checks the target and its inputs, waits at a barrier until all are ready (so
 they start together), and streams its run into a store of its own in a temporary folder.
+Open-loop workers share one start (``START_AHEAD_S`` after the barrier, on CLOCK_MONOTONIC,
+which every process reads alike) and worker i's schedule begins i / R after it (R the
+whole rate): N constant streams of R / N interleave into one of R instead of sending N
+requests together each N / R seconds.
 The parent reads the server's statistics before the barrier and after the last worker's
 last answer (the whole window's server side, once), then merges the workers' runs exactly
 (``loadgen.reports.merge``) into one run of the real store, records included, and removes the
@@ -29,6 +33,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,7 @@ from loadgen.results.summary import LoadRun
 
 MAX_PROCESSES = 64
 START_TIMEOUT_S = 120.0  # for every worker to import, check the target and be ready
+START_AHEAD_S = 0.5  # the shared open-loop start: this long after all are ready
 SPLITS = ("concurrent", "concurrency", "rate", "steps")
 
 
@@ -106,13 +112,14 @@ def run(params: RunParams, n: int, db: str | None, group_id: str = "") -> SplitR
     shares = split(prepared.params, n)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(n + 1)
+    start_at = ctx.Value("d", 0.0)  # the open-loop schedule's start, once all are ready
     results: Any = ctx.Queue()
     folder = Path(tempfile.mkdtemp(prefix="loadgen-workers-"))
     stores = [folder / f"worker-{i}.sqlite3" for i in range(n)]
     procs = [
         ctx.Process(
             target=_worker,
-            args=(i, shares[i], str(stores[i]), barrier, results),
+            args=(i, n, shares[i], str(stores[i]), barrier, results, start_at),
             name=f"loadgen-worker-{i}",
         )
         for i in range(n)
@@ -132,6 +139,7 @@ def run(params: RunParams, n: int, db: str | None, group_id: str = "") -> SplitR
             proc.start()
         before = serverside.snapshot(base, prepared.params.model)
         started = _wait_ready(barrier)
+        start_at.value = time.perf_counter() + START_AHEAD_S
         messages = _collect(results, procs)
         errors = [m[1] for m in messages if m[1]]
         if not started or any(m[2] == "unstarted" for m in messages):
@@ -201,7 +209,9 @@ def _server_side(
     return serverside.summarize(after.minus(before)), "", after.is_reset_since(before)
 
 
-def _worker(index: int, params: RunParams, db: str, barrier: Any, results: Any) -> None:
+def _worker(
+    index: int, n: int, params: RunParams, db: str, barrier: Any, results: Any, start_at: Any
+) -> None:
     """One worker: check, wait for the others, run into its own store, say how it went."""
     # Its own process group: a Ctrl-C at the terminal reaches the parent alone, which
     # passes it on once (a second one would abandon the requests in flight).
@@ -218,8 +228,23 @@ def _worker(index: int, params: RunParams, db: str, barrier: Any, results: Any) 
     except (threading.BrokenBarrierError, KeyboardInterrupt):
         results.put((index, "", "unstarted"))
         return
+    prepared.start_at = _shared_start(start_at, index, n, params)
     try:
         result = runner.run(prepared, db, threading.Event(), handle_sigint=True)
         results.put((index, result.summary.client.error or result.store_note, result.status))
     except BaseException as exc:  # the run is in its store as far as it went
         results.put((index, f"worker {index}: {exc!r}", "failed"))
+
+
+def _shared_start(start_at: Any, index: int, n: int, params: RunParams) -> float | None:
+    """When this worker's open-loop schedule begins: the shared start, plus its place among
+    the N interleaved streams (``index`` / the whole first rate); None for closed loops."""
+    rate = params.rate if params.scenario == "rate" else (params.stages or ((0.0, 0.0),))[0][0]
+    if params.scenario not in ("rate", "steps") or rate <= 0:
+        return None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while start_at.value == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the parent sets it the moment the barrier opens
+    if start_at.value == 0.0:
+        return None
+    return float(start_at.value) + index / (rate * n)

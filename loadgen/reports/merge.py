@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import LoadgenError
-from loadgen.results.histogram import Histogram
+from loadgen.results.histogram import Histogram, hist_from_json, hist_json
 from loadgen.results.params import RunParams
-from loadgen.results.recorder import QUANTILES, TIMELINE_COLUMNS
+from loadgen.results.recorder import QUANTILES, TIMELINE_COLUMNS, lateness_of
 from loadgen.results.summary import ClientSummary, Latency, LoadRun, RunSummary, ServerSummary
 from loadgen.store import writes
 from loadgen.store.runstore import RunStore
@@ -60,36 +60,17 @@ class Part:
     seconds: dict[int, Second]
     first_s: float  # when its first request was due, on its own clock
     source: tuple[Path, int] | None = None  # (store, run id) whose records come along
+    lateness: Histogram | None = None  # open loop: send lateness (None: not kept)
 
 
 # ---- histograms and the portable JSON -----------------------------------------------
-def hist_json(h: Histogram) -> dict[str, Any]:
-    return {
-        "n": h.n,
-        "sum": h.total,
-        "min": None if h.n == 0 else h.low,
-        "max": h.high,
-        "buckets": [[b, n] for b, n in sorted(h.counts.items())],
-    }
-
-
-def hist_from_json(data: dict[str, Any]) -> Histogram:
-    h = Histogram()
-    h.counts = {int(b): int(n) for b, n in data["buckets"]}
-    h.n, h.total = int(data["n"]), float(data["sum"])
-    h.low = math.inf if data["min"] is None else float(data["min"])
-    h.high = float(data["max"])
-    if sum(h.counts.values()) != h.n:
-        raise ValueError("histogram buckets do not add up to its count")
-    return h
-
-
 @dataclass
 class FromRecords:
     latency: Histogram
     seconds: dict[int, Second]
     n: int
     first_s: float
+    lateness: Histogram | None = None  # open loop: how late each send left (not in records)
 
 
 def from_records(rows: Iterable[Row]) -> FromRecords:
@@ -124,6 +105,11 @@ def portable(base: dict[str, Any], found: FromRecords) -> dict[str, Any]:
         **base,
         "first_s": found.first_s,
         "latency_histogram": hist_json(found.latency),
+        **(
+            {"send_lateness_histogram": hist_json(found.lateness)}
+            if found.lateness is not None
+            else {}
+        ),
         "seconds": [
             {"second": s, "counts": sec.counts, "histogram": hist_json(sec.hist)}
             for s, sec in sorted(found.seconds.items())
@@ -142,6 +128,7 @@ def part_from_store(db: Path, run_id: int | None, name: str) -> Part:
                 raise LoadgenError(f"{name} {many}: name one as {db}:RUN_ID")
             run_id = int(listed[0]["id"])
         run = runs.load_run(run_id)
+        lateness = runs.load_lateness(run_id)
         if run.status == "running":
             raise LoadgenError(f"{name}: run #{run_id} is still going; merge it once it has ended")
         rows = runs.conn.execute(
@@ -153,7 +140,7 @@ def part_from_store(db: Path, run_id: int | None, name: str) -> Part:
             f"{name}: run #{run_id} has {found.n:,} records of {run.summary.client.sent:,} sent "
             "(not all of it is in this store), so it cannot be merged exactly"
         )
-    return Part(name, run, found.latency, found.seconds, found.first_s, (db, run_id))
+    return Part(name, run, found.latency, found.seconds, found.first_s, (db, run_id), lateness)
 
 
 def part_from_json(data: dict[str, Any], name: str) -> Part:
@@ -178,12 +165,14 @@ def part_from_json(data: dict[str, Any], name: str) -> Part:
             for s in data["seconds"]
         }
         latency = hist_from_json(data["latency_histogram"])
+        lateness = data.get("send_lateness_histogram")
+        late = None if lateness is None else hist_from_json(lateness)
         first_s = float(data["first_s"])
     except (KeyError, TypeError, ValueError) as exc:
         raise LoadgenError(f"{name} is not a load run's JSON: {exc!r}") from None
     if sum(s.counts[0] for s in seconds.values()) != run.summary.client.sent:
         raise LoadgenError(f"{name}: its seconds do not add up to the requests it sent")
-    return Part(name, run, latency, seconds, first_s)
+    return Part(name, run, latency, seconds, first_s, lateness=late)
 
 
 def read_parts(names: Sequence[str]) -> list[Part]:
@@ -291,9 +280,15 @@ def merge(
             into.counts = [a + b for a, b in zip(into.counts, sec.counts, strict=True)]
             into.hist.merge(sec.hist)
     timeline = [_row(s, sec) for s, sec in sorted(seconds.items())]
-    client = _client(parts, offsets, latency)
+    # Send lateness merges exactly when every part kept its histogram (else: unknown).
+    lateness = (
+        Histogram.merged(p.lateness for p in parts if p.lateness is not None)
+        if all(p.lateness is not None for p in parts)
+        else None
+    )
+    client = _client(parts, offsets, latency, lateness)
     first_s = min(o + p.first_s for o, p in zip(offsets, parts, strict=True))
-    found = FromRecords(latency, seconds, client.sent, first_s)
+    found = FromRecords(latency, seconds, client.sent, first_s, lateness)
     restarted = any(p.run.summary.server_restarted for p in parts)
     if server is None and not server_error:
         server_error = (
@@ -316,7 +311,12 @@ def _row(second: int, sec: Second) -> dict[str, Any]:
     return dict(zip(TIMELINE_COLUMNS, values, strict=True))
 
 
-def _client(parts: Sequence[Part], offsets: Sequence[float], latency: Histogram) -> ClientSummary:
+def _client(
+    parts: Sequence[Part],
+    offsets: Sequence[float],
+    latency: Histogram,
+    lateness: Histogram | None,
+) -> ClientSummary:
     summaries = [p.run.summary.client for p in parts]
     data: dict[str, Any] = {}
     for f in fields(ClientSummary):
@@ -346,6 +346,7 @@ def _client(parts: Sequence[Part], offsets: Sequence[float], latency: Histogram)
     data["throughput_per_s"] = data["ok"] / duration if duration > 0 else None
     p50, p90, p95, p99 = (latency.quantile(q) for q in QUANTILES)
     data["latency_s"] = Latency(p50, p90, p95, p99, latency.quantile(1.0), latency.mean)
+    data["send_lateness_s"] = None if lateness is None else lateness_of(lateness)
     data["error"] = "; ".join(dict.fromkeys(c.error for c in summaries if c.error))
     ended = {c.ended for c in summaries}
     data["ended"] = ended.pop() if len(ended) == 1 else ",".join(sorted(ended))
@@ -404,6 +405,8 @@ def save(db: str | Path, merged: Merged, parts: Sequence[Part], group_id: str = 
             )
             run_id = int(cur.lastrowid or 0)
             writes.upsert_timeline(conn, run_id, merged.timeline)
+            if merged.found.lateness is not None:
+                writes.save_lateness(conn, run_id, merged.found.lateness)
         if all(p.source is not None for p in parts):
             _copy_records(conn, run_id, parts, merged.offsets)
     return run_id

@@ -8,7 +8,7 @@ import sys
 from typing import IO, Any
 
 from loadgen.reports.compare import compare
-from loadgen.results.summary import ENDED, LoadRun
+from loadgen.results.summary import ENDED, Latency, LoadRun
 from loadgen.results.tracing import TraceSummary
 from tritonapi.traces import REASON_TEXT
 
@@ -48,8 +48,10 @@ def run_table(run: LoadRun) -> str:
     c = run.summary.client
     s = run.summary.server
     lat = c.latency_s
+    missed = c.schedule_missed()
     lines = [
-        f"{run.describe()} over {run.params.protocol}   status: {run.status}",
+        f"{run.describe()} over {run.params.protocol}   status: {run.status}"
+        + ("   SCHEDULE NOT KEPT" if missed else ""),
         "",
         "client side",
         f"  requests      sent {c.sent:,} = ok {c.ok:,} + failed {c.failed:,} "
@@ -62,9 +64,13 @@ def run_table(run: LoadRun) -> str:
         lines.append(f"  ended by      {ENDED.get(c.ended, c.ended)}{_limit(run, c.ended)}")
     if c.not_sent:
         lines.append(f"  not sent      {c.not_sent:,} due requests dropped at the stop")
+    if c.send_lateness_s is not None:
+        lines.append(f"  send lateness {lateness_line(c.send_lateness_s)}")
     if c.late_sends is not None:
         lines.append(f"  late sends    {late_sends(c.late_sends, c.sent, c.late_threshold_s)}")
     lines += input_lines(run)
+    if missed:
+        lines.append(f"  note: {missed}")
     for kind, count in c.errors.items():
         lines.append(f"  error x{count:<6,} {kind}")
     if s is None:
@@ -126,6 +132,15 @@ def input_lines(run: LoadRun) -> list[str]:
                 f"batch here held requests of one of {len(c.shapes):,} shapes"
             )
     return lines
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.0f} us"
+
+
+def lateness_line(late: Latency) -> str:
+    """Open-loop runs: how late the sends left after their due times."""
+    return f"p50 {_us(late.p50)}  p99 {_us(late.p99)}  max {_us(late.max)} after the due time"
 
 
 def late_sends(late: int, sent: int, threshold_s: float | None) -> str:

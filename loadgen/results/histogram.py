@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 SUB_BITS = 7
 SUB = 1 << SUB_BITS
@@ -95,3 +96,26 @@ class Histogram:
     @property
     def mean(self) -> float | None:
         return self.total / self.n if self.n else None
+
+
+def hist_json(h: Histogram) -> dict[str, Any]:
+    """A histogram as JSON that merges as exactly as the histogram itself (a run's portable
+    ``--json``, the store's ``send_lateness``)."""
+    return {
+        "n": h.n,
+        "sum": h.total,
+        "min": None if h.n == 0 else h.low,
+        "max": h.high,
+        "buckets": [[b, n] for b, n in sorted(h.counts.items())],
+    }
+
+
+def hist_from_json(data: dict[str, Any]) -> Histogram:
+    h = Histogram()
+    h.counts = {int(b): int(n) for b, n in data["buckets"]}
+    h.n, h.total = int(data["n"]), float(data["sum"])
+    h.low = math.inf if data["min"] is None else float(data["min"])
+    h.high = float(data["max"])
+    if sum(h.counts.values()) != h.n:
+        raise ValueError("histogram buckets do not add up to its count")
+    return h

@@ -34,10 +34,10 @@ QUANTILES = (0.5, 0.9, 0.95, 0.99)
 MAX_ERROR_KINDS = 1000
 OTHER_ERRORS = f"other errors (past {MAX_ERROR_KINDS:,} distinct kinds)"
 KEEP_RECORDS = 1_000_000  # records a run without a store keeps in memory (about 20 MB)
-# An open-loop request sent later than this after its due time counts as a late send. Not
-# zero: asyncio's sleeps end on epoll's millisecond ticks (the selector rounds its timeout
-# up to the next millisecond), so up to 1 ms late is the timer's resolution, not a backlog
-# or a client out of breath.
+# An open-loop request sent later than this after its due time counts as a late send, as
+# perf_analyzer counts its "delayed" requests. The pacer (engine.pacing) sends within
+# microseconds; a millisecond late is a backlog or a client out of breath, and the run's
+# send-lateness distribution (Recorder.lateness) shows everything under it.
 LATE_THRESHOLD_S = 0.001
 TIMELINE_COLUMNS = ("second", "sent", "ok", "failed", "timed_out", "p50_s", "p99_s", "mean_s")
 
@@ -160,6 +160,7 @@ class Recorder:
         # Open-loop runs: sends later than the threshold after their due time (else None).
         self.late_threshold_s = late_threshold_s
         self.late_sends = 0
+        self.lateness = Histogram()  # open loop: how late each send left after it was due
         self.hist = Histogram()  # latency of successful requests, seconds that are over
         self.per_second = Timeline()
         self.first_send: float | None = None
@@ -173,8 +174,11 @@ class Recorder:
     def mark_sent(self, at: float) -> None:
         """A request due at ``at`` goes out now (its latency will count from ``at``)."""
         self.sent += 1
-        if self.late_threshold_s is not None and self.now() - at > self.late_threshold_s:
-            self.late_sends += 1
+        if self.late_threshold_s is not None:
+            late = self.now() - at
+            self.lateness.add(max(late, 0.0))
+            if late > self.late_threshold_s:
+                self.late_sends += 1
         if self.first_send is None:
             self.first_send = at
         self.per_second.sent(at)
@@ -260,6 +264,9 @@ class Recorder:
             errors=self.errors_by_kind(),
             late_sends=None if self.late_threshold_s is None else self.late_sends,
             late_threshold_s=self.late_threshold_s,
+            send_lateness_s=lateness_of(self.lateness)
+            if self.late_threshold_s is not None
+            else None,
         )
 
     def timeline(self) -> list[dict[str, Any]]:
@@ -269,3 +276,11 @@ class Recorder:
         """(seq, start_s, latency_s, outcome, error) of the records not drained yet, in
         completion order: every record of a run made without a store (up to ``keep``)."""
         return self.pending.rows(self.errors)
+
+
+def lateness_of(hist: Histogram) -> Latency | None:
+    """A send-lateness histogram as p50 ... max (None when nothing was sent)."""
+    if hist.n == 0:
+        return None
+    p50, p90, p95, p99 = (hist.quantile(q) for q in QUANTILES)
+    return Latency(p50, p90, p95, p99, hist.quantile(1.0), hist.mean)

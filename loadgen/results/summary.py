@@ -20,6 +20,8 @@ from typing import Any
 from loadgen.results.params import RunParams
 from loadgen.results.tracing import TraceSummary
 
+SCHEDULE_KEPT_S = 0.001  # an open-loop run's p99 send lateness past this: schedule missed
+
 
 @dataclass(frozen=True)
 class Latency:
@@ -61,6 +63,10 @@ class ClientSummary:
     # A plain count: the late sends of runs merged together add up.
     late_sends: int | None = None
     late_threshold_s: float | None = None
+    # Open loop only: how late each request went out after its due time, as a distribution
+    # (p50 ... max, seconds; engine.pacing aims at microseconds). A run whose p99 is past
+    # SCHEDULE_KEPT_S did not keep its schedule, and its report says so.
+    send_lateness_s: Latency | None = None
     error: str = ""  # why sending ended early (the run's status is then failed)
     # What ended it: one of ENDED (runs stored before this was recorded: "").
     ended: str = ""
@@ -74,14 +80,33 @@ class ClientSummary:
         for key in ("error", "ended", "checked"):
             if not data[key]:
                 del data[key]
-        for key in ("not_sent", "late_sends", "late_threshold_s", "shapes"):
+        for key in ("not_sent", "late_sends", "late_threshold_s", "shapes", "send_lateness_s"):
             if data[key] is None:
                 del data[key]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientSummary:
-        return cls(**{**data, "latency_s": Latency(**data["latency_s"])})
+        lateness = data.get("send_lateness_s")
+        return cls(
+            **{
+                **data,
+                "latency_s": Latency(**data["latency_s"]),
+                "send_lateness_s": None if lateness is None else Latency(**lateness),
+            }
+        )
+
+    def schedule_missed(self) -> str:
+        """One line when an open-loop run did not keep its schedule (p99 send lateness past
+        ``SCHEDULE_KEPT_S``), else "": the figures of such a run describe a different
+        arrival process than the one asked for."""
+        late = self.send_lateness_s
+        if late is None or late.p99 is None or late.p99 <= SCHEDULE_KEPT_S:
+            return ""
+        return (
+            f"schedule not kept: 1 % of requests went out more than {late.p99 * 1e3:.2f} ms "
+            f"after they were due (p99 send lateness; the bound is {SCHEDULE_KEPT_S * 1e3:g} ms)"
+        )
 
 
 @dataclass(frozen=True)

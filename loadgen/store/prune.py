@@ -64,7 +64,16 @@ def prune(
                 "SELECT COUNT(*) FROM records WHERE run_id = ?", (run_id,)
             ).fetchone()[0]
             # Children first: stores whose foreign keys were off still end up clean.
-            for table in ("traced_times", "traced", "trace_windows", "records", "timeline"):
+            children = (
+                "traced_times",
+                "traced",
+                "trace_windows",
+                "send_lateness",
+                "run_server",
+                "records",
+                "timeline",
+            )
+            for table in children:
                 if table in tables:
                     conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))

@@ -13,6 +13,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import LoadgenError
+from loadgen.results.histogram import Histogram, hist_from_json
 from loadgen.results.params import RunParams
 from loadgen.results.summary import LoadRun, RunSummary
 from loadgen.results.tracing import TracedRecord, summarize
@@ -91,6 +92,18 @@ def load_traced_latencies(
     except sqlite3.OperationalError:  # a store from before --trace: no such table
         return []
     return [(float(a), float(b), float(c)) for a, b, c in rows]
+
+
+def load_lateness(conn: sqlite3.Connection, run_id: int) -> Histogram | None:
+    """An open-loop run's send-lateness histogram; None for closed-loop runs and for runs
+    stored before it was kept (a store without the table reads the same)."""
+    try:
+        row = conn.execute(
+            "SELECT histogram FROM send_lateness WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # a store from before send_lateness: no such table
+        return None
+    return None if row is None else hist_from_json(json.loads(row[0]))
 
 
 def list_runs(conn: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]]:

@@ -27,6 +27,10 @@ Its tables:
   COMPUTE_END, ns of the server's clock), from which the advisor measures the batcher's
   hand-offs (``advisor.handoff``). A store from before it is read as before and gets it
   from its next writer.
+- ``send_lateness`` (open-loop runs): the histogram of how late each request went out after
+  its due time (``loadgen.engine.pacing``), from which runs made side by side merge its
+  percentiles exactly; the client summary holds its p50 ... max. A store from before it is
+  read as before (no such histogram) and gets it from its next writer.
 - ``run_server``: one row per run, the Triton version and the model's config (JSON) as the
   server reported them when the run began, so that a stored run can be modelled (``batchscope
   advise --store``) without the server. A table of its own rather than columns
@@ -63,6 +67,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from loadgen.results.histogram import Histogram
 from loadgen.results.result import RunResult
 from loadgen.results.summary import LoadRun
 from loadgen.results.tracing import TracedRecord
@@ -125,6 +130,9 @@ class RunStore:
 
     def load_traced_latencies(self, run_id: int) -> list[tuple[float, float, float]]:
         return reads.load_traced_latencies(self.conn, run_id)
+
+    def load_lateness(self, run_id: int) -> Histogram | None:
+        return reads.load_lateness(self.conn, run_id)
 
     def runs_frame(self, limit: int = 100) -> pd.DataFrame:
         return reads.runs_frame(self.conn, limit)

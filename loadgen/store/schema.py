@@ -1,7 +1,8 @@
 """The store's tables, its connection settings and the migrations of older stores.
 
 Tables (see ``loadgen.store.runstore`` for what each holds): ``runs``, ``records``,
-``timeline``, ``traced``, ``traced_times``, ``trace_windows``, ``run_server``. A writer's
+``timeline``, ``traced``, ``traced_times``, ``trace_windows``, ``send_lateness``,
+``run_server``. A writer's
 connection (``create``) makes the file and missing tables, puts the store in WAL mode and
 teaches an older ``runs`` table the ``running`` status; tables added later (traces, the
 server's config) are made by ``CREATE TABLE IF NOT EXISTS`` and read as empty where missing.
@@ -82,6 +83,10 @@ CREATE TABLE IF NOT EXISTS trace_windows (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
     sent INTEGER NOT NULL,
     note TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS send_lateness (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    histogram TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS run_server (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,

@@ -179,6 +179,8 @@ class RunWriter:
                     if item.trace is not None:
                         writes.save_trace(conn, run_id, item)
                     writes.save_server(conn, run_id, item)
+                    if item.summary.client.send_lateness_s is not None:
+                        writes.save_lateness(conn, run_id, item.recorder.lateness)
                 elif kind == "abort" and run_id is not None:
                     writes.mark_ended(conn, run_id, *item)
                 elif kind == "discard" and run_id is not None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.results.histogram import Histogram, hist_json
 from loadgen.results.params import RunParams
 from loadgen.results.recorder import TIMELINE_COLUMNS
 from loadgen.results.result import RunResult
@@ -113,6 +114,8 @@ def save(conn: sqlite3.Connection, result: RunResult) -> int:
         if result.trace is not None:
             save_trace(conn, run_id, result)
         save_server(conn, run_id, result)
+        if result.summary.client.send_lateness_s is not None:
+            save_lateness(conn, run_id, result.recorder.lateness)
     return run_id
 
 
@@ -170,6 +173,15 @@ def save_trace(conn: sqlite3.Connection, run_id: int, result: RunResult) -> None
             )
             for r in result.traced_requests or []
         ),
+    )
+
+
+def save_lateness(conn: sqlite3.Connection, run_id: int, lateness: Histogram) -> None:
+    """An open-loop run's send-lateness histogram, so that runs made side by side merge
+    its percentiles exactly (``loadgen.reports.merge``)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO send_lateness VALUES (?,?)",
+        (run_id, json.dumps(hist_json(lateness))),
     )
 
 

@@ -6,13 +6,16 @@ against this project's Triton: run 1 a Poisson rate run at 400/s, run 2 a concur
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from loadgen.reports import report
 from loadgen.results.params import RunParams
-from loadgen.results.summary import Latency
+from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
+from loadgen.results.result import RunResult
+from loadgen.results.summary import Latency, RunSummary
 from loadgen.store.runstore import RunStore
 
 DB = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
@@ -73,3 +76,40 @@ def test_b_faster_than_a_gives_a_throughput_ratio_above_one() -> None:
     assert row.split()[-3:] == ["396.960", "5,772.650", "14.54x"]
     (row,) = [line for line in table.splitlines() if line.startswith("average batch size")]
     assert row.split()[-1] == "2.51x"  # 3.125 / 1.245
+
+
+def test_an_old_store_learns_send_lateness_from_its_next_writer(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite3"
+    shutil.copy(DB, db)  # written before send lateness was kept
+    with RunStore(db) as opened:
+        assert opened.load_run(1).summary.client.send_lateness_s is None
+        assert opened.load_lateness(1) is None  # no such table: read as "not kept"
+        before = opened.load_row(1)
+
+    clock = [0.0]
+    rec = Recorder(clock=lambda: clock[0], late_threshold_s=LATE_THRESHOLD_S)
+    for i, late in enumerate((0.000004, 0.000006, 0.0025)):
+        clock[0] = i * 0.01 + late
+        rec.mark_sent(i * 0.01)
+    rec.close_seconds(everything=True)
+    result = RunResult(
+        params=RunParams("rate", rate=100, duration_s=0.03),
+        status="ok",
+        started_at=rec.wall_t0,
+        finished_at=rec.wall_t0 + 0.03,
+        summary=RunSummary(rec.summary(), None, "not asked"),
+        timeline=rec.timeline(),
+        recorder=rec,
+    )
+    with RunStore(db, create=True) as opened:  # the writer's connection adds the table
+        run_id = opened.save(result)
+    with RunStore(db) as opened:
+        assert opened.load_row(1) == before  # nothing already recorded is lost
+        stored = opened.load_run(run_id).summary.client.send_lateness_s
+        hist = opened.load_lateness(run_id)
+    assert stored is not None and stored.max == pytest.approx(0.0025)
+    assert stored.p50 == pytest.approx(0.0000065, abs=1e-6)
+    assert hist is not None and hist.n == 3 and hist.high == pytest.approx(0.0025)
+    with RunStore(db) as opened:
+        table = report.run_table(opened.load_run(run_id))
+    assert "SCHEDULE NOT KEPT" in table and "send lateness p50" in table
