@@ -149,9 +149,12 @@ def predict(
         if with_limit and cpu.cores is not None
         else None
     )
-    saturated = isinstance(traffic, OpenLoop) and (
-        result.throughput_per_s < 0.95 * traffic.rate_per_s
-        or result.backlog > 4 * config.batch_limit
+    saturated = result.cut or (
+        isinstance(traffic, OpenLoop)
+        and (
+            result.throughput_per_s < 0.95 * traffic.rate_per_s
+            or result.backlog > 4 * config.batch_limit
+        )
     )
     executions = result.executions
     return Prediction(

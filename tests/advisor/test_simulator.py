@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from advisor import simulator
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.predict import predict
@@ -285,3 +286,15 @@ def test_arrivals_are_drawn_as_runs_of_the_measured_gaps_at_the_traffics_rate() 
     assert set(clustered.batch_sizes) <= {1, 2, 3}
     assert poisson.mean_batch_size < 1.1
     assert clustered.throughput_per_s == pytest.approx(500, rel=0.05)
+
+
+def test_a_run_past_its_event_budget_is_cut_and_called_saturated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config, traffic = BatcherConfig(8, (), 500), OpenLoop(100, cv=1)
+    whole = predict(config, traffic, FLAT_1MS, requests=2000)
+    assert not whole.saturated  # 100/s against 8,000/s: light load, every request answered
+    monkeypatch.setattr(simulator, "MAX_EVENTS_PER_REQUEST", 1)
+    result = Simulation(config, FLAT_1MS, traffic, requests=2000).run()
+    assert result.cut and result.inferences < 2000
+    assert predict(config, traffic, FLAT_1MS, requests=2000).saturated
