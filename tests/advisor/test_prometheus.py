@@ -49,8 +49,24 @@ def test_unreachable_prometheus_is_one_line() -> None:
         batch_times_from_prometheus("http://127.0.0.1:9", "m")
 
 
+def load_until_scraped(stack: Settings, model: str = "batch_add_model") -> None:
+    """Bursts until Prometheus holds ten or more of the model's executions by size: the
+    state a test of fitting from Prometheus needs, made by the test itself."""
+    prom = stack.url("prometheus")
+    bodies = [infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]}) for _ in range(4)]
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        for _ in range(5):
+            burst(stack.host, stack.port("triton_http"), model, bodies)
+        time.sleep(1.0)
+        points = batch_times_from_prometheus(prom, model, window="1m")
+        if sum(n for n, _ in points.values()) >= 10:
+            return
+    raise AssertionError(f"Prometheus did not see 10 executions of {model} in 40 s")
+
+
 def test_advise_from_prometheus(running_stack: Settings, capsys: pytest.CaptureFixture) -> None:
-    """After the test above, Prometheus holds the exporter's counters for the model."""
+    load_until_scraped(running_stack)
     code = main(
         [
             "advise",

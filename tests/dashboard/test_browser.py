@@ -115,8 +115,10 @@ def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
 def stored_runs(settings: Settings) -> int:
     """Runs in the store that have ended (a run's row is there from its start, 'running')."""
     db = settings.state_dir / "loadgen.sqlite3"
+    if not db.exists():  # no run yet in this stack
+        return 0
     with RunStore(db) as opened:
-        runs = opened.list_runs() if db.exists() else []
+        runs = opened.list_runs()
     return sum(r["status"] != "running" for r in runs)
 
 

@@ -454,7 +454,10 @@ def test_stack_restart_goes_through_the_supervisor(stack: Settings) -> None:
     assert after["restarts"] == before["restarts"] + 1
     assert after["last_exit"].startswith("stopped for `restart`"), after
     assert procstat.start_time(before["pid"]) is None
-    assert requests.get(f"{stack.url('alertmanager')}/-/ready", timeout=10).status_code == 200
+    ready = requests.get(
+        f"{stack.url('alertmanager')}/-/ready", auth=stack.alertmanager_auth(), timeout=10
+    )
+    assert ready.status_code == 200
     wrong = cli(stack, "restart", "no_such_service", timeout=60)
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
     assert "no service 'no_such_service' in this stack (running: triton, " in wrong.stderr

@@ -4,7 +4,9 @@ The unit tests drive the pacer and the open-loop scenario on a fake clock. The i
 test checks the schedule where it matters, on the wire: tcpdump, a process the load
 generator does not control, stamps every HTTP POST that reaches Triton's port on loopback.
 Sends that left on asyncio's millisecond tick went in pairs at 2,000/s (36 % of the gaps
-under half the ideal); the bound here, 5 %, leaves room for a loaded machine.
+under half the ideal on an idle machine, 54 % on a loaded one); the bound here, 25 %, is what
+the new pacer keeps while the suite's other worker loads the second core (16.6 % seen there,
+0.1-0.2 % with the machine to itself): the tick breaks it, the machine's load does not.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class TickingClock:
     def __call__(self) -> float:
         self.t += self.step
         return self.t
+
+
+UNDER_HALF_BOUND = 0.25
 
 
 def test_the_pacer_returns_at_the_due_time_not_a_tick_later() -> None:
@@ -110,4 +115,4 @@ def test_sends_at_2000_per_second_are_spaced_on_the_wire(running_stack: Settings
     # The observer saw nearly every request, each once. A stamp tcpdump dropped on a busy
     # machine only merges two gaps into a longer one: it never makes a short gap.
     assert c.sent >= stats.requests >= 0.95 * c.sent, stats
-    assert stats.under_half < 0.05, (stats, c.send_lateness_s, os.getloadavg())
+    assert stats.under_half < UNDER_HALF_BOUND, (stats, c.send_lateness_s, os.getloadavg())
