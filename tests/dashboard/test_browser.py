@@ -162,7 +162,7 @@ def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> N
 
     # The advisor beside the run: predicted against measured, and its verdict.
     page.get_by_role("button", name="Ask the advisor about this run").click()
-    page.get_by_text("Current config:").wait_for(timeout=400_000)
+    page.get_by_text("Current config: ").first.wait_for(timeout=400_000)
     shows(page, "predicted")
     # The verdict renders after the prediction: wait for it rather than look once.
     verdict = page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first
