@@ -22,10 +22,12 @@ def test_nothing_of_a_fleet_is_left_on_this_machine() -> None:
 
 
 def test_a_failing_body_still_removes_every_namespace_veth_and_process(tmp_path: Path) -> None:
-    fleet = Fleet(tmp_path, [Server(0, {}), Server(1, {})])
+    # Indices the fleet module does not use: a namespace's devices go a moment after the
+    # namespace (the kernel's own cleanup), and test_fleet.py may start right after this.
+    fleet = Fleet(tmp_path, [Server(8, {}), Server(9, {})])
     sleeper: subprocess.Popen[bytes] | None = None
     with pytest.raises(RuntimeError, match="a test failed"), fleet:
-        assert {"bsfleet0", "bsfleet1"} <= set(namespaces())
+        assert {"bsfleet8", "bsfleet9"} <= set(namespaces())
         fleet.hosts(fleet.servers[0], {"triton": fleet.servers[0].address})
         # A process in a namespace, in a session of its own: the stub Triton leaves behind.
         sleeper = subprocess.Popen(
