@@ -94,8 +94,9 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
         f"[...document.querySelectorAll('.js-plotly-plot')].every({DRAWN_MARKS.strip()} ) ",
         timeout=30_000,
     )
+    # The wait above is the check that every chart drew marks: reading them again races the
+    # live view's refresh, which redraws a chart from empty now and then.
     save_whole_page(page, "dashboard-live.png")
-    assert all(n > 0 for n in chart_marks(page)), chart_marks(page)
     assert page.get_by_text("Average batch size").first.is_visible()
     assert page.get_by_text("The gap between the lines is batching at work").is_visible()
     # Auto-refresh: the live part re-runs by itself (every 5 s) and its KPI time moves on.
