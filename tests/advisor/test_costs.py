@@ -244,6 +244,9 @@ def test_verify_without_the_key_is_one_line(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "150"]
+    # The model must have executed (its own state, not another test's) for advise to reach
+    # --verify, whose refusal is what this checks.
+    load(url, 1.0).join()
     code, _, err = advise(
         capsys,
         *argv,
