@@ -154,12 +154,14 @@ class Fleet:
         (folder / "hosts").write_text("\n".join(lines) + "\n")
 
     def start(self, server: Server) -> None:
-        """Start Triton in ``server``'s namespace on 8000/8001/8002 (not waiting)."""
+        """Start Triton in ``server``'s namespace on 8000/8001/8002 (not waiting); again after
+        :meth:`kill`, on the same repository."""
         state = self.root / server.namespace
         repository = state / "models"
         for name, config in server.models.items():
             folder = repository / name
-            shutil.copytree(ROOT / "model_repository" / "batch_add_model" / "1", folder / "1")
+            source = ROOT / "model_repository" / "batch_add_model" / "1"
+            shutil.copytree(source, folder / "1", dirs_exist_ok=True)
             (folder / "config.pbtxt").write_text(config)
         runtime = triton.find_runtime(self.venv)
         backends = triton.assemble_backends(runtime, state / "backends")

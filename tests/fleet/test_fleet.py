@@ -4,7 +4,7 @@ Alertmanager on the host.
 
 Each server has its own batching config; the first one restricts its APIs with a key the
 stack is not given (a foreign Triton), so the exporter must degrade, not fail. Traffic goes
-only to the namespaces' addresses. The last test kills one server.
+only to the namespaces' addresses. One test kills a server and starts it again.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_the_stack_holds_per_target_series_for_every_model(attached: Attached) -
         rows = attached.prom("triton_batching_max_batch_size")
         return {(r["metric"]["target"], r["metric"]["model"]): float(r["value"][1]) for r in rows}
 
-    assert wait_for("every server's models in Prometheus", lambda: seen() == expected or None, 60)
+    assert wait_for("every server's models in Prometheus", lambda: seen() == expected or None, 120)
     up = {r["metric"]["target"]: r["value"][1] for r in attached.prom("triton_batching_target_up")}
     assert up == {s.url: "1" for s in servers}
     # Prometheus scrapes each server's own metrics too (default port 8002, paired by order).
@@ -372,11 +372,34 @@ def test_the_fleet_view_ranks_the_worst_batcher_first(
 def test_killing_one_server_fires_triton_down_for_it_only(
     attached: Attached, dashboard_env: Path
 ) -> None:
-    """Last: it stops a server for good."""
+    """It kills a server and, whatever happens, starts it again and waits until the stack
+    reads it, so the module's other tests find all three in any order."""
     fleet = attached.fleet
-    dead, alive = fleet.servers[2], fleet.servers[:2]
+    dead = fleet.servers[2]
+    models = {model for (i, model) in MAX_BATCH if i == 2}
+
+    def known() -> bool:  # the fleet view keeps what the stack saw before the kill
+        rows = attached.prom(f'triton_batching_max_batch_size{{target="{dead.url}"}}')
+        return {r["metric"]["model"] for r in rows} == models
+
+    wait_for("the stack reads the server's models before the kill", known, 120)
     fleet.kill(dead)
-    killed_at = time.time()
+    try:
+        _only_the_dead_server_is_down(attached, dead, fleet.servers[:2], time.time())
+    finally:
+        fleet.start(dead)
+        fleet.wait_ready()
+
+        def read_again() -> bool:
+            rows = attached.prom(f'triton_batching_target_up{{target="{dead.url}"}} == 1')
+            return bool(rows)
+
+        wait_for("the restarted server read by the exporter", read_again, 60)
+
+
+def _only_the_dead_server_is_down(
+    attached: Attached, dead: Server, alive: list[Server], killed_at: float
+) -> None:
 
     def firing() -> list[dict[str, Any]]:
         return attached.prom('ALERTS{alertname="TritonDown", alertstate="firing"}')
