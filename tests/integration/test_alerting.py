@@ -199,6 +199,13 @@ def test_a_triton_restarted_within_seconds_pages_once(stack: Stack) -> None:
         lambda: _exporter_up(stack.settings) == 1.0,
         timeout_s=60,
     )
+    # Prometheus must already be scraping: an outage shorter than its first scrape after a
+    # fresh start is never seen (what the test would then measure is Prometheus starting).
+    wait_for(
+        "Prometheus holding 3 up samples of Triton from the exporter",
+        lambda: _prom_value(stack.settings, "sum_over_time(triton_batching_target_up[5s])") >= 3,
+        timeout_s=60,
+    )
     pages_before = len(stack.webhook.alerts("TritonDown", "firing"))
     resolved_before = len(stack.webhook.alerts("TritonDown", "resolved"))
     (old,) = [r for r in stack.supervisor.read_state() if r.name == "triton"]
@@ -234,6 +241,16 @@ def _exporter_up(settings: Settings) -> float | None:
         if line.startswith("triton_batching_target_up{"):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def _prom_value(settings: Settings, expr: str) -> float:
+    """The single value of ``expr`` in Prometheus now; 0 when it has none."""
+    response = requests.get(
+        f"{settings.url('prometheus')}/api/v1/query", params={"query": expr}, timeout=5
+    )
+    response.raise_for_status()
+    result = response.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
 
 
 def _quietly(check: Callable[[], bool]) -> bool:
