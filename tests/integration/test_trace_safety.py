@@ -33,6 +33,7 @@ from tritonapi.client import TritonClient
 from tritonapi.traces import (
     WRITE_EVERY,
     ExporterWindow,
+    TracedRequest,
     read_exporter,
     start_window,
     stop_window,
@@ -132,16 +133,18 @@ def test_stack_trace_under_load_shrinks_its_window_to_the_region(stack: Settings
     text = out.getvalue()
     assert code == 0, text
     assert f"shrunk from 2,000 to {limit:,}: Triton {version}" in text and "in flight" in text
+
     # What Triton wrote for the window (read by the exporter): exactly the shrunk count
     # (2.51 sometimes leaves a window's last trace out).
-    found = wait_for(
-        "the window's traces at the exporter",
-        lambda: (
-            read_exporter(
-                stack.url("exporter"), MODEL, math.ceil(time.time() - opened) + 1
-            ).requests
-        ),
-    )
+    # Only requests that started after the window opened: the exporter's seconds may also
+    # hold the end of an earlier test's window, read after this one opened.
+    def window() -> list[TracedRequest]:
+        read = read_exporter(stack.url("exporter"), MODEL, math.ceil(time.time() - opened) + 1)
+        since_ns = int(opened * 1e9) - read.clock_offset_ns  # Triton's steady clock
+        return [r for r in read.requests if r.request_start_ns >= since_ns]
+
+    wait_for("the window's traces at the exporter", lambda: len(window()) >= limit - 1)
+    found = window()
     assert limit - 1 <= len(found) <= limit
     assert window_left(triton, MODEL) == 0
 
