@@ -80,16 +80,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker, so
     its module fixtures (a Triton of its own) start once; modules that share something of
-    the machine name one group (the fleet's network namespaces). Before xdist reads the
-    marks, hence tryfirst."""
+    the machine name one group (the fleet's network namespaces). The marks go on before
+    xdist reads them (before the yield)."""
     for item in items:
         module = getattr(item, "module", None)
         if item.get_closest_marker("xdist_group") is None and module is not None:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
+    yield
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """On the controller, as each worker reports what it collected: every test carries a
+    group, so with ``--dist loadgroup`` every id must end in its group (``…@module``). None
+    does when pytest and pytest-xdist disagree on where a node id lives (pytest 9.2 with
+    pytest-xdist 3.8): a module's tests and its Triton would then be spread over both
+    workers, so the run stops here with the fix."""
+    config = getattr(node, "config", None)
+    if config is None or config.getoption("dist", default="no") != "loadgroup":
+        return
+    if ids and not any("@" in i for i in ids):
+        pytest.exit(
+            "pytest-xdist's --dist loadgroup did not group the tests (no node id names its "
+            "group): install the pytest and pytest-xdist versions pyproject.toml allows "
+            "(.venv/bin/pip install -e '.[test]')",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")
