@@ -13,7 +13,7 @@ from stacksettings import Settings, free_ports
 from tests.dashboard.conftest import send_bursts
 from tests.helpers import wait_for
 from tritonapi.client import TritonClient
-from tritonapi.traces import DEFAULT_COUNT, stop_window
+from tritonapi.traces import DEFAULT_COUNT, stop_window, window_left
 from tritonapi.tracesafety import safe_count
 
 pytestmark = pytest.mark.integration
@@ -31,8 +31,10 @@ def traced(settings: Settings, model: str) -> list[dict[str, object]]:
 
 
 def tracing(settings: Settings, model: str) -> bool:
+    """Whether a window of ``model`` still waits for traces (a finished one leaves the level
+    at TIMESTAMPS with a count of 0: not tracing)."""
     triton = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
-    return "OFF" not in triton.trace_settings(model)["trace_level"]
+    return window_left(triton, model) > 0
 
 
 def test_a_window_traces_the_next_requests_then_turns_itself_off(
