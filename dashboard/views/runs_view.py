@@ -152,6 +152,9 @@ def render_inputs(cfg: DashboardSettings, model: str) -> dict[str, str]:
     )
     if upload is not None:
         out["input_data"] = str(runs.save_upload(cfg.store.parent / "inputdata", upload.getvalue()))
+        # Said by the server once it holds the file: a run started before this line shows
+        # would send random inputs.
+        st.caption(f"The requests will take their inputs from {upload.name}.")
     return out
 
 

@@ -271,7 +271,8 @@ def test_a_run_from_an_uploaded_data_file(page: Page, inputs_stack: Settings) ->
     page.locator(".st-key-form_input_data input[type=file]").set_input_files(
         str(INPUTDATA / "text_stats.json")
     )
-    shows(page, "text_stats.json")
+    # The file's name shows as soon as the browser has it; this line once the server does.
+    shows(page, "The requests will take their inputs from text_stats.json.")
     fields = {"form_concurrency": "2", "form_duration": "2", "form_label": "uploaded data"}
     run = submit_form(page, s, fields)
     assert Path(run.params.input_data).parent == s.state_dir / "inputdata"
