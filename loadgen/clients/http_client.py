@@ -98,7 +98,9 @@ class _Conn(asyncio.Protocol):
             head = buf[:end_head].lower()
             length = _header_value(head, b"\r\ncontent-length:")
             if length is None:  # chunked or close-delimited: Triton never does this for infer
-                self.client.fail(self, "unreadable response: no Content-Length")
+                # The first line says whose fault it is (a status line, or bytes mid-body).
+                first = buf[: min(end_head, buf.find(b"\r\n"))][:60].decode(errors="replace")
+                self.client.fail(self, f"unreadable response: no Content-Length ({first!r})")
                 return
             end = end_head + 4 + length
             if len(buf) < end:
