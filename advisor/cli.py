@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
     advise.add_argument(
-        "--run", type=_positive(int, "--run"), help="run id in --store (python -m loadgen runs)"
+        "--run", type=_positive(int, "--run"), help="run id in --store (batchscope load runs)"
     )
     advise.add_argument(
         "--probe",
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="EXPORTER_URL",
         help="measure the batcher's hand-offs (dispatch, timer slack, release, execution "
         "spread) from the exporter's retained traces of --model; trace every request first: "
-        "python -m stack trace --model M",
+        "batchscope trace --model M",
     )
     loads = advise.add_argument_group(
         "what --probe's and --verify's requests hold (as in batchscope load; --verify "

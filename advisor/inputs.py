@@ -382,7 +382,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
     since it is kept) the config and Triton version from one stored load run, read once;
     a closed-loop run's throughput gives the costs."""
     if opts.store is None or opts.run is None:
-        raise InputError("--store needs --run ID (python -m loadgen runs lists them)")
+        raise InputError("--store needs --run ID (batchscope load runs lists them)")
     try:
         run = storedrun.load(opts.store, opts.run)
     except ValueError as exc:
@@ -615,13 +615,13 @@ def traced_handoffs(
     if window.trace_rate not in (None, 1):
         raise InputError(
             f"--traces: {model} is traced 1 request in {window.trace_rate}: a batch's other "
-            "requests are missing; trace every request (python -m stack trace --rate 1)"
+            "requests are missing; trace every request (batchscope trace --rate 1)"
         )
     if len(window.requests) < handoff.MIN_REQUESTS:
         raise InputError(
             f"--traces: the exporter holds {len(window.requests)} traced requests of {model}, "
             f"fewer than {handoff.MIN_REQUESTS}: trace some first "
-            f"(python -m stack trace --model {model})"
+            f"(batchscope trace --model {model})"
         )
     pid = costs.local_server_pid(server) if server else None
     found = handoff.measure(window.requests, config, handoff.timer_slack(pid))
@@ -667,7 +667,7 @@ def gather(opts: Options, window: ServerWindow | None = None) -> Prepared:
     else:
         notes.append(
             "hand-offs: not measured, left out (the batcher's dispatch and timer slack: "
-            "give --traces EXPORTER_URL after `python -m stack trace --model M`, or a run "
+            "give --traces EXPORTER_URL after `batchscope trace --model M`, or a run "
             "made with --trace)"
         )
     if not inputs.config.dynamic_batching:

@@ -126,7 +126,7 @@ def _bounded(value: float, what: str, cap: float, unit: str = "") -> None:
     if value > cap:
         raise RunRefused(
             f"{what} {value:g}{unit} is above the dashboard's limit of {cap:g}{unit}; "
-            "for bigger runs use `python -m loadgen` from a shell"
+            "for bigger runs use `batchscope load` from a shell"
         )
 
 

@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         type=float,
         default=P99_MS,
         help=f"the p99 latency bound of the advisor's config search (default {P99_MS:g}; "
-        "the same search as `python -m advisor advise`)",
+        "the same search as `batchscope advise`)",
     )
     parser.add_argument(
         "--seeds",
@@ -332,7 +332,7 @@ def shape_mix(model: str) -> tuple[ShapeMix | None, list[str]]:
 def stored(args: argparse.Namespace) -> Diagnosis:
     """The checks and the search on one stored load run (``--store --run``)."""
     if args.run is None:
-        raise UsageError("--store needs --run ID (python -m loadgen runs lists them)")
+        raise UsageError("--store needs --run ID (batchscope load runs lists them)")
     try:
         with RunStore(args.store) as runs:
             run = runs.load_run(args.run)

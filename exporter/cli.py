@@ -202,7 +202,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         if key is None:
             raise ValueError(
                 f"--triton-admin-key-file: cannot read a key from {key_file!r}; give the file "
-                "`python -m stack up` wrote (.stack/triton-admin.key), or leave the flag out"
+                "`./stack/up` wrote (.stack/triton-admin.key), or leave the flag out"
             )
         headers[ADMIN_KEY_HEADER] = key
     sample = parse_trace_sample(args.trace_sample or env.get("TRITON_TRACE_SAMPLE") or "")

@@ -105,7 +105,7 @@ def read_config(client: TritonClient, model: str) -> ModelConfig:
     try:
         return client.model_config(model)
     except TritonUnreachable as exc:
-        raise LoadgenError(f"{exc}; start it with `python -m stack up` or pass --url") from None
+        raise LoadgenError(f"{exc}; start it with `./stack/up` or pass --url") from None
     except TritonHTTPError as exc:
         if exc.status in (400, 404):
             raise LoadgenError(
@@ -122,7 +122,7 @@ def sequence_config(client: TritonClient, model: str) -> ModelConfig:
     if config.sequence is None:
         raise LoadgenError(
             f"model {model!r} has no sequence batching (scheduler: {config.scheduler}): send "
-            "it ordinary load runs (python -m loadgen run), not sequences"
+            "it ordinary load runs (batchscope load concurrency, rate ...), not sequences"
         )
     json_inputs(config, 1.0)  # refuses input types it cannot fill, before any is sent
     return config

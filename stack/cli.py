@@ -431,7 +431,7 @@ def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
     for path in stale:
         print(f"{command}: {path} is out of date", file=sys.stderr)
     if stale:
-        print(f"{command}: run `python -m stack {command}` and commit the result", file=sys.stderr)
+        print(f"{command}: run `batchscope {command}` and commit the result", file=sys.stderr)
         return 1
     print(f"{command}: {len(files)} generated file(s) are up to date")
     return 0
@@ -467,9 +467,9 @@ def up(settings: Settings, detach: bool, warm: bool = True, argv: list[str] | No
     for run in running:
         print(f"  {run.name:<13} {'  '.join(f'{k}: {v}' for k, v in run.urls.items())}")
     print(f"Logs: {settings.logs_dir}")
-    print("A service that dies is started again; `python -m stack status` shows its restarts.")
+    print("A service that dies is started again; `batchscope status` shows its restarts.")
     if detach:
-        print("Stop it with: python -m stack down")
+        print("Stop it with: batchscope down")
         return 0
     print("Ctrl-C stops it.")
     supervisor.supervise(running)
@@ -559,7 +559,7 @@ def restart(settings: Settings, name: str) -> int:
     if supervisor.read_supervisor() is None:
         raise StackError(
             f"nothing supervises the stack in {settings.state_dir} (its supervisor was killed): "
-            "run `python -m stack up --detach` (it keeps the services still running and "
+            "run `batchscope up --detach` (it keeps the services still running and "
             "healthy, and starts the rest), then restart again"
         )
     folder = restart_requests(settings)

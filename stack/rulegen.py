@@ -151,7 +151,7 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
                 "at {{ $labels.instance }}{{ end }} {{ $value }} times in the last <short>.",
                 short=short,
             ),
-            "Is the tritonserver process running (`python -m stack status`, "
+            "Is the tritonserver process running (`batchscope status`, "
             "`.stack/logs/triton.log`)? Did it exit while loading a model (look for "
             '"failed to load" in its log)? Is the metrics port reachable from Prometheus and '
             "the HTTP port from the exporter? Inference is down with it.",
@@ -163,7 +163,7 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "The batching exporter is down",
             "Prometheus cannot scrape the exporter at {{ $labels.instance }}: batch sizes, "
             "queue times and every model alert are blind until it is back.",
-            "Is `python -m exporter` running (`python -m stack status`, "
+            "Is the exporter running (`batchscope status`, "
             "`.stack/logs/exporter.log`)? Does {{ $labels.instance }}/healthz answer? "
             "A scrape that takes longer than the scrape timeout also counts as down: "
             "check triton_batching_scrape_duration_seconds.",
@@ -175,7 +175,7 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "Alertmanager is down",
             "Prometheus cannot scrape Alertmanager at {{ $labels.instance }}: alerts are "
             "evaluated but nobody is notified until it is back.",
-            "Is prometheus-alertmanager running (`python -m stack status`, "
+            "Is prometheus-alertmanager running (`batchscope status`, "
             "`.stack/logs/alertmanager.log`)? Does {{ $labels.instance }}/-/ready answer? "
             "Prometheus resends firing alerts once it answers again.",
         ),
@@ -186,7 +186,7 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
             "Model {{ $labels.model }} is not ready",
             f"Triton reports {MODEL} as not ready: requests to it fail.",
             "Look for the model in Triton's log (load errors, a failed initialize() in "
-            "model.py). Run `python -m stack check-config`. "
+            "model.py). Run `batchscope check-config`. "
             "GET /v2/repository/index on Triton shows each model's state and reason.",
         ),
         _alert(

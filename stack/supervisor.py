@@ -233,7 +233,7 @@ class Supervisor:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in live)
             raise StackError(
                 f"the stack in {self.settings.state_dir} is already running: {names}; "
-                "run `python -m stack down` first, or `python -m stack restart SERVICE`"
+                "run `batchscope down` first, or `batchscope restart SERVICE`"
             )
         self.adopted = {r.name: r for r in live if self._adoptable(r)}
         # A stack that was killed outright can leave grandchildren behind (Triton's

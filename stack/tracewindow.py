@@ -83,7 +83,7 @@ def run(
                 # Not by this command: a restarted Triton starts with tracing off.
                 raise StackError(
                     f"tracing of {model} went off during the window: Triton restarted "
-                    "(python -m stack status) or someone stopped it; the traces written "
+                    "(batchscope status) or someone stopped it; the traces written "
                     "before are kept, marked incomplete"
                 )
             left = max(int(setting.get("trace_count", "0") or 0), 0)
@@ -92,7 +92,7 @@ def run(
     except TritonError as exc:
         raise StackError(
             f"lost Triton during the window ({exc}); the stack's supervisor starts it again "
-            "(python -m stack status), and the traces written before it died are kept, "
+            "(batchscope status), and the traces written before it died are kept, "
             "marked incomplete"
         ) from None
     if not left:

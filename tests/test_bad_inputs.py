@@ -103,7 +103,7 @@ CASES = [
     # ---- loadgen.sequences and loadgen.priorities (issue 18) -------------------------
     case(*SEQ, "--model", "m", "--first-id", "0", problem="--first-id", fix="no correlation ID"),
     case(*SEQ, "--model", "m", "--length", "0", problem="--length", fix="between 1 and"),
-    case(*SEQ, "--model", "m", problem="is not answering", fix="python -m stack up"),
+    case(*SEQ, "--model", "m", problem="is not answering", fix="./stack/up"),
     case(
         *PRIO, "--model", "m", "--mix", "1-2", problem="'1-2' is not LEVEL:CLIENTS", fix="1:2,2:4"
     ),

@@ -31,7 +31,7 @@ def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
         except (PrometheusError, TritonError) as exc:
             st.warning(f"The search needs Prometheus and Triton: {exc}", icon=":material/warning:")
     st.caption(
-        "The spec's troubleshooting checks (`python -m stack doctor` runs the same), over "
+        "The spec's troubleshooting checks (`batchscope doctor` runs the same), over "
         "the chosen time range: " + " · ".join(report.facts(d))
     )
     for note in d.notes:
@@ -44,7 +44,7 @@ def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
     elif not st.session_state.get(key):
         st.caption(
             "Which config to write comes from the advisor's search over this window (the "
-            "same as `python -m stack doctor` and `python -m advisor advise`); it takes "
+            "same as `batchscope doctor` and `batchscope advise`); it takes "
             "seconds of simulation."
         )
         if st.button("Which config? Ask the advisor's search", key=f"ask_{key}"):

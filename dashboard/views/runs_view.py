@@ -45,7 +45,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if listed.empty:
         st.info(
             "No load runs yet: start one with the form above, or from a shell with "
-            "`.venv/bin/python -m loadgen concurrency --concurrency 4 --duration 5`. "
+            "`.venv/bin/batchscope load concurrency --concurrency 4 --duration 5`. "
             f"Runs are stored in {cfg.store}.",
             icon=":material/hourglass_empty:",
         )
@@ -103,7 +103,7 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
         st.caption(
             f"Limits here: concurrency ≤ {runs.MAX_CONCURRENCY}, rate ≤ {runs.MAX_RATE:g}/s, "
             f"duration ≤ {runs.MAX_DURATION_S:g} s, requests ≤ {runs.MAX_REQUESTS}; one run at a "
-            "time. Bigger runs: `python -m loadgen` from a shell."
+            "time. Bigger runs: `batchscope load` from a shell."
         )
         if st.button("Start run", type="primary", disabled=manager().busy, key="form_start"):
             try:
@@ -343,7 +343,7 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
         st.caption(
             "Capacity: unknown (run with --probe): no measured costs for this server, model "
             "and Triton version. A concurrency run on this machine calibrates them, and so "
-            "does `python -m advisor advise --url ... --probe`."
+            "does `batchscope advise --url ... --probe`."
         )
     st.caption(
         f"Latency predicted for the current config: {a.predicted.latency_line()}. {a.outside}."

@@ -54,7 +54,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         st.info(
             f"No traces of {model} in the last {WINDOWS[label]} s. Triton traces a model only "
             f"when asked: press 'Trace the next {TRACE_COUNT:,} requests' and send load, or run "
-            f"`.venv/bin/python -m stack trace --model {model}` from a shell.",
+            f"`.venv/bin/batchscope trace --model {model}` from a shell.",
             icon=":material/hourglass_empty:",
         )
         return

@@ -130,7 +130,7 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
         meta = client.model_metadata(model)
         config = client.model_config(model)
     except TritonUnreachable as exc:
-        raise LoadgenError(f"{exc}; start it with `python -m stack up` or pass --url") from None
+        raise LoadgenError(f"{exc}; start it with `./stack/up` or pass --url") from None
     except TritonHTTPError as exc:
         if exc.status not in (400, 404):
             raise LoadgenError(str(exc)) from None
@@ -143,7 +143,7 @@ def fetch_model(base_url: str, model: str, timeout_s: float = 5.0) -> ModelSpec:
         raise LoadgenError(
             f"--model: {model!r} is stateful (sequence batching): each request needs a "
             "sequence ID and the first a START flag; send sequences with "
-            f"`python -m loadgen.sequences --model {model}`"
+            f"`batchscope load sequences --model {model}`"
         )
     batched = config.max_batch_size > 0
     try:

@@ -129,7 +129,7 @@ def load_row(conn: sqlite3.Connection, run_id: int, where: str) -> dict[str, Any
     store in the error when there is no such run."""
     row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
     if row is None:
-        raise LoadgenError(f"no run {run_id} in {where} (see `python -m loadgen runs`)")
+        raise LoadgenError(f"no run {run_id} in {where} (see `batchscope load runs`)")
     run = dict(row)
     for key in ("params", "summary", "server"):
         run[key] = json.loads(run[key])

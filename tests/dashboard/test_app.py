@@ -235,4 +235,4 @@ def test_batch_timeline_without_traces_says_how_to_get_them(
     at.sidebar.radio(key="view").set_value("Batch timeline").run()
     assert not at.exception
     (info,) = [t for t in texts(at, "info") if "No traces" in t]
-    assert "python -m stack trace --model" in info
+    assert "batchscope trace --model" in info
