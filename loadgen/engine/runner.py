@@ -50,7 +50,7 @@ from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model
 from loadgen.engine import pacing, scenarios, serverside
 from loadgen.engine.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
 from loadgen.errors import LoadgenError
-from loadgen.results.params import RunParams, validate
+from loadgen.results.params import RunParams, default_urls, validate
 from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
 from loadgen.results.result import RunResult
 from loadgen.results.summary import LoadRun, RunSummary, ServerSummary
@@ -98,9 +98,11 @@ def generation(p: RunParams) -> Generation:
 
 def prepare(params: RunParams) -> Prepared:
     """Validate ``params`` and check them against the server's metadata; sends no load."""
+    # The target first: a host the stack may not load is refused whatever else is wrong
+    # with the run (a form that could not list the host's models has no model either).
+    http = parse_address(params.url or default_urls()[0], "--url", 8000)
+    check_target(http, "--url", params.allow_remote)
     p = validate(params)
-    http = parse_address(p.url, "--url", 8000)
-    check_target(http, "--url", p.allow_remote)
     target = http
     if p.protocol == "grpc":
         target = parse_address(p.grpc_url, "--grpc-url", 8001)
