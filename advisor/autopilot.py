@@ -52,7 +52,7 @@ NOISE_FLOOR_S = 0.001
 # A reloaded python-backend model starts a new stub; its first requests pay for that.
 SETTLE_S = 1.0
 # Fewer client requests than this in a window and the clients' p99 is not compared (its
-# 95 % interval would reach the window's largest latency on both sides).
+# 95% interval would reach the window's largest latency on both sides).
 MIN_CLIENT_REQUESTS = 100
 Z_95 = 1.96
 # How often the server is asked whether it still answers during a window.
@@ -81,7 +81,7 @@ class Window:
     server_mean_s: float | None  # Triton's mean time per request (statistics API)
     client_requests: int
     client_p99_s: float | None  # None with fewer than MIN_CLIENT_REQUESTS
-    # The p99's 95 % interval (order statistics, no assumption on the distribution).
+    # The p99's 95% interval (order statistics, no assumption on the distribution).
     client_p99_low_s: float | None = None
     client_p99_high_s: float | None = None
 
@@ -131,7 +131,7 @@ def watch_length(rate_per_s: float | None) -> tuple[float, str]:
     """The window's length in seconds, and why (for the output)."""
     if not rate_per_s or rate_per_s <= 0:
         return MAX_WATCH_S, f"the rate is unknown: the longest window, {MAX_WATCH_S:g} s"
-    wanted = WATCH_REQUESTS / rate_per_s
+    wanted = float(math.ceil(WATCH_REQUESTS / rate_per_s))  # whole seconds, rounded up
     seconds = min(MAX_WATCH_S, max(MIN_WATCH_S, wanted))
     why = (
         f"{WATCH_REQUESTS:,} requests at {rate_per_s:,.0f}/s, over which a p99 moves by up "
@@ -162,7 +162,7 @@ def rollback_rule(seconds: float) -> str:
         f"roll back to the previous config if it fails to load, the server stops answering, "
         f"failures rise, or over the {seconds:g} s after the change the p99 exceeds "
         f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (the "
-        "clients' p99 also outside the 95 % interval of the one before), or the "
+        "clients' p99 also outside the 95% interval of the one before), or the "
         f"throughput falls below 1/{NOISE_RATIO:g} of it"
     )
 
@@ -172,7 +172,7 @@ def worse(after: float, before: float) -> bool:
 
 
 def quantile_interval(ordered: list[float], q: float = 0.99) -> tuple[float, float]:
-    """A 95 % confidence interval of the ``q`` quantile from sorted samples: the order
+    """A 95% confidence interval of the ``q`` quantile from sorted samples: the order
     statistics whose ranks (1-based) are n*q -/+ 1.96 sd of a binomial(n, q) count, rounded
     outwards (normal approximation), so a p99
     over a few hundred requests reads as wide as it is."""
