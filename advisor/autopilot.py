@@ -38,6 +38,7 @@ from advisor.verify import scratch_config
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
+from tritonapi.modelconfig import parse_json
 from tritonapi.stats import ModelStats
 
 # A p99 over 2,000 requests moves by up to 20 % between runs of one config (the advisor's
@@ -330,6 +331,27 @@ def check_access(client: TritonClient) -> None:
         raise ApplyRefused(f"--apply: {exc}") from None
 
 
+def check_model(config: dict[str, Any]) -> None:
+    """ApplyRefused unless the model is one the advisor models: stateless requests, one
+    response each, scheduled by Triton's dynamic (or default) batcher."""
+    try:
+        typed = parse_json(config)
+    except ValueError as exc:
+        raise ApplyRefused(f"--apply: the model's config does not parse ({exc})") from None
+    if typed.scheduler in ("ensemble", "sequence"):
+        raise ApplyRefused(
+            f"--apply: {typed.name} is {'an' if typed.scheduler == 'ensemble' else 'a'} "
+            f"{typed.scheduler} model; the advisor models the dynamic batcher only, so its "
+            "advice is not applied to it"
+        )
+    policy = config.get("model_transaction_policy") or {}
+    if isinstance(policy, dict) and policy.get("decoupled"):
+        raise ApplyRefused(
+            f"--apply: {typed.name} is decoupled (any number of responses per request); the "
+            "advisor models one response per request, so its advice is not applied to it"
+        )
+
+
 def _load(client: TritonClient, model: str, config: dict[str, Any]) -> str:
     """Load ``config`` on the live model; "" when it is served, else why not."""
     try:
@@ -373,8 +395,10 @@ def apply_and_watch(
     """Watch, apply ``new_config``, watch, keep or roll back (see the module doc), record.
 
     ``old_config`` is what the model serves now (Triton's config JSON); ``say`` hears the
-    progress lines. ApplyRefused (nothing changed, nothing recorded) when there is no traffic
-    to judge by or the server is gone before the change."""
+    progress lines. ApplyRefused (nothing changed, nothing recorded) for a sequence, ensemble
+    or decoupled model, when there is no traffic to judge by, or when the server is gone
+    before the change."""
+    check_model(old_config)
     observer = Observer(client, model, store)
     say(f"watching {seconds:g} s before the change")
     try:

@@ -329,3 +329,25 @@ def test_apply_from_the_cli_keeps_a_good_change_and_records_it(
     assert change.id == applied["change_id"] and change.outcome == "kept"
     assert change.old_config == old and from_model_config(change.new_config) == served
     assert change.prediction["config"] == applied["new"]
+
+
+def test_sequence_ensemble_and_decoupled_models_are_refused_with_the_reason() -> None:
+    spec = json.loads((Path(__file__).parent / "data" / "loadruns_config.json").read_text())
+    autopilot.check_model(spec)  # the spec's model: dynamic batching, applied
+    # A scheduler is one of a kind (a oneof): the others take dynamic batching's place.
+    plain = {k: v for k, v in spec.items() if k != "dynamic_batching"}
+    refused = {
+        "sequence": {**plain, "sequence_batching": {"max_sequence_idle_microseconds": 1000}},
+        "ensemble": {
+            **plain,
+            "platform": "ensemble",
+            "ensemble_scheduling": {
+                "step": [{"model_name": "m", "model_version": -1, "input_map": {}}]
+            },
+        },
+        "decoupled": {**spec, "model_transaction_policy": {"decoupled": True}},
+    }
+    for kind, config in refused.items():
+        with pytest.raises(autopilot.ApplyRefused, match=f"is (an? )?{kind}") as exc:
+            autopilot.check_model(config)
+        assert "so its advice is not applied to it" in str(exc.value)
