@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from exporter.changes import ChangesCollector
 from exporter.collector import BatchingCollector
 from exporter.scrape import CONFIG_TTL_S, Fetcher
 from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
@@ -90,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(its age is triton_batching_data_age_seconds; a read older than twice this is "
         "refreshed before the scrape answers); 0 reads them at each scrape "
         "(EXPORTER_READ_INTERVAL, 0)",
+    )
+    parser.add_argument(
+        "--changes-db",
+        metavar="FILE",
+        help="the load-run store (SQLite) whose config_changes table `batchscope advise "
+        "--apply` writes: exported as triton_batching_config_changes_total by outcome "
+        "(EXPORTER_CHANGES_DB; none by default)",
     )
     parser.add_argument(
         "--web.listen-address",
@@ -168,6 +176,7 @@ class Options:
     config_ttl_s: float = CONFIG_TTL_S
     read_interval_s: float = 0.0
     trace_sample: int = 0
+    changes_db: Path | None = None
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -211,7 +220,25 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
             "--trace-sample needs --trace-file: the exporter reads the sampled traces from "
             "Triton's trace file"
         )
-    return Options(targets, trace_files, timeout, host, port, level, headers, ttl, interval, sample)
+    changes = args.changes_db or env.get("EXPORTER_CHANGES_DB") or ""
+    if changes and Path(changes).is_dir():
+        raise ValueError(
+            f"--changes-db: {changes!r} is a folder; give the load-run store's file "
+            "(.stack/loadgen.sqlite3)"
+        )
+    return Options(
+        targets,
+        trace_files,
+        timeout,
+        host,
+        port,
+        level,
+        headers,
+        ttl,
+        interval,
+        sample,
+        Path(changes) if changes else None,
+    )
 
 
 def parse_trace_sample(value: str) -> int:
@@ -258,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if books:
         registry.register(TraceCollector(books))
+    if opts.changes_db is not None:
+        registry.register(ChangesCollector(opts.changes_db))
     try:
         app = make_app(registry, opts.targets, books)
         server = make_web_server(opts.host, opts.port, app)
