@@ -478,11 +478,10 @@ def advise(args: argparse.Namespace) -> int:
     check_path(args.model_repository, "--model-repository", folder=True)
     check_path(args.admin_key_file, "--admin-key-file", folder=False)
     check_path(args.calibrations, "--calibrations", folder=False)
-    if args.apply:
-        try:
-            check_writable(args.db)
-        except LoadgenError as exc:
-            raise UsageError(str(exc)) from None
+    try:  # checked whether or not --apply uses it: a bad path is a slip either way
+        check_writable(args.db)
+    except LoadgenError as exc:
+        raise UsageError(str(exc)) from None
     if args.traces:
         probe_traces(args.traces)
     if args.apply:

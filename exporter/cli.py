@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Mapping
@@ -221,11 +222,8 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
             "Triton's trace file"
         )
     changes = args.changes_db or env.get("EXPORTER_CHANGES_DB") or ""
-    if changes and Path(changes).is_dir():
-        raise ValueError(
-            f"--changes-db: {changes!r} is a folder; give the load-run store's file "
-            "(.stack/loadgen.sqlite3)"
-        )
+    if changes:
+        check_changes_db(Path(changes))
     return Options(
         targets,
         trace_files,
@@ -239,6 +237,34 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         sample,
         Path(changes) if changes else None,
     )
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_changes_db(path: Path) -> None:
+    """ValueError (one line) unless ``path`` is a load-run store or not there yet (the first
+    load run makes it; until then there is no series)."""
+    fix = "give the load-run store's file (.stack/loadgen.sqlite3)"
+    try:
+        mode = path.stat().st_mode  # not exists(): it reads a link loop as missing
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(
+            f"--changes-db: {str(path)!r} cannot be read ({exc.strerror or exc}); {fix}"
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"--changes-db: {str(path)!r} is not a file; {fix}")
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise ValueError(
+            f"--changes-db: {str(path)!r} cannot be read ({exc.strerror or exc}); {fix}"
+        ) from None
+    if head and head != SQLITE_HEADER:
+        raise ValueError(f"--changes-db: {str(path)!r} is not a SQLite store; {fix}")
 
 
 def parse_trace_sample(value: str) -> int:
