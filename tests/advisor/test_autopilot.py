@@ -196,8 +196,11 @@ def test_a_good_change_is_kept(client: TritonClient, traffic: Path) -> None:
     assert change.after["failed"] == 0
     with RunStore(traffic) as store:
         (recorded,) = store.list_changes(MODEL)
+        # The reload under load lost no request, the moments between the windows included.
+        outcomes = {o for _, o in store.window_outcomes(MODEL, 0, time.time())}
     assert recorded.outcome == "kept" and recorded.new_config == new
     assert recorded.old_config == old and recorded.after == change.after
+    assert outcomes == {"ok"}
 
 
 @pytest.mark.integration
