@@ -162,9 +162,10 @@ def rollback_rule(seconds: float) -> str:
     return (
         f"roll back to the previous config if it fails to load, the server stops answering, "
         f"failures rise, or over the {seconds:g} s after the change the p99 exceeds "
-        f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (the "
-        "clients' p99 also outside the 95% interval of the one before), or the "
-        f"throughput falls below 1/{NOISE_RATIO:g} of it"
+        f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (and "
+        "lies outside the 95% interval of the one before, or Triton's mean per request "
+        f"agrees), or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
+        "agreeing"
     )
 
 
@@ -184,45 +185,66 @@ def quantile_interval(ordered: list[float], q: float = 0.99) -> tuple[float, flo
     return ordered[low], ordered[high]
 
 
-def client_worse(before: Window, after: Window) -> bool:
-    """The clients' p99 is worse beyond noise: by the ratio and floor, and the two windows'
-    intervals do not overlap."""
-    assert before.client_p99_s is not None and after.client_p99_s is not None
-    apart = (
+def intervals_apart(before: Window, after: Window) -> bool:
+    """The clients' p99 after lies above the 95% interval of the one before (and its own
+    interval too)."""
+    return (
         after.client_p99_low_s is None
         or before.client_p99_high_s is None
         or after.client_p99_low_s > before.client_p99_high_s
     )
-    return worse(after.client_p99_s, before.client_p99_s) and apart
+
+
+def triton_worse(before: Window, after: Window) -> bool:
+    """Triton's own mean time per request (statistics API) got worse beyond noise: a second
+    observer, steadier than a tail, that tells a slower server from noisier clients."""
+    if before.server_mean_s is None or after.server_mean_s is None:
+        return False
+    return worse(after.server_mean_s, before.server_mean_s)
+
+
+def _means(before: Window, after: Window) -> str:
+    assert before.server_mean_s is not None and after.server_mean_s is not None
+    return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
 
 
 def judge(before: Window, after: Window, predicted: Predicted | None = None) -> Verdict:
-    """Keep or roll back, from the two windows (the prediction only annotates)."""
+    """Keep or roll back, from the two windows (the prediction only annotates).
+
+    Worse beyond noise needs two things: the figure moved past x NOISE_RATIO + NOISE_FLOOR_S,
+    and something independent of its own noise agrees: the clients' p99 intervals are apart,
+    or Triton's mean per request moved the same way. A throughput drop counts only with
+    Triton's mean agreeing (in an open loop, clients that sent less are not a slower server).
+    """
     if after.failed > before.failed:
         return Verdict(
             "rolled_back", f"failures rose: {after.failed} after, {before.failed} before"
         )
+    slower = triton_worse(before, after)
     if after.client_p99_s is not None and before.client_p99_s is not None:
         name, now, then = "client p99", after.client_p99_s, before.client_p99_s
         promised = predicted.client_p99_s if predicted else None
+        apart = intervals_apart(before, after)
+        agrees = "" if apart else f" ({_means(before, after)} agrees; the p99 intervals overlap)"
+        beyond = worse(now, then) and (apart or slower)
     elif after.server_mean_s is not None and before.server_mean_s is not None:
         name, now, then = "Triton's mean latency", after.server_mean_s, before.server_mean_s
-        promised = None
+        promised, agrees, beyond = None, "", slower
     else:
         return Verdict("rolled_back", "no latency measured after the change to judge it by")
     against = f"{now * 1e3:.2f} ms after, {then * 1e3:.2f} ms before" + (
         f", {promised * 1e3:.2f} ms predicted" if promised is not None else ""
     )
-    clients = name == "client p99"
-    if client_worse(before, after) if clients else worse(now, then):
-        return Verdict("rolled_back", f"{name} worse beyond noise: {against}")
-    if before.throughput_per_s > 0 and after.throughput_per_s * NOISE_RATIO < (
-        before.throughput_per_s
-    ):
+    if beyond:
+        return Verdict("rolled_back", f"{name} worse beyond noise: {against}{agrees}")
+    fell = before.throughput_per_s > 0 and (
+        after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
+    )
+    if fell and slower:
         return Verdict(
             "rolled_back",
             f"throughput fell beyond noise: {after.throughput_per_s:,.0f}/s after, "
-            f"{before.throughput_per_s:,.0f}/s before",
+            f"{before.throughput_per_s:,.0f}/s before ({_means(before, after)})",
         )
     short = promised is not None and worse(now, promised)
     return Verdict(
@@ -367,6 +389,16 @@ def _load(client: TritonClient, model: str, config: dict[str, Any]) -> str:
     return ""
 
 
+def _serves(client: TritonClient, model: str, config: dict[str, Any]) -> bool:
+    """Whether the model is ready and serves ``config``'s batching."""
+    try:
+        ready = model in client.ready_models()
+        served = client.model_config_json(model)
+    except TritonError:
+        return False
+    return ready and from_model_config(served) == from_model_config(config)
+
+
 def _restore(client: TritonClient, model: str, old: dict[str, Any], wait_s: float) -> str:
     """Load the previous config again, waiting up to ``wait_s`` for a server that stopped
     answering; "" when it is served again, else why not."""
@@ -414,7 +446,14 @@ def apply_and_watch(
     say(f"loading the new config on {model}")
     problem = _load(client, model, new_config)
     after: Window | None = None
-    if problem:
+    if problem and _serves(client, model, old_config):
+        # Triton refused the load and kept the model as it was (a config it rejects, or a
+        # server without explicit model control): nothing to undo.
+        outcome = "failed_to_apply"
+        reason = f"the new config did not load ({problem}); the previous config is still served"
+        if "not allowed" in problem:
+            reason += "; start Triton with --model-control-mode=explicit"
+    elif problem:
         undone = _restore(client, model, old_config, come_back_s)
         outcome = "failed_to_apply" if not undone else "rollback_failed"
         reason = f"the new config did not load ({problem}); " + (
