@@ -164,7 +164,8 @@ def rollback_rule(seconds: float) -> str:
         f"failures rise, or over the {seconds:g} s after the change the p99 exceeds "
         f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (and "
         "lies outside the 95% interval of the one before, or Triton's mean per request "
-        f"agrees), or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
+        "agrees), or Triton's mean gets worse by as much while the p99 does not improve by "
+        f"as much, or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
         "agreeing"
     )
 
@@ -213,8 +214,11 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
 
     Worse beyond noise needs two things: the figure moved past x NOISE_RATIO + NOISE_FLOOR_S,
     and something independent of its own noise agrees: the clients' p99 intervals are apart,
-    or Triton's mean per request moved the same way. A throughput drop counts only with
-    Triton's mean agreeing (in an open loop, clients that sent less are not a slower server).
+    or Triton's mean per request moved the same way. Triton's mean worse beyond noise is
+    enough by itself unless the clients' p99 improved beyond noise (a change may trade the
+    mean for the tail, which is what the advisor optimises). A throughput drop counts only
+    with Triton's mean agreeing (in an open loop, clients that sent less are not a slower
+    server).
     """
     if after.failed > before.failed:
         return Verdict(
@@ -237,6 +241,14 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
     )
     if beyond:
         return Verdict("rolled_back", f"{name} worse beyond noise: {against}{agrees}")
+    if slower and name == "client p99" and not worse(then, now):
+        # The server got slower and the clients' tail did not get better for it: their p99
+        # is the noisier figure (a busy client machine moves it), Triton's mean the steadier.
+        return Verdict(
+            "rolled_back",
+            f"{_means(before, after)}, worse beyond noise, and the client p99 did not improve "
+            f"({against})",
+        )
     fell = before.throughput_per_s > 0 and (
         after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
     )

@@ -70,11 +70,23 @@ def test_the_rule_keeps_noise_and_rolls_back_what_is_worse_beyond_it() -> None:
         "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before (Triton's mean 1.00 -> "
         "4.00 ms agrees; the p99 intervals overlap)"
     )
+    # A noisy tail before (23 ms on a busy machine) hides a server ten times slower: Triton's
+    # mean says so, and the p99 did not improve.
+    busy = Window(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
+    ten = Window(**{**window(25.5).to_json(), "server_mean_s": 0.010})
+    assert judge(busy, ten).reason == (
+        "Triton's mean 1.00 -> 10.00 ms, worse beyond noise, and the client p99 did not "
+        "improve (25.50 ms after, 23.00 ms before)"
+    )
+    # The same mean, but a tail much better: a trade the advisor may make on purpose.
+    better = Window(**{**window(10.0).to_json(), "server_mean_s": 0.004})
+    assert judge(busy, better).outcome == "kept"
     assert judge(window(3.0), window(3.0, failed=2)).reason == "failures rose: 2 after, 0 before"
     # Fewer requests answered: clients that sent less, unless Triton got slower too.
     assert judge(window(3.0), window(3.0, rate=100)).outcome == "kept"
+    # A tail better for it, but fewer answered and each slower inside Triton: rolled back.
     fewer = Window(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
-    assert judge(window(3.0), fewer).reason.startswith("throughput fell beyond noise: 100/s")
+    assert judge(window(10.0), fewer).reason.startswith("throughput fell beyond noise: 100/s")
     predicted = Predicted(0.002, 0.001, 150.0, {})
     kept = judge(window(3.0), window(3.5), predicted)
     assert kept.reason.endswith("2.00 ms predicted; short of the prediction, but not worse")
