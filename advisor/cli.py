@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from advisor import advice, verify
+from advisor import advice, autopilot, verify
 from advisor.advice import Advice, SearchOptions
 from advisor.config import BatcherConfig
 from advisor.inputs import (
@@ -44,8 +44,9 @@ from advisor.predict import (
 )
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
+from loadgen.store.schema import check_writable
 from stacksettings import admin_headers, from_env_or_default
-from tritonapi.client import TritonError, TritonHTTPError
+from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelname import model_name
 
 
@@ -267,6 +268,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=from_env_or_default().admin_key_file,
         help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
     )
+    applying = advise.add_argument_group(
+        "apply the recommendation to the live model (dry run without --apply)"
+    )
+    applying.add_argument(
+        "--apply",
+        action="store_true",
+        help="load the recommended config on --model as a config override (repository "
+        "API, with --admin-key-file; config.pbtxt is not touched), watch a window before "
+        "and after, and roll back by itself when clients fare worse; exit 1 when the "
+        "change is not kept",
+    )
+    applying.add_argument(
+        "--watch-s",
+        type=_positive(float, "--watch-s"),
+        help="seconds of each window before and after the change (default: long enough "
+        f"for {autopilot.WATCH_REQUESTS:,} requests at the current rate, "
+        f"{autopilot.MIN_WATCH_S:g}..{autopilot.MAX_WATCH_S:g} s)",
+    )
+    applying.add_argument(
+        "--db",
+        type=Path,
+        default=from_env_or_default().store,
+        help="load-run store: the change is recorded there, and the clients' latencies of "
+        "the model's load runs going on meanwhile are read from it "
+        "(default .stack/loadgen.sqlite3)",
+    )
     advise.add_argument(
         "--traces",
         metavar="EXPORTER_URL",
@@ -451,8 +478,19 @@ def advise(args: argparse.Namespace) -> int:
     check_path(args.model_repository, "--model-repository", folder=True)
     check_path(args.admin_key_file, "--admin-key-file", folder=False)
     check_path(args.calibrations, "--calibrations", folder=False)
+    try:  # checked whether or not --apply uses it: a bad path is a slip either way
+        check_writable(args.db)
+    except LoadgenError as exc:
+        raise UsageError(str(exc)) from None
     if args.traces:
         probe_traces(args.traces)
+    if args.apply:
+        if not args.url or not args.model:
+            raise UsageError("--apply needs --url and --model: the live model to change")
+        try:  # refused before minutes of watching, not after
+            autopilot.check_access(live_client(args))
+        except autopilot.ApplyRefused as exc:
+            raise UsageError(str(exc)) from None
     opts = options_from(args)
     try:
         found = advice.advise(opts, search_options(args))
@@ -463,16 +501,108 @@ def advise(args: argparse.Namespace) -> int:
         if args.verify
         else None
     )
+    plan = apply_plan(args, found) if args.url else None
+    if not args.json:
+        print_recommendation(found)
+        if checked is not None:
+            print_verification(found.recommendation, checked)
+        if plan is not None:
+            print_plan(plan, args.apply)
+    result = run_apply(args, found, plan) if args.apply and plan is not None else None
     if args.json:
         out = recommendation_json(found)
         out["by_shape"] = found.shapes.to_json() if found.shapes else None
         out["verification"] = checked.to_json(found.recommendation.objective) if checked else None
+        out["apply"] = plan_json(plan, result, args.apply) if plan is not None else None
         print(json.dumps(out, indent=1))
+    elif result is not None:
+        print(result.line())
+    return 0 if result is None or result.change.outcome == "kept" else 1
+
+
+# ---- --apply ---------------------------------------------------------------------------------
+
+
+def live_client(args: argparse.Namespace) -> TritonClient:
+    return TritonClient(args.url, headers=admin_headers(args.admin_key_file))
+
+
+def apply_plan(args: argparse.Namespace, found: Advice) -> dict[str, Any]:
+    """What --apply does (or would do): the change, the prediction, the window, the rule."""
+    rec = found.recommendation
+    rate = rec.current.throughput_per_s
+    if args.watch_s is not None:
+        seconds, why = args.watch_s, autopilot.given_length(args.watch_s, rate)
     else:
-        print_recommendation(found)
-        if checked is not None:
-            print_verification(found.recommendation, checked)
-    return 0
+        seconds, why = autopilot.watch_length(rate)
+    change = rec.best if rec.best is not None and not rec.keep else None
+    return {
+        "model": args.model,
+        "server": args.url,
+        "current": rec.current.config.describe(),
+        "new": change.config.describe() if change else None,
+        "predicted": change.latency_line() if change else None,
+        "watch_s": seconds,
+        "watch_why": why,
+        "rule": autopilot.rollback_rule(seconds),
+        "prediction": change,
+    }
+
+
+def print_plan(plan: dict[str, Any], applying: bool) -> None:
+    if plan["new"] is None:
+        print(f"apply: nothing to apply to {plan['model']} (no change recommended)")
+        return
+    print(
+        ("apply" if applying else "apply (dry run; --apply does it)")
+        + f": load on the live model {plan['model']} at {plan['server']}, as a config "
+        "override in Triton's memory (config.pbtxt is not touched; a restarted Triton "
+        "serves it again)"
+    )
+    print(f"  change: {plan['current']} -> {plan['new']}")
+    print(f"  predicted: {plan['predicted']}")
+    print(f"  watch: {plan['watch_s']:g} s before and after the change ({plan['watch_why']})")
+    print(f"  rule: {plan['rule']}")
+
+
+def plan_json(
+    plan: dict[str, Any], result: autopilot.Result | None, applying: bool
+) -> dict[str, Any]:
+    out = {k: v for k, v in plan.items() if k != "prediction"}
+    out["dry_run"] = not applying
+    if result is not None:
+        c = result.change
+        out.update(
+            outcome=c.outcome, reason=c.reason, change_id=c.id, before=c.before, after=c.after
+        )
+    return out
+
+
+def run_apply(
+    args: argparse.Namespace, found: Advice, plan: dict[str, Any]
+) -> autopilot.Result | None:
+    prediction = plan["prediction"]
+    if prediction is None:
+        return None
+    client = live_client(args)
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    try:
+        old = client.model_config_json(args.model)
+        new = autopilot.override(old, prediction.config, args.model)
+        return autopilot.apply_and_watch(
+            client,
+            args.model,
+            old,
+            new,
+            autopilot.Predicted.of(prediction),
+            plan["watch_s"],
+            store=args.db,
+            say=say,
+        )
+    except autopilot.ApplyRefused as exc:
+        raise UsageError(str(exc)) from None
+    except TritonError as exc:
+        raise UsageError(f"--apply: {exc}; nothing was changed") from None
 
 
 def run_verify(

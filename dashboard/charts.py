@@ -210,3 +210,21 @@ def render_comparison(table: pd.DataFrame, label_a: str, label_b: str) -> go.Fig
     fig.add_vline(x=1.0, line={"color": COLORS["limit"], "dash": "dot"})
     fig.update_layout(yaxis={"autorange": "reversed"})
     return _layout(fig, f"B / A  (A: {label_a}, B: {label_b})", "")
+
+
+def render_changes(changes: pd.DataFrame) -> go.Figure:
+    """The p99 before and after each config change of ``advise --apply``, side by side."""
+    labels = [
+        f"#{i} {m} ({o})"
+        for i, m, o in zip(changes["id"], changes["model"], changes["outcome"], strict=True)
+    ]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=changes["p99 before (ms)"], name="before"))
+    fig.add_trace(go.Bar(x=labels, y=changes["p99 after (ms)"], name="after"))
+    fig.update_layout(
+        barmode="group",
+        yaxis_title="p99 (ms)",
+        height=300,
+        margin={"t": 20, "b": 20},
+    )
+    return fig

@@ -10,7 +10,8 @@ changes the Grafana JSON (a test fails until the committed file follows).
 
 The alerts are the one query the Streamlit view does not have (it reads
 ``/api/v1/alerts``): Prometheus' ``ALERTS`` series of the selected server and model,
-firing and pending.
+firing and pending. The config changes of ``batchscope advise --apply`` are an annotation
+on every chart (``triton_batching_config_changes_total`` moved).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # What ${sel} becomes. "All" servers is the regex .* (allValue), a single one its URL.
 SELECTOR = 'target=~"$target", model=~"$model"'
 MODEL_ONLY = 'model=~"$model"'
+# Each config change `batchscope advise --apply` made (kept, rolled back, ...), marked on
+# every chart: the counter moved in the step.
+CHANGES = f"changes(triton_batching_config_changes_total{{{SELECTOR}}}[$__interval]) > 0"
 RANGE = "$__range"  # the dashboard's time range: the KPIs
 RATE = "$__rate_interval"  # one point of a chart
 # Alerts of the chosen server and model; "|" also matches alerts without that label
@@ -237,6 +241,14 @@ def build() -> gd.Dashboard:
     )
     for variable in variables():
         board = board.with_variable(variable)
+    board = board.annotation(
+        gd.AnnotationQuery()
+        .name("Config changes (advise --apply)")
+        .datasource(DATASOURCE)
+        .expr(CHANGES)
+        .enable(True)
+        .icon_color("orange")
+    )
     board = board.with_row(gd.Row("KPIs over the time range"))
     for title, unit, qs, about in KPIS:
         board = board.with_panel(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from advisor.config import from_model_config
 from loadgen.clients.target import fetch_model
 from loadgen.engine.runner import LoadRun, RunParams, run
 from loadgen.errors import LoadgenError
@@ -198,6 +199,51 @@ def list_runs(db: Path) -> pd.DataFrame:
         return pd.DataFrame()
     with RunStore(db) as runs:
         return runs.runs_frame()
+
+
+CHANGE_COLUMNS = [
+    "id",
+    "time (UTC)",
+    "model",
+    "outcome",
+    "from",
+    "to",
+    "p99 before (ms)",
+    "p99 after (ms)",
+    "why",
+]
+
+
+def _config_text(config: dict[str, Any]) -> str:
+    try:
+        return from_model_config(config).describe()
+    except ValueError:
+        return "unreadable config"
+
+
+def changes(db: Path, limit: int = 50) -> pd.DataFrame:
+    """The config changes `advise --apply` made (the store's record), newest first: what was
+    changed, the clients' p99 (or Triton's mean, as the record says) before and after, the
+    outcome and why. Empty without a store or a change."""
+    if not db.exists():
+        return pd.DataFrame(columns=CHANGE_COLUMNS)
+    with RunStore(db) as store:
+        listed = store.list_changes(limit=limit)
+    rows = [
+        [
+            c.id,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.at)),
+            c.model,
+            c.outcome,
+            _config_text(c.old_config),
+            _config_text(c.new_config),
+            _ms(c.before.get("client_p99_s") or c.before.get("server_mean_s")),
+            _ms(c.after.get("client_p99_s") or c.after.get("server_mean_s")),
+            c.reason,
+        ]
+        for c in listed
+    ]
+    return pd.DataFrame(rows, columns=CHANGE_COLUMNS)
 
 
 def load(db: Path, run_id: int) -> LoadRun:

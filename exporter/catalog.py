@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from exporter import collector, tracing
+from exporter import changes, collector, tracing
 
 # An info family's labels beyond those it is declared with come with each sample (the
 # settings it describes); they are listed here. tests/docs/test_generated.py scrapes real
@@ -56,4 +56,4 @@ def _family(metric: Metric) -> Family:
 
 def families() -> list[Family]:
     """Every family, in the order a scrape exposes them."""
-    return [_family(m) for m in (*collector.declared(), *tracing.declared())]
+    return [_family(m) for m in (*collector.declared(), *tracing.declared(), *changes.declared())]

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from exporter.changes import ChangesCollector
 from exporter.collector import BatchingCollector
 from exporter.scrape import CONFIG_TTL_S, Fetcher
 from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
@@ -90,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(its age is triton_batching_data_age_seconds; a read older than twice this is "
         "refreshed before the scrape answers); 0 reads them at each scrape "
         "(EXPORTER_READ_INTERVAL, 0)",
+    )
+    parser.add_argument(
+        "--changes-db",
+        metavar="FILE",
+        help="the load-run store (SQLite) whose config_changes table `batchscope advise "
+        "--apply` writes: exported as triton_batching_config_changes_total by outcome "
+        "(EXPORTER_CHANGES_DB; none by default)",
     )
     parser.add_argument(
         "--web.listen-address",
@@ -168,6 +177,7 @@ class Options:
     config_ttl_s: float = CONFIG_TTL_S
     read_interval_s: float = 0.0
     trace_sample: int = 0
+    changes_db: Path | None = None
 
 
 def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
@@ -211,7 +221,50 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
             "--trace-sample needs --trace-file: the exporter reads the sampled traces from "
             "Triton's trace file"
         )
-    return Options(targets, trace_files, timeout, host, port, level, headers, ttl, interval, sample)
+    changes = args.changes_db or env.get("EXPORTER_CHANGES_DB") or ""
+    if changes:
+        check_changes_db(Path(changes))
+    return Options(
+        targets,
+        trace_files,
+        timeout,
+        host,
+        port,
+        level,
+        headers,
+        ttl,
+        interval,
+        sample,
+        Path(changes) if changes else None,
+    )
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_changes_db(path: Path) -> None:
+    """ValueError (one line) unless ``path`` is a load-run store or not there yet (the first
+    load run makes it; until then there is no series)."""
+    fix = "give the load-run store's file (.stack/loadgen.sqlite3)"
+    try:
+        mode = path.stat().st_mode  # not exists(): it reads a link loop as missing
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ValueError(
+            f"--changes-db: {str(path)!r} cannot be read ({exc.strerror or exc}); {fix}"
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"--changes-db: {str(path)!r} is not a file; {fix}")
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise ValueError(
+            f"--changes-db: {str(path)!r} cannot be read ({exc.strerror or exc}); {fix}"
+        ) from None
+    if head and head != SQLITE_HEADER:
+        raise ValueError(f"--changes-db: {str(path)!r} is not a SQLite store; {fix}")
 
 
 def parse_trace_sample(value: str) -> int:
@@ -258,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if books:
         registry.register(TraceCollector(books))
+    if opts.changes_db is not None:
+        registry.register(ChangesCollector(opts.changes_db))
     try:
         app = make_app(registry, opts.targets, books)
         server = make_web_server(opts.host, opts.port, app)

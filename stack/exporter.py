@@ -48,6 +48,8 @@ def service(settings: Settings) -> Service:
             "exporter",
             *targets(settings),
             f"--triton-timeout={triton_timeout_s(settings):g}",
+            # The changes `batchscope advise --apply` records, counted by outcome.
+            f"--changes-db={settings.store}",
             f"--web.listen-address={settings.host}:{settings.port('exporter')}",
         ],
         health_url=f"{url}/healthz",

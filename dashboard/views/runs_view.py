@@ -37,6 +37,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if unlocked:
         render_form(cfg, models)
     st.fragment(_progress, run_every=PROGRESS_EVERY_S if manager().busy else None)()
+    render_changes(cfg)
     try:
         listed = runs.list_runs(cfg.store)
     except LoadgenError as exc:
@@ -65,6 +66,25 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if unlocked:
         render_advice(cfg, run)
     render_compare(cfg, ids, names)
+
+
+def render_changes(cfg: DashboardSettings) -> None:
+    """The record of `advise --apply`: each change, its outcome, and p99 before and after."""
+    try:
+        made = runs.changes(cfg.store)
+    except LoadgenError as exc:
+        st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
+        return
+    if made.empty:
+        return
+    with st.expander(f"Config changes by `batchscope advise --apply` ({len(made)})"):
+        st.caption(
+            "Each change the autopilot made on a live model, newest first: kept, rolled back "
+            "(and why), failed to apply. p99 is the clients' over the window before and after "
+            "(Triton's mean per request where no load run was going)."
+        )
+        st.dataframe(made, hide_index=True, key="changes")
+        st.plotly_chart(charts.render_changes(made), key="changes_chart")
 
 
 def render_form(cfg: DashboardSettings, models: list[str]) -> None:

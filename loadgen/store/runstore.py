@@ -35,6 +35,9 @@ Its tables:
   server reported them when the run began, so that a stored run can be modelled (``batchscope
   advise --store``) without the server. A table of its own rather than columns
   of ``runs``: a store without it (older) is still read, and gets it from its next writer.
+- ``config_changes``: one row per config change made on a live model (``batchscope advise
+  --apply``): time, server, model, old and new config, prediction, the windows before and
+  after, outcome and why (``loadgen.store.changes``).
 
 The ``summary`` and ``server`` columns hold ``ClientSummary.to_json()`` and
 ``RunSummary.server_json()`` (``loadgen.results.summary``), the shape the store has always had; a
@@ -71,7 +74,7 @@ from loadgen.results.histogram import Histogram
 from loadgen.results.result import RunResult
 from loadgen.results.summary import LoadRun
 from loadgen.results.tracing import TracedRecord
-from loadgen.store import export, imports, reads, writes
+from loadgen.store import changes, export, imports, reads, writes
 from loadgen.store import prune as pruning
 from loadgen.store.schema import connect
 from tritonapi.traces import TracedRequest
@@ -131,6 +134,9 @@ class RunStore:
     def load_traced_latencies(self, run_id: int) -> list[tuple[float, float, float]]:
         return reads.load_traced_latencies(self.conn, run_id)
 
+    def window_outcomes(self, model: str, start: float, end: float) -> list[tuple[float, str]]:
+        return reads.window_outcomes(self.conn, model, start, end)
+
     def load_lateness(self, run_id: int) -> Histogram | None:
         return reads.load_lateness(self.conn, run_id)
 
@@ -146,6 +152,14 @@ class RunStore:
     # ---- writes ---------------------------------------------------------------------
     def save(self, result: RunResult) -> int:
         return writes.save(self.conn, result)
+
+    def record_change(self, change: changes.Change, now: float | None = None) -> int:
+        """Keep one config change made on a live model (``advise --apply``); its id."""
+        with self.conn:
+            return changes.record(self.conn, change, now)
+
+    def list_changes(self, model: str = "", limit: int = 100) -> list[changes.Change]:
+        return changes.list_changes(self.conn, model, limit)
 
     def settle_abandoned(self, now: float | None = None) -> list[int]:
         with self.conn:

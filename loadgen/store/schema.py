@@ -2,7 +2,7 @@
 
 Tables (see ``loadgen.store.runstore`` for what each holds): ``runs``, ``records``,
 ``timeline``, ``traced``, ``traced_times``, ``trace_windows``, ``send_lateness``,
-``run_server``. A writer's
+``run_server``, ``config_changes``. A writer's
 connection (``create``) makes the file and missing tables, puts the store in WAL mode and
 teaches an older ``runs`` table the ``running`` status; tables added later (traces, the
 server's config) are made by ``CREATE TABLE IF NOT EXISTS`` and read as empty where missing.
@@ -92,6 +92,19 @@ CREATE TABLE IF NOT EXISTS run_server (
     run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
     triton_version TEXT NOT NULL,
     model_config TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS config_changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    server TEXT NOT NULL,
+    model TEXT NOT NULL,
+    old_config TEXT NOT NULL,
+    new_config TEXT NOT NULL,
+    prediction TEXT NOT NULL,
+    before TEXT NOT NULL,
+    after TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT NOT NULL
 );
 """
 RUN_COLUMNS = (

@@ -1,0 +1,84 @@
+"""Config changes made on live models (``batchscope advise --apply``), counted by outcome.
+
+The autopilot records each change in the load-run store's ``config_changes`` table; this
+collector reads that table at scrape time (read-only, a short busy wait) and exports one
+counter per server, model and outcome. The store is the count: nothing is mirrored in
+memory, so an exporter restart loses nothing. No store, or a store from before the table:
+no series.
+
+Example::
+
+    # HELP triton_batching_config_changes_total Config changes applied to a live model ...
+    # TYPE triton_batching_config_changes_total counter
+    triton_batching_config_changes_total{target="http://127.0.0.1:8000",model="batch_add_model",outcome="kept"} 2.0
+    triton_batching_config_changes_total{target="http://127.0.0.1:8000",model="batch_add_model",outcome="rolled_back"} 1.0
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+# The outcomes the autopilot writes (loadgen.store.changes.OUTCOMES, which this layer may not
+# import): each is exported, at 0 until it happens, so that rate() sees the first one.
+OUTCOMES = ("kept", "rolled_back", "failed_to_apply", "rollback_failed")
+
+
+def declared() -> tuple[CounterMetricFamily]:
+    """The family, empty (exporter.catalog lists it)."""
+    return (
+        CounterMetricFamily(
+            "triton_batching_config_changes",
+            "Config changes applied to a live model by `batchscope advise --apply`, by outcome "
+            "(kept, rolled_back, failed_to_apply, rollback_failed), from the load-run store's "
+            "config_changes table.",
+            labels=["target", "model", "outcome"],
+        ),
+    )
+
+
+def read_counts(store: Path, timeout_s: float = 0.5) -> dict[tuple[str, str, str], int]:
+    """(server, model, outcome) -> changes; {} without a store or its table."""
+    if not store.is_file():
+        return {}
+    try:
+        uri = f"file:{store}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
+            rows = conn.execute(
+                "SELECT server, model, outcome, COUNT(*) FROM config_changes "
+                "GROUP BY server, model, outcome"
+            ).fetchall()
+    except sqlite3.Error as exc:
+        if "no such table" not in str(exc):
+            log.warning("config changes: cannot read %s (%s)", store, exc)
+        return {}
+    return {(str(s), str(m), str(o)): int(n) for s, m, o, n in rows}
+
+
+class ChangesCollector(Collector):
+    """``triton_batching_config_changes_total`` from the store at ``store``."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = Path(store)
+
+    def describe(self) -> list[Metric]:
+        return []  # reads a file: nothing at registration
+
+    def collect(self) -> Iterator[Metric]:
+        counts = read_counts(self.store)
+        if not counts:
+            return
+        (family,) = declared()
+        for server, model in sorted({(s, m) for s, m, _ in counts}):
+            outcomes = {o for s, m, o in counts if (s, m) == (server, model)}
+            for outcome in (*OUTCOMES, *sorted(outcomes - set(OUTCOMES))):
+                family.add_metric([server, model, outcome], counts.get((server, model, outcome), 0))
+        yield family

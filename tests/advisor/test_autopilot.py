@@ -1,0 +1,388 @@
+"""The autopilot (``advise --apply``): a change is applied to the live model, watched, and
+kept or rolled back by itself; every change is on record.
+
+On a private real Triton (the project's repository, explicit model control, the restricted
+APIs behind the stack's key), under open-loop load from the load generator, whose records in
+the store are what clients saw. Triton's own config endpoint is the observer of what the model
+serves after each outcome. Windows are 3 s here to bound the tests' time; the default is
+sized to 2,000 requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from advisor import autopilot
+from advisor.autopilot import Predicted, Window, judge
+from advisor.cli import main
+from advisor.config import BatcherConfig, from_model_config
+from loadgen.engine.runner import RunParams, run
+from loadgen.store.changes import Change
+from loadgen.store.runstore import RunStore
+from stack.supervisor import running
+from stacksettings import Settings, isolated
+from tritonapi.client import TritonClient
+
+MODEL = "batch_add_model"
+SPEC = "max_batch_size 4, preferred [2, 4], delay 500 us, 1 instance(s)"
+WATCH_S = 3.0
+
+
+# ---- the rule, on known windows ---------------------------------------------------------
+
+
+def window(p99_ms: float | None, failed: int = 0, rate: float = 150.0, n: int = 450) -> Window:
+    p99 = None if p99_ms is None else p99_ms / 1e3
+    return Window(
+        seconds=3.0,
+        answered=n,
+        failed=failed,
+        throughput_per_s=rate,
+        server_mean_s=0.001,
+        client_requests=n if p99 is not None else 0,
+        client_p99_s=p99,
+        client_p99_low_s=None if p99 is None else p99 * 0.9,
+        client_p99_high_s=None if p99 is None else p99 * 1.5,
+    )
+
+
+def test_the_rule_keeps_noise_and_rolls_back_what_is_worse_beyond_it() -> None:
+    # 3 ms -> 4.5 ms: under x1.2 + 1 ms (4.6 ms): noise.
+    assert judge(window(3.0), window(4.5)).outcome == "kept"
+    # Tripled: beyond the ratio, and the intervals (2.7-4.5 ms, 8.1-13.5 ms) are apart.
+    verdict = judge(window(3.0), window(9.0))
+    assert verdict.outcome == "rolled_back"
+    assert verdict.reason == "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before"
+    # Beyond the ratio, but the intervals overlap (a wide one before): noise ...
+    wide = Window(**{**window(3.0).to_json(), "client_p99_high_s": 0.02})
+    assert judge(wide, window(9.0)).outcome == "kept"
+    # ... unless Triton's own mean per request moved the same way.
+    slower = Window(**{**window(9.0).to_json(), "server_mean_s": 0.004})
+    assert judge(wide, slower).reason == (
+        "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before (Triton's mean 1.00 -> "
+        "4.00 ms agrees; the p99 intervals overlap)"
+    )
+    # A noisy tail before (23 ms on a busy machine) hides a server ten times slower: Triton's
+    # mean says so, and the p99 did not improve.
+    busy = Window(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
+    ten = Window(**{**window(25.5).to_json(), "server_mean_s": 0.010})
+    assert judge(busy, ten).reason == (
+        "Triton's mean 1.00 -> 10.00 ms, worse beyond noise, and the client p99 did not "
+        "improve (25.50 ms after, 23.00 ms before)"
+    )
+    # The same mean, but a tail much better: a trade the advisor may make on purpose.
+    better = Window(**{**window(10.0).to_json(), "server_mean_s": 0.004})
+    assert judge(busy, better).outcome == "kept"
+    assert judge(window(3.0), window(3.0, failed=2)).reason == "failures rose: 2 after, 0 before"
+    # Fewer requests answered: clients that sent less, unless Triton got slower too.
+    assert judge(window(3.0), window(3.0, rate=100)).outcome == "kept"
+    # A tail better for it, but fewer answered and each slower inside Triton: rolled back.
+    fewer = Window(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
+    assert judge(window(10.0), fewer).reason.startswith("throughput fell beyond noise: 100/s")
+    predicted = Predicted(0.002, 0.001, 150.0, {})
+    kept = judge(window(3.0), window(3.5), predicted)
+    assert kept.reason.endswith("2.00 ms predicted; short of the prediction, but not worse")
+
+
+def test_without_clients_the_rule_reads_tritons_mean() -> None:
+    before, after = window(None), window(None)
+    slower = Window(**{**after.to_json(), "server_mean_s": 0.004})
+    verdict = judge(before, slower)
+    assert verdict.reason.startswith("Triton's mean latency worse beyond noise: 4.00 ms after")
+
+
+def test_the_p99_interval_widens_as_the_window_shrinks() -> None:
+    values = [float(i) for i in range(1, 2001)]  # 1..2000: the p99 is 1980
+    low, high = autopilot.quantile_interval(values)
+    assert (low, high) == (1971.0, 1989.0)
+    # 300 requests: the interval reaches the largest one.
+    low, high = autopilot.quantile_interval([float(i) for i in range(1, 301)])
+    assert (low, high) == (293.0, 300.0)
+
+
+def test_the_window_holds_enough_requests_for_the_noise_and_says_why() -> None:
+    assert autopilot.watch_length(200.0)[0] == 10.0
+    seconds, why = autopilot.watch_length(10.0)
+    assert seconds == 200.0 and "2,000 requests at 10/s" in why
+    assert autopilot.watch_length(1.0)[0] == autopilot.MAX_WATCH_S
+    assert "bounded" in autopilot.watch_length(1.0)[1]
+    assert "a rollback is likelier" in autopilot.given_length(3.0, 150.0)
+
+
+def test_a_change_is_kept_in_the_store_and_an_old_store_has_none(tmp_path: Path) -> None:
+    change = Change(
+        "http://127.0.0.1:1",
+        MODEL,
+        {"max_batch_size": 4},
+        {"max_batch_size": 8},
+        {"throughput_per_s": 150.0},
+        {"client_p99_s": 0.003},
+        {"client_p99_s": 0.009},
+        "rolled_back",
+        "client p99 worse beyond noise",
+    )
+    with RunStore(tmp_path / "s.sqlite3", create=True) as store:
+        first = store.record_change(change, now=100.0)
+        store.record_change(Change(**{**change.__dict__, "model": "other", "outcome": "kept"}))
+        assert [c.model for c in store.list_changes()] == ["other", MODEL]
+        (got,) = store.list_changes(MODEL)
+    assert got == Change(**{**change.__dict__, "at": 100.0, "id": first})
+    with pytest.raises(ValueError, match="outcome 'maybe'"):
+        Change(**{**change.__dict__, "outcome": "maybe"})
+    old = Path(__file__).parent / "data" / "loadruns.sqlite3"
+    with RunStore(old) as store:
+        assert store.list_changes() == []
+
+
+def test_apply_needs_the_live_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["advise", "--store", "x.sqlite3", "--run", "1", "--p99-ms", "5", "--apply"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [
+        "triton-advisor: error: --apply needs --url and --model: the live model to change"
+    ]
+
+
+# ---- on a real Triton ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = isolated(tmp_path_factory.mktemp("autopilot-triton"))
+    with running(settings, only=("triton",)):
+        yield settings
+
+
+@pytest.fixture
+def client(triton: Settings) -> TritonClient:
+    """The model as config.pbtxt has it, whatever a test before left. A plain load would
+    keep serving the last override (Triton 2.51); after an unload, the load reads the
+    repository again."""
+    client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
+    client.unload_model(MODEL)
+    deadline = time.monotonic() + 10
+    while MODEL in client.ready_models() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.load_model(MODEL)
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    return client
+
+
+@pytest.fixture
+def traffic(triton: Settings, tmp_path: Path) -> Iterator[Path]:
+    """150/s Poisson to the model, recorded in a store, for the length of the test."""
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "rate",
+        model=MODEL,
+        url=triton.url("triton_http"),
+        rate=150.0,
+        poisson=True,
+        duration_s=90.0,
+        seed=7,
+    )
+    stop = threading.Event()
+    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
+    sender.start()
+    time.sleep(2.0)  # the run's clients started, and the reloaded model warmed up
+    yield db
+    stop.set()
+    sender.join(timeout=30)
+    assert not sender.is_alive()
+
+
+def live(client: TritonClient, config: BatcherConfig) -> dict[str, Any]:
+    return autopilot.override(client.model_config_json(MODEL), config, MODEL)
+
+
+@pytest.mark.integration
+def test_a_good_change_is_kept(client: TritonClient, traffic: Path) -> None:
+    old = client.model_config_json(MODEL)
+    new = live(client, BatcherConfig(4, (2, 4), 0, 1))  # no delay at 150/s: no worse
+    result = autopilot.apply_and_watch(client, MODEL, old, new, None, WATCH_S, store=traffic)
+    change = result.change
+    assert change.outcome == "kept", result.line()
+    assert result.line().startswith(f"KEPT {MODEL}: client p99 ")
+    served = from_model_config(client.model_config_json(MODEL))
+    assert served.describe() == "max_batch_size 4, preferred [2, 4], delay 0 us, 1 instance(s)"
+    # Judged on what clients saw: a few hundred requests in each window, none failed.
+    assert change.before["client_requests"] > 300 and change.after["client_requests"] > 300
+    assert change.after["failed"] == 0
+    with RunStore(traffic) as store:
+        (recorded,) = store.list_changes(MODEL)
+        # The reload under load lost no request, the moments between the windows included.
+        outcomes = {o for _, o in store.window_outcomes(MODEL, 0, time.time())}
+    assert recorded.outcome == "kept" and recorded.new_config == new
+    assert recorded.old_config == old and recorded.after == change.after
+    assert outcomes == {"ok"}
+
+
+@pytest.mark.integration
+def test_a_change_that_triples_latency_is_rolled_back_within_the_window(
+    client: TritonClient, traffic: Path
+) -> None:
+    old = client.model_config_json(MODEL)
+    # Batches of 4 only, waiting up to 20 ms for them: at 150/s a request waits ~20 ms.
+    new = live(client, BatcherConfig(4, (4,), 20_000, 1))
+    started = time.monotonic()
+    result = autopilot.apply_and_watch(client, MODEL, old, new, None, WATCH_S, store=traffic)
+    took = time.monotonic() - started
+    change = result.change
+    assert change.outcome == "rolled_back", result.line()
+    assert "client p99 worse beyond noise" in change.reason
+    # Triton's own mean per request tripled at least (its statistics, not the rule's
+    # figures); the clients' p99 at least doubled (their tail is noisier on a busy machine).
+    assert change.after["server_mean_s"] > 3 * change.before["server_mean_s"]
+    assert change.after["client_p99_s"] > 2 * change.before["client_p99_s"]
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    # Two windows, the settling, the store's commits and two loads: nothing more.
+    assert took < 2 * WATCH_S + autopilot.SETTLE_S + 2 * 1.5 + 15
+    with RunStore(traffic) as store:
+        (recorded,) = store.list_changes(MODEL)
+    assert recorded.outcome == "rolled_back" and recorded.reason == change.reason
+
+
+@pytest.mark.integration
+def test_a_config_that_fails_to_load_is_restored(client: TritonClient, traffic: Path) -> None:
+    old = client.model_config_json(MODEL)
+    gpu = {**old, "instance_group": [{"name": MODEL, "kind": "KIND_GPU", "count": 1}]}
+    result = autopilot.apply_and_watch(client, MODEL, old, gpu, None, WATCH_S, store=traffic)
+    change = result.change
+    assert change.outcome == "failed_to_apply", result.line()
+    assert "KIND_GPU but no GPUs are available" in change.reason
+    # Triton refused the load and kept the model as it was: nothing had to be undone.
+    assert change.reason.endswith("the previous config is still served")
+    assert change.after == {}
+    assert client.is_ready() and client.ready_models().count(MODEL) == 1
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    with RunStore(traffic) as store:
+        assert [c.outcome for c in store.list_changes(MODEL)] == ["failed_to_apply"]
+
+
+def advise(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["advise", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+ADVISE = ["--model", MODEL, "--p99-ms", "20", "--rate", "150", "--cv", "1", "--window", "1"]
+QUICK = ["--requests", "800", "--seeds", "2", "--cores", "2", "--request-us", "100"]
+
+
+SLOW = BatcherConfig(4, (), 20_000, 1)  # Triton reads no preferred sizes as [4]
+
+
+def slowed(client: TritonClient) -> dict[str, Any]:
+    """Serve the 20 ms wait for batches of 4 (a config the advisor would change), and let
+    the traffic run under it for a moment; the config served."""
+    client.load_model(MODEL, live(client, SLOW))
+    time.sleep(1.5)
+    return client.model_config_json(MODEL)
+
+
+@pytest.mark.integration
+def test_the_dry_run_prints_the_change_the_prediction_and_the_rule(
+    client: TritonClient, traffic: Path, triton: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slowed(client)
+    url = triton.url("triton_http")
+    argv = [*ADVISE, *QUICK, "--watch-s", "4", "--db", str(traffic)]
+    code, out, err = advise(capsys, "--url", url, *argv)
+    assert code == 0, err
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("apply"))
+    assert lines[first].startswith(
+        f"apply (dry run; --apply does it): load on the live model {MODEL} at {url}, as a "
+        "config override in Triton's memory (config.pbtxt is not touched"
+    )
+    assert lines[first + 1].startswith(f"  change: {SLOW.describe()} -> max_batch_size ")
+    assert lines[first + 2].startswith("  predicted: client p99 ")
+    # 4 s at the model's ~150/s: under 2,000 requests, and the line says what that costs.
+    assert re.fullmatch(
+        r"  watch: 4 s before and after the change \(given by --watch-s: \d{3} requests at "
+        r"1\d\d/s, under the 2,000 .* likelier\)",
+        lines[first + 3],
+    ), lines[first + 3]
+    assert lines[first + 4].startswith("  rule: roll back to the previous config if it fails")
+    # Nothing was applied, and nothing recorded.
+    assert from_model_config(client.model_config_json(MODEL)) == SLOW
+    with RunStore(traffic) as store:
+        assert store.list_changes() == []
+
+
+@pytest.mark.integration
+def test_apply_without_the_key_is_one_line_before_any_watching(
+    triton: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = triton.url("triton_http")
+    started = time.monotonic()
+    code, _, err = advise(
+        capsys, "--url", url, *ADVISE, "--apply", "--admin-key-file", str(tmp_path / "none")
+    )
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "403" in err and "--admin-key-file" in err
+    assert time.monotonic() - started < 5  # refused before the advisor's window
+
+
+@pytest.mark.integration
+def test_apply_from_the_cli_applies_the_advice_and_records_its_outcome(
+    client: TritonClient, traffic: Path, triton: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From a slowed config the advisor recommends a change, which --apply puts on the
+    model and judges. On a quiet machine it is kept (the clients' p99 falls from over 20 ms);
+    on an overloaded one a change fitted from a 1 s window can measure worse and is rolled
+    back: either way the served config, the exit code, the JSON and the record agree (a kept
+    good change and a rolled-back bad one are tested above with configs chosen by hand)."""
+    old = slowed(client)
+    url = triton.url("triton_http")
+    key = str(triton.admin_key_file)
+    argv = [*ADVISE, *QUICK, "--watch-s", "3", "--db", str(traffic), "--admin-key-file", key]
+    code, out, err = advise(capsys, "--url", url, *argv, "--apply", "--json")
+    applied = json.loads(out)["apply"]
+    assert applied["dry_run"] is False and applied["new"] not in (None, SLOW.describe())
+    assert applied["outcome"] in ("kept", "rolled_back"), applied["reason"]
+    kept = applied["outcome"] == "kept"
+    assert code == (0 if kept else 1), err
+    # The progress went to stderr, the outcome's figures into the JSON and the store.
+    assert "watching 3 s before the change" in err
+    served = from_model_config(client.model_config_json(MODEL))
+    assert served.describe() == (applied["new"] if kept else SLOW.describe())
+    after, before = applied["after"], applied["before"]
+    if kept:  # not worse beyond noise, by either observer
+        assert not autopilot.worse(after["server_mean_s"], before["server_mean_s"])
+    with RunStore(traffic) as store:
+        (change,) = store.list_changes(MODEL)
+    assert change.id == applied["change_id"] and change.outcome == applied["outcome"]
+    assert change.old_config == old and change.after == after
+    assert from_model_config(change.new_config).describe() == applied["new"]
+    assert change.prediction["config"] == applied["new"]
+
+
+def test_sequence_ensemble_and_decoupled_models_are_refused_with_the_reason() -> None:
+    spec = json.loads((Path(__file__).parent / "data" / "loadruns_config.json").read_text())
+    autopilot.check_model(spec)  # the spec's model: dynamic batching, applied
+    # A scheduler is one of a kind (a oneof): the others take dynamic batching's place.
+    plain = {k: v for k, v in spec.items() if k != "dynamic_batching"}
+    refused = {
+        "sequence": {**plain, "sequence_batching": {"max_sequence_idle_microseconds": 1000}},
+        "ensemble": {
+            **plain,
+            "platform": "ensemble",
+            "ensemble_scheduling": {
+                "step": [{"model_name": "m", "model_version": -1, "input_map": {}}]
+            },
+        },
+        "decoupled": {**spec, "model_transaction_policy": {"decoupled": True}},
+    }
+    for kind, config in refused.items():
+        with pytest.raises(autopilot.ApplyRefused, match=f"is (an? )?{kind}") as exc:
+            autopilot.check_model(config)
+        assert "so its advice is not applied to it" in str(exc.value)

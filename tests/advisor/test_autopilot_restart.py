@@ -1,0 +1,154 @@
+"""The autopilot when the server stops answering in the window after a change.
+
+A Triton of its own, kept by the stack's supervisor (a killed one is started again, as
+`batchscope up` does). SIGKILLed in the window after, it comes back serving config.pbtxt, and
+the autopilot loads the previous config on it; stopped for good, the record says that the
+rollback failed and what a restart will serve. Triton's config endpoint and the supervisor's
+pids are the observers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from advisor import autopilot
+from advisor.config import BatcherConfig, from_model_config
+from loadgen.engine.runner import RunParams, run
+from loadgen.store.runstore import RunStore
+from stack.supervisor import Supervisor, running
+from stacksettings import isolated
+from tests.advisor.test_autopilot import MODEL, SPEC, live
+from tritonapi.client import TritonClient
+
+pytestmark = pytest.mark.integration
+WATCH_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+    settings = isolated(tmp_path_factory.mktemp("autopilot-restart"))
+    with running(settings, only=("triton",), supervise=True) as kept:
+        yield kept
+
+
+@pytest.fixture
+def client(supervisor: Supervisor) -> TritonClient:
+    """A ready Triton serving the model as config.pbtxt has it (a test before may have
+    stopped it, or left an override: unload, then load)."""
+    settings = supervisor.settings
+    client = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
+    if "triton" in supervisor.held:
+        supervisor.start_service("triton")
+    deadline = time.monotonic() + 60
+    while not client.is_ready() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    client.unload_model(MODEL)
+    while MODEL in client.ready_models() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.load_model(MODEL)
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    return client
+
+
+@pytest.fixture
+def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "rate",
+        model=MODEL,
+        url=supervisor.settings.url("triton_http"),
+        rate=150.0,
+        poisson=True,
+        duration_s=120.0,
+        timeout_s=2.0,
+        seed=11,
+    )
+    stop = threading.Event()
+    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
+    sender.start()
+    time.sleep(2.0)
+    yield db
+    stop.set()
+    sender.join(timeout=30)
+    assert not sender.is_alive()
+
+
+def change_in_thread(
+    client: TritonClient, db: Path, come_back_s: float
+) -> tuple[threading.Thread, list[autopilot.Result]]:
+    old = client.model_config_json(MODEL)
+    new = live(client, BatcherConfig(4, (2, 4), 0, 1))
+    results: list[autopilot.Result] = []
+
+    def apply() -> None:
+        results.append(
+            autopilot.apply_and_watch(
+                client, MODEL, old, new, None, WATCH_S, store=db, come_back_s=come_back_s
+            )
+        )
+
+    thread = threading.Thread(target=apply)
+    thread.start()
+    # The change is in once Triton serves it: the window after has begun (or is about to).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        served = from_model_config(client.model_config_json(MODEL))
+        if served.max_queue_delay_us == 0:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the new config was never served")
+    time.sleep(autopilot.SETTLE_S + 0.5)
+    return thread, results
+
+
+def test_a_triton_killed_in_the_window_comes_back_with_the_previous_config(
+    supervisor: Supervisor, client: TritonClient, traffic: Path
+) -> None:
+    thread, results = change_in_thread(client, traffic, come_back_s=90)
+    pid = supervisor.children["triton"].pid
+    os.kill(pid, signal.SIGKILL)
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    (result,) = results
+    change = result.change
+    assert change.outcome == "rolled_back", result.line()
+    assert change.reason.startswith(f"the server stopped answering (Triton at {client.url}")
+    assert change.reason.endswith("the previous config is served again")
+    assert supervisor.children["triton"].pid != pid  # a new Triton answers
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    with RunStore(traffic) as store:
+        (recorded,) = store.list_changes(MODEL)
+    assert recorded.outcome == "rolled_back" and recorded.after == {}
+
+
+def test_a_triton_that_does_not_come_back_is_on_record_as_a_failed_rollback(
+    supervisor: Supervisor, client: TritonClient, traffic: Path
+) -> None:
+    thread, results = change_in_thread(client, traffic, come_back_s=3)
+    # Held, as stop_service holds it, so that the supervisor does not start it again; killed
+    # at once (a graceful stop would answer on through the window, draining the clients).
+    supervisor.held.add("triton")
+    os.kill(supervisor.children["triton"].pid, signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    (result,) = results
+    change = result.change
+    assert change.outcome == "rollback_failed", result.line()
+    assert "the server did not answer again within 3 s" in change.reason
+    assert "when it restarts it serves config.pbtxt" in change.reason
+    assert result.line().startswith(f"ROLLBACK FAILED {MODEL}: the server stopped answering")
+    with RunStore(traffic) as store:
+        (recorded,) = store.list_changes(MODEL)
+    assert recorded.outcome == "rollback_failed" and recorded.reason == change.reason
+    supervisor.start_service("triton")
+    assert client.is_ready()
+    # Restarted, it serves the file: the change is gone, as the record says.
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
