@@ -28,6 +28,10 @@ class SearchOptions:
     max_batch_limit: int = 64
     min_gain: float = MIN_GAIN
     try_instances: tuple[int, ...] = ()
+    # Wall time for the whole search; past it the answer says it was cut (Recommendation.
+    # cut_note). A search on ordinary traffic ends well inside it; it bounds the rare
+    # window whose configs each simulate slowly (a doctor run held for minutes in CI).
+    budget_s: float = 120.0
 
 
 @dataclass
@@ -77,9 +81,13 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
             requests=options.requests,
             seeds=options.seeds,
             min_gain=options.min_gain,
+            budget_s=options.budget_s,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    cut = rec.cut_note()
+    if cut:
+        notes.append(cut)
     mix = None
     if inputs.shapes and len(inputs.shapes) > 1:
         mix = by_shape(

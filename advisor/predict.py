@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
-from advisor.simulator import SimResult, Simulation
+from advisor.simulator import DEADLINE, SimResult, Simulation
 
 # auto: latency under open-loop traffic, throughput under closed-loop clients.
 OBJECTIVES = ("auto", "latency", "headroom", "throughput", "cost")
@@ -324,6 +325,20 @@ class Recommendation:
     unreachable: int = 0
     # The smallest gain a change needed (MIN_GAIN unless asked otherwise).
     min_gain: float = MIN_GAIN
+    # Set when the search ran out of its time budget: configs of the space never simulated.
+    skipped: int = 0
+    budget_s: float | None = None
+
+    def cut_note(self) -> str | None:
+        """One line when the search stopped at its time budget (the answer is the best of
+        what it simulated), else None."""
+        if self.budget_s is None:
+            return None
+        return (
+            f"the search stopped at its {self.budget_s:g} s budget: {self.skipped} configs of "
+            "the space not simulated, and runs still going were cut (a cut run is never "
+            "recommended)"
+        )
 
     @property
     def keep(self) -> bool:
@@ -423,9 +438,53 @@ def recommend(
     seeds: int = SEEDS,
     finalists: int = 6,
     min_gain: float = MIN_GAIN,
+    budget_s: float | None = None,
 ) -> Recommendation:
     """The config of ``space`` best for ``objective`` with p99 latency <= the bound, when
-    it beats the current config beyond the simulation's noise (see the module doc)."""
+    it beats the current config beyond the simulation's noise (see the module doc).
+
+    ``budget_s``: wall time after which no further config is simulated and a run still going
+    is cut (:data:`advisor.simulator.DEADLINE`); the recommendation says so
+    (:meth:`Recommendation.cut_note`)."""
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    token = DEADLINE.set(deadline)
+    try:
+        return _recommend(
+            current,
+            traffic,
+            service,
+            p99_bound_s,
+            cpu,
+            objective,
+            space,
+            requests,
+            seed,
+            seeds,
+            finalists,
+            min_gain,
+            deadline,
+            budget_s,
+        )
+    finally:
+        DEADLINE.reset(token)
+
+
+def _recommend(
+    current: BatcherConfig,
+    traffic: Traffic,
+    service: ServiceModel,
+    p99_bound_s: float,
+    cpu: CpuModel | None,
+    objective: str,
+    space: SearchSpace | None,
+    requests: int,
+    seed: int,
+    seeds: int,
+    finalists: int,
+    min_gain: float,
+    deadline: float | None,
+    budget_s: float | None,
+) -> Recommendation:
     objective = resolve_objective(objective, traffic, cpu)
     if p99_bound_s <= 0:
         raise ValueError(f"the p99 latency bound must be positive, got {p99_bound_s}")
@@ -446,8 +505,13 @@ def recommend(
     now_interval = over_seeds(current)
     candidates, unreachable = [now], 0
     fitting = []
+    skipped, out_of_time = 0, False
     for config in space.configs(current):
         if _same(config, current):
+            continue
+        if out_of_time or (deadline is not None and time.monotonic() > deadline):
+            out_of_time = True
+            skipped += 1
             continue
         quick = predict(config, traffic, service, cpu, requests, seed, with_limit=False)
         if meets(quick, p99_bound_s) and limit:
@@ -496,4 +560,6 @@ def recommend(
         best_interval,
         unreachable,
         min_gain,
+        skipped,
+        budget_s if out_of_time else None,
     )

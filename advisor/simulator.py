@@ -32,10 +32,12 @@ measured at Triton, when there are some: :data:`GAP_RUN`).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import heapq
 import math
 import random
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -243,6 +245,11 @@ class Simulation:
 # with almost no traffic, where one run went on for minutes) is stopped at this many per
 # request and reported as cut, not left to hold up every caller.
 MAX_EVENTS_PER_REQUEST = 200
+# A search's end (time.monotonic()), set by advisor.predict.recommend: a run still going then
+# stops and is reported as cut, so one slow config cannot hold up the caller past its budget.
+DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+# Events between two reads of the clock against DEADLINE.
+CLOCK_EVERY = 4096
 
 
 class _Run:
@@ -299,9 +306,13 @@ class _Run:
         else:
             self.at(0.0, self.open_arrival)
         budget = MAX_EVENTS_PER_REQUEST * self.sim.requests
+        deadline = DEADLINE.get()
         while self.completed < self.sim.requests:
             budget -= 1
             if budget < 0:
+                self.cut = True
+                break
+            if deadline is not None and budget % CLOCK_EVERY == 0 and time.monotonic() > deadline:
                 self.cut = True
                 break
             t_event = self.events[0][0] if self.events else math.inf

@@ -121,4 +121,7 @@ def searched(
     except InputError as exc:
         d.notes.append(f"the advisor's search did not run ({exc}): the fixes are the checks' own")
         return d
+    cut = found.recommendation.cut_note()
+    if cut:
+        d.notes.append(cut)
     return prescribe(d, found.recommendation)

@@ -172,3 +172,17 @@ def test_the_instance_count_is_kept_unless_other_counts_are_asked_for() -> None:
     assert all(p.config.instances == 1 for p in rec.candidates)
     two = SearchSpace(max_batch_sizes=(1, 2), delays_us=(0,), instances=(1, 2))
     assert {c.instances for c in two.configs(current)} == {1, 2}
+
+
+def test_a_search_past_its_budget_stops_and_says_so() -> None:
+    """A budget of 0 s: no config of the space is simulated, the current one's runs are cut
+    (never recommended), and the recommendation's note says what was left out."""
+    current = BatcherConfig(4, (2, 4), 500)
+    rec = recommend(current, OpenLoop(200), ServiceModel(0.001, 0.0002), 0.02, budget_s=0.0)
+    assert rec.considered == 1 and rec.skipped > 10
+    assert rec.best is None or rec.keep
+    note = rec.cut_note()
+    assert note is not None and note.startswith("the search stopped at its 0 s budget: ")
+    assert f"{rec.skipped} configs of the space not simulated" in note
+    whole = recommend(current, OpenLoop(200), ServiceModel(0.001, 0.0002), 0.02, budget_s=600)
+    assert whole.cut_note() is None and whole.skipped == 0 and whole.considered > 10
