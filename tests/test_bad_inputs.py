@@ -138,7 +138,7 @@ CASES = [
     case(*CONC, "--duration", "86400.5", problem="--duration 86400.5s", fix="safe bound of 86400s"),
     case(*LOADGEN, "runs", "--db", "{notsqlite}", problem="not a load-run store", fix="--db"),
     case(*LOADGEN, "show", "1", "--db", "{notsqlite}", problem="not a load-run store", fix="--db"),
-    case(*LOADGEN, "show", "999", "--db", "{store}", problem="no run 999", fix="loadgen runs"),
+    case(*LOADGEN, "show", "999", "--db", "{store}", problem="no run 999", fix="load runs`"),
     case(*LOADGEN, "runs", "--db", "/nonexistent/x.db", problem="no load-run store", fix="--db"),
     case(*CONC, "-c", "0", problem="must be greater than 0", fix="greater than 0"),
     case(*CONC, "-c", "1000", problem="1000", fix="safe bound of 256"),

@@ -71,9 +71,11 @@ def loaded_stack(running_stack: Settings) -> Settings:
     return running_stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def traced_stack(running_stack: Settings) -> Settings:
-    """The shared stack after bursts of batch_add_model traced at rate 1 (the timeline's data)."""
+    """The shared stack after bursts of batch_add_model traced at rate 1 (the timeline's data),
+    sent for each test: the exporter keeps 120 s of traces, and a test that ran longer after
+    a session-wide window found none."""
     # The statistics API's mean over the traced seconds needs scrapes before and after them.
     wait_for(
         lambda: prom_has(running_stack, 'count_over_time(up{job="exporter"}[5s]) >= 4'),

@@ -299,7 +299,7 @@ def test_a_sequence_without_start_is_refused_with_a_clear_error(
         send_step(client, config, 424242, 0, start=False, end=False)
     assert error_kind(refused.value) == NO_START
     # Ordinary load runs refuse a stateful model up front, naming the way to load it.
-    with pytest.raises(LoadgenError, match="loadgen.sequences --model seq_accumulate"):
+    with pytest.raises(LoadgenError, match="batchscope load sequences --model seq_accumulate"):
         run(RunParams(scenario="serial", model="seq_accumulate", url=client.url, requests=1))
     # And sequences refuse a model without sequence batching: one line, exit code 2.
     assert main(["--model", "batch_add_model", "--url", client.url]) == 2

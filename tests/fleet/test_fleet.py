@@ -340,6 +340,12 @@ def test_the_fleet_view_ranks_the_worst_batcher_first(
 ) -> None:
     first, second = attached.fleet.servers[:2]
     body = infer_body({"INPUT_A": [1.0], "INPUT_B": [2.0]})
+
+    def counted() -> bool:  # increase() counts from a series' first sample, so one before
+        rows = attached.prom('triton_batching_executions_total{model="batch_add_model"}')
+        return {first.url, second.url} <= {r["metric"]["target"] for r in rows}
+
+    wait_for("both servers' execution counters in Prometheus before the load", counted, 120)
     # The first server gets bursts of 4 (its max_batch_size), the second bursts of 2 (of 8).
     for server, size in ((first, 4), (second, 2)):
         for _ in range(15):
