@@ -67,8 +67,8 @@ def test_another_name_for_the_server_sums_every_target(
 
 @pytest.fixture(scope="module")
 def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The test states' models behind an exporter and Prometheus; a few seconds of load
-    on two of them, in a five-minute window that is idle otherwise."""
+    """The test states' models behind an exporter and Prometheus, idle until a test loads
+    one of them (:func:`busy_for_a_few_seconds`)."""
     base = tmp_path_factory.mktemp("doctor-prom")
     settings = replace(isolated(base / "state"), model_repository=build_repository(base / "m"))
     with running(settings, only={"triton", "exporter", "prometheus"}):
@@ -79,17 +79,22 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
             30,
             "the exporter's first scrape",
         )
-        url = settings.url("triton_http")
-        run(RunParams("concurrency", model="add_serial", concurrency=1, duration_s=4.0, url=url))
-        run(
-            RunParams(
-                "rate", model="add_nodelay", rate=150.0, poisson=True, duration_s=4.0, url=url
-            )
-        )
-        wait_for(
-            scraped_after(settings, "exporter", time.time() + 1), 30, "a scrape after the load"
-        )
         yield settings
+
+
+# Each test's own few seconds of load: a module-wide load left a later test's 300 s window
+# once the tests before it had searched for minutes.
+LOADS = {
+    "add_serial": {"scenario": "concurrency", "concurrency": 1},
+    "add_nodelay": {"scenario": "rate", "rate": 150.0, "poisson": True},
+}
+
+
+def busy_for_a_few_seconds(settings: Settings, model: str) -> None:
+    """4 s of the model's load, then a scrape after it."""
+    url = settings.url("triton_http")
+    run(RunParams(model=model, duration_s=4.0, url=url, **LOADS[model]))  # type: ignore[arg-type]
+    wait_for(scraped_after(settings, "exporter", time.time() + 1), 30, "a scrape after the load")
 
 
 @pytest.mark.parametrize(
@@ -100,6 +105,7 @@ def test_states_from_prometheus_rate_while_busy(
 ) -> None:
     """A few seconds of load in a 300 s window: the rate is that of the busy seconds."""
     s = watched
+    busy_for_a_few_seconds(s, model)
     argv = ["doctor", "--url", s.url("triton_http"), "--prometheus", s.url("prometheus")]
     assert stack_main([*argv, "--model", model, "--window", "300", "--json"]) == 1
     [report] = json.loads(capsys.readouterr().out)
