@@ -342,9 +342,6 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
     before_click, runs = len(sent), stored_runs(settings)
     own.get_by_role("button", name="Start run").click()
     wait_for("the page's own run", lambda: stored_runs(settings) == runs + 1, 60)
-    # The sync API hands Playwright's events (the frames sent) to Python only inside its own
-    # calls, and the wait above made none: this one delivers those still queued.
-    own.wait_for_timeout(500)
     click = [bytes(f) for f in sent[before_click:] if isinstance(f, bytes)]
     reruns = [f for f in click if BackMsg.FromString(f).WhichOneof("type") == "rerun_script"]
     assert reruns, "no rerun message recorded for the click"
