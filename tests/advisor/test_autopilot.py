@@ -10,6 +10,7 @@ sized to 2,000 requests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -160,14 +161,11 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         yield settings
 
 
-@pytest.fixture
-def client(triton: Settings) -> TritonClient:
+def from_repository(client: TritonClient, deadline: float) -> TritonClient:
     """The model as config.pbtxt has it, whatever a test before left. A plain load would
     keep serving the last override (Triton 2.51); after an unload, the load reads the
     repository again."""
-    client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     client.unload_model(MODEL)
-    deadline = time.monotonic() + 10
     while MODEL in client.ready_models() and time.monotonic() < deadline:
         time.sleep(0.1)
     client.load_model(MODEL)
@@ -175,10 +173,31 @@ def client(triton: Settings) -> TritonClient:
     return client
 
 
+@contextlib.contextmanager
+def poisson_traffic(params: RunParams, db: Path) -> Iterator[Path]:
+    """``params``' run (150/s Poisson to the model) in a thread, recorded in ``db``, until
+    the block ends."""
+    stop = threading.Event()
+    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
+    sender.start()
+    time.sleep(2.0)  # the run's clients started, and the reloaded model warmed up
+    try:
+        yield db
+    finally:
+        stop.set()
+        sender.join(timeout=30)
+    assert not sender.is_alive()
+
+
+@pytest.fixture
+def client(triton: Settings) -> TritonClient:
+    client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
+    return from_repository(client, time.monotonic() + 10)
+
+
 @pytest.fixture
 def traffic(triton: Settings, tmp_path: Path) -> Iterator[Path]:
     """150/s Poisson to the model, recorded in a store, for the length of the test."""
-    db = tmp_path / "runs.sqlite3"
     params = RunParams(
         "rate",
         model=MODEL,
@@ -188,14 +207,8 @@ def traffic(triton: Settings, tmp_path: Path) -> Iterator[Path]:
         duration_s=90.0,
         seed=7,
     )
-    stop = threading.Event()
-    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
-    sender.start()
-    time.sleep(2.0)  # the run's clients started, and the reloaded model warmed up
-    yield db
-    stop.set()
-    sender.join(timeout=30)
-    assert not sender.is_alive()
+    with poisson_traffic(params, tmp_path / "runs.sqlite3") as db:
+        yield db
 
 
 def live(client: TritonClient, config: BatcherConfig) -> dict[str, Any]:

@@ -20,11 +20,11 @@ import pytest
 
 from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
-from loadgen.engine.runner import RunParams, run
+from loadgen.engine.runner import RunParams
 from loadgen.store.runstore import RunStore
 from stack.supervisor import Supervisor, running
 from stacksettings import isolated
-from tests.advisor.test_autopilot import MODEL, SPEC, live
+from tests.advisor.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic
 from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
@@ -49,17 +49,11 @@ def client(supervisor: Supervisor) -> TritonClient:
     deadline = time.monotonic() + 60
     while not client.is_ready() and time.monotonic() < deadline:
         time.sleep(0.2)
-    client.unload_model(MODEL)
-    while MODEL in client.ready_models() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    client.load_model(MODEL)
-    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
-    return client
+    return from_repository(client, deadline)
 
 
 @pytest.fixture
 def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
-    db = tmp_path / "runs.sqlite3"
     params = RunParams(
         "rate",
         model=MODEL,
@@ -70,14 +64,8 @@ def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
         timeout_s=2.0,
         seed=11,
     )
-    stop = threading.Event()
-    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
-    sender.start()
-    time.sleep(2.0)
-    yield db
-    stop.set()
-    sender.join(timeout=30)
-    assert not sender.is_alive()
+    with poisson_traffic(params, tmp_path / "runs.sqlite3") as db:
+        yield db
 
 
 def change_in_thread(
