@@ -330,8 +330,7 @@ class Recommendation:
     budget_s: float | None = None
 
     def cut_note(self) -> str | None:
-        """One line when the search stopped at its time budget (the answer is the best of
-        what it simulated), else None."""
+        """One line when the search ran past its time budget, else None."""
         if self.budget_s is None:
             return None
         return (
@@ -561,5 +560,6 @@ def _recommend(
         unreachable,
         min_gain,
         skipped,
-        budget_s if out_of_time else None,
+        # Past the deadline in the loop or in the finalists' runs: either way runs were cut.
+        budget_s if out_of_time or (deadline is not None and time.monotonic() > deadline) else None,
     )
