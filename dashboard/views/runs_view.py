@@ -131,10 +131,12 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
                     runs.RunForm(scenario=scenario, model=model, label=label, **form),
                     cfg.triton_url,
                 )
-                manager().start(params, cfg.store)
+                started = manager().start(params, cfg.store)
             except runs.RunRefused as exc:
                 st.error(str(exc), icon=":material/block:")
                 return
+            # Why a run did not start is this tab's to read; a run that did is every tab's.
+            st.session_state["started_run"] = id(started)
             st.rerun()
 
 
@@ -195,6 +197,8 @@ def _progress() -> None:
             manager().stop()
         return
     if active.status == "error":
+        if st.session_state.get("started_run") != id(active):
+            return  # another tab's refused run: nothing ran, nothing to show here
         st.error(f"The run did not start: {active.error}", icon=":material/error:")
     elif active.status != "ok":
         st.warning(f"Run #{active.run_id} ended {active.status}.", icon=":material/warning:")

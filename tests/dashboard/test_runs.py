@@ -14,6 +14,7 @@ from dashboard import access, runs
 from loadgen.reports import report
 from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
+from tests.fleet import dashboard_run
 
 MakeApp = Callable[..., AppTest]
 # Recorded by bench/advisor_capture_runs.py: run 1 at 400/s (open loop), run 2 at concurrency 8.
@@ -70,6 +71,21 @@ def test_no_runs_yet_says_how_to_start_one(make_app: MakeApp, tmp_path: Path) ->
     assert any(i.startswith("No load runs yet: start one with the form above") for i in infos)
     # The form is there even with Prometheus down: runs talk to Triton.
     assert at.button(key="form_start").value is False
+
+
+def test_a_run_that_did_not_start_is_told_to_the_tab_that_started_it(
+    make_app: MakeApp, tmp_path: Path
+) -> None:
+    store = tmp_path / "runs.sqlite3"
+    at = make_app(closed_url(), closed_url(), store=str(store))
+    (error,) = dashboard_run.start_run(at) or dashboard_run.wait_done(at, store)
+    assert error.startswith("The run did not start: ") and "not answering" in error, error
+    # Another tab (session) of the same dashboard process: nothing ran, nothing to tell.
+    other = AppTest.from_file(str(dashboard_run.APP), default_timeout=60).run()
+    other.sidebar.radio(key="view").set_value("Load runs").run()
+    assert not other.exception
+    assert not [e.value for e in other.error if e.value.startswith("The run did not start")]
+    assert other.button(key="form_start").value is False  # and it may start its own
 
 
 def wait_for_run(at: AppTest, runs_stored: int, timeout_s: float = 60) -> None:
