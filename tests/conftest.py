@@ -27,6 +27,9 @@ _reruns: dict[str, list[str]] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers this mark; without it (a test run alone, `pytest FILE`) the
+    # marks below must still pass --strict-markers.
+    config.addinivalue_line("markers", "xdist_group(name): the xdist group a module runs in")
     found = version("pytest-rerunfailures")
     major_minor = re.match(r"(\d+)\.(\d+)", found)
     if major_minor is None or tuple(map(int, major_minor.groups())) < RERUN_PLUGIN:
