@@ -12,9 +12,6 @@ from pathlib import Path
 
 import stacksettings
 
-# The local stack's defaults (its STACK_* variables), for a dashboard run by hand.
-_STACK = stacksettings.from_env_or_default()
-
 ENV = {
     "prometheus_url": "DASHBOARD_PROMETHEUS_URL",
     "triton_url": "DASHBOARD_TRITON_URL",
@@ -33,22 +30,22 @@ ENV = {
 
 @dataclass(frozen=True)
 class DashboardSettings:
-    prometheus_url: str = _STACK.url("prometheus")
+    prometheus_url: str
     # The server the pages read (health, configs, load runs): the chosen one of triton_urls.
-    triton_url: str = _STACK.triton_targets[0]
+    triton_url: str
     # Every Triton the stack watches (the server selector); the first is the default.
-    triton_urls: tuple[str, ...] = _STACK.triton_targets
+    triton_urls: tuple[str, ...]
     # The exporter's trace API (/api/traces), for the batch timeline.
-    exporter_url: str = _STACK.url("exporter")
+    exporter_url: str
     # The load generator's SQLite results store.
-    store: Path = _STACK.store
+    store: Path
     # None when the stack watches Tritons whose repositories are elsewhere (attach mode):
     # the config view then reads each server's served configs.
-    model_repository: Path | None = _STACK.model_repository
+    model_repository: Path | None
     # The stack's service logs (named in messages that send the user to them).
-    logs_dir: Path = _STACK.logs_dir
+    logs_dir: Path
     # The key of Triton's restricted APIs: the timeline's trace switch needs it.
-    admin_key_file: Path = _STACK.admin_key_file
+    admin_key_file: Path
     # Prometheus' scrape interval: the finest step a chart can use.
     scrape_interval_s: float = 5.0
     # How often the live view refreshes itself.
@@ -56,6 +53,25 @@ class DashboardSettings:
     # The access token for load runs and the advisor off loopback (dashboard/access.py).
     token: str | None = None
     token_file: Path | None = None
+
+
+def stack_defaults(env: dict[str, str]) -> DashboardSettings:
+    """The local stack's (its STACK_* variables in ``env``), for a dashboard run by hand.
+
+    Read from the environment given, each time: a value kept from the first import would
+    outlive a change of the environment in the same process (a test's, or an embedder's).
+    """
+    stack = stacksettings.from_env_or_default(env)
+    return DashboardSettings(
+        prometheus_url=stack.url("prometheus"),
+        triton_url=stack.triton_targets[0],
+        triton_urls=stack.triton_targets,
+        exporter_url=stack.url("exporter"),
+        store=stack.store,
+        model_repository=stack.model_repository,
+        logs_dir=stack.logs_dir,
+        admin_key_file=stack.admin_key_file,
+    )
 
 
 class SettingsError(ValueError):
@@ -77,7 +93,7 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
 
 def from_env(env: dict[str, str] | None = None) -> DashboardSettings:
     env = dict(os.environ if env is None else env)
-    base = DashboardSettings()
+    base = stack_defaults(env)
     listed = stacksettings.env_list(env, ENV["triton_urls"])
     named = env.get(ENV["triton_url"])
     first = named or (listed[0] if listed else base.triton_url)
