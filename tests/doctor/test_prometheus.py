@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -24,14 +25,21 @@ from tests.doctor.test_states import build_repository
 pytestmark = pytest.mark.integration
 
 
+def doctor_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
+    """``batchscope doctor ARGV --json``, which finds something (exit 1): its JSON report."""
+    code = stack_main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out, (code, err)
+    return json.loads(out)
+
+
 def test_prometheus_window(
     loaded_stack: Settings,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     s = loaded_stack
     argv = ["doctor", "--url", s.url("triton_http"), "--prometheus", s.url("prometheus")]
-    assert stack_main([*argv, "--model", "add_unbatched", "--window", "600", "--json"]) == 1
-    [model] = json.loads(capsys.readouterr().out)
+    [model] = doctor_json(capsys, [*argv, "--model", "add_unbatched", "--window", "600"])
     assert [f["code"] for f in model["findings"]] == ["batching-off"]
     assert any(f.startswith(f"window: Prometheus at {s.url('prometheus')}") for f in model["facts"])
     # Every request of the unbatched twin ran alone: Prometheus' increases say so too.
@@ -45,8 +53,7 @@ def test_the_stacks_prometheus_is_the_default(
 ) -> None:
     for name, (_, var) in PORTS.items():
         monkeypatch.setenv(var, str(loaded_stack.port(name)))
-    assert stack_main(["doctor", "--model", "add_unbatched", "--json"]) == 1
-    [model] = json.loads(capsys.readouterr().out)
+    [model] = doctor_json(capsys, ["doctor", "--model", "add_unbatched"])
     window = next(f for f in model["facts"] if f.startswith("window: "))
     assert f"Prometheus at {loaded_stack.url('prometheus')}" in window and "last 300s" in window
 
@@ -57,9 +64,8 @@ def test_another_name_for_the_server_sums_every_target(
 ) -> None:
     s = loaded_stack
     other_name = s.url("triton_http").replace("127.0.0.1", "localhost")
-    argv = ["doctor", "--url", other_name, "--prometheus", s.url("prometheus"), "--json"]
-    assert stack_main([*argv, "--model", "add_unbatched", "--window", "600"]) == 1
-    [model] = json.loads(capsys.readouterr().out)
+    argv = ["doctor", "--url", other_name, "--prometheus", s.url("prometheus")]
+    [model] = doctor_json(capsys, [*argv, "--model", "add_unbatched", "--window", "600"])
     # (Another note may say why the advisor's search could not fit this window.)
     assert model["notes"][0] == f"no series with target={other_name}: every target's are summed"
     assert [f["code"] for f in model["findings"]] == ["batching-off"]
