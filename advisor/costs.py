@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -286,6 +287,12 @@ class CalibrationCache:
         key = cache_key(calibration.server, calibration.model, calibration.triton_version)
         data[key] = calibration.to_json()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(self.path)  # never half a file
+        # A name of this process and thread's own: two writers at once (the dashboard and
+        # `advisor advise`) each replace the file whole; a shared name let one move the
+        # other's half-written file, and the other's replace then failed.
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            tmp.replace(self.path)  # never half a file
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,22 @@ def test_the_cache_keeps_a_calibration_per_server_model_and_version(tmp_path: Pa
     assert cache.get("http://a:8000", "m", "2.52.0").cores == 4  # type: ignore[union-attr]
     assert cache.get("http://a:8000", "other", "2.51.0") is None
     assert "UTC" in made.describe() and "150 us CPU per request" in made.describe()
+
+
+def test_writers_at_once_each_replace_the_file_whole(tmp_path: Path) -> None:
+    """The dashboard and `advisor advise` may calibrate at the same moment: no writer fails
+    and the file is always whole JSON."""
+    cache = costs.CalibrationCache(tmp_path / "calibrations.json")
+
+    def write(n: int) -> None:
+        for i in range(40):
+            server = f"http://w{n}:8000"
+            cache.put(costs.Calibration(2, 1e-4, "t", time.time(), i, server, "m", "2.51.0"))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))  # re-raises a writer's error
+    assert isinstance(json.loads(cache.path.read_text()), dict)
+    assert [p.name for p in tmp_path.iterdir()] == ["calibrations.json"]  # no leftovers
 
 
 def test_an_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
