@@ -17,13 +17,14 @@ from advisor.advice import advise as advisor_advise
 from advisor.inputs import Options
 from advisor.shapes import ShapeSplit
 from loadgen.inputopts import InputOptions
-from stacksettings import from_env_or_default
 
 P99_BOUND_S = 0.010
 # The search's own defaults (seeds, simulated requests), the same as `advisor advise` and the
 # doctor's: one run gets one recommendation wherever it is asked for.
 SEARCH = SearchOptions(p99_bound_s=P99_BOUND_S)
-CALIBRATIONS = from_env_or_default().state_dir / "advisor-calibrations.json"
+# Beside the results store (the stack's state dir, as `advisor advise` keeps it there): the
+# dashboard that shows a store calibrates with its own file, never another stack's.
+CALIBRATIONS_NAME = "advisor-calibrations.json"
 VERIFY_S = 4.0
 
 
@@ -53,12 +54,17 @@ def advise(
     run_id: int,
     triton_url: str,
     p99_bound_s: float = P99_BOUND_S,
-    calibrations: Path = CALIBRATIONS,
+    calibrations: Path | None = None,
 ) -> Advice:
     """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics),
     or a run stored without its config cannot have it read from ``triton_url``."""
     found = advisor_advise(
-        Options(store=db, run=run_id, url=triton_url, calibrations=calibrations),
+        Options(
+            store=db,
+            run=run_id,
+            url=triton_url,
+            calibrations=calibrations or db.parent / CALIBRATIONS_NAME,
+        ),
         replace(SEARCH, p99_bound_s=p99_bound_s),
     )
     inputs, rec = found.prepared.inputs, found.recommendation
