@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 
-# Float slack when comparing a request's age with the queue delay: the timer fires at
-# exactly oldest + delay, and (oldest + delay) - oldest may round below delay.
+# Float slack when comparing the clock with a request's queue-delay deadline (oldest + delay,
+# the sum the timer was set to, so the timer's own wake-up always passes it).
 EPS_S = 1e-12
 # Measured arrival gaps (CpuModel.arrival_gaps) are drawn in runs of this many consecutive
 # ones from a random place: a run keeps a burst and the long gap before it together, so
@@ -158,7 +158,11 @@ def get_dynamic_batch(
         pending += 1
         if payload + pending in preferred:
             best = pending
-    exceeded = delay > 0 and now - oldest_s >= delay - EPS_S
+    # Against the deadline as the timer computed it (oldest + delay): ``now - oldest`` loses
+    # the delay's low bits once the clock is large (hours of simulated time at a low rate),
+    # the deadline then never passed, and the timer re-armed at the same instant until the
+    # run's event budget cut it (each config of a search took seconds).
+    exceeded = delay > 0 and now >= oldest_s + delay - EPS_S
     if best and not exceeded:
         return Decision(best, None, saturated or delay == 0, None)
     if pending == 0:

@@ -298,3 +298,15 @@ def test_a_run_past_its_event_budget_is_cut_and_called_saturated(
     result = Simulation(config, FLAT_1MS, traffic, requests=2000).run()
     assert result.cut and result.inferences < 2000
     assert predict(config, traffic, FLAT_1MS, requests=2000).saturated
+
+
+def test_a_lone_request_leaves_at_its_delay_even_hours_into_a_run() -> None:
+    # 0.05 requests/s: 4000 requests take about 22 simulated hours, each alone in the queue.
+    # Late in the run the clock's low bits are coarser than the comparison's slack; the
+    # deadline must still pass when its timer fires (the timer re-armed at the same instant
+    # instead, until the run's event budget cut it).
+    result = run(BatcherConfig(4, (2, 4), 500), FLAT_1MS, OpenLoop(0.05))
+    assert not result.cut
+    assert set(result.batch_sizes) == {1}
+    assert max(result.queue_delays_s) == pytest.approx(0.0005, abs=1e-6)
+    assert min(result.queue_delays_s) == pytest.approx(0.0005, abs=1e-6)
