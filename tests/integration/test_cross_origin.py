@@ -302,6 +302,12 @@ def idle(settings: Settings) -> bool:
         return all(r["status"] != "running" for r in runs.list_runs())
 
 
+def is_page_rerun(frame: bytes) -> bool:
+    """A rerun of the whole page (a click's, a view's), not of one fragment."""
+    msg = BackMsg.FromString(frame)
+    return msg.WhichOneof("type") == "rerun_script" and not msg.rerun_script.fragment_id
+
+
 def rerun_as(frame: bytes, view: str) -> bytes:
     """The captured rerun message, asking for ``view`` with no widget pressed."""
     msg = BackMsg()
@@ -342,9 +348,15 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
     before_click, runs = len(sent), stored_runs(settings)
     own.get_by_role("button", name="Start run").click()
     wait_for("the page's own run", lambda: stored_runs(settings) == runs + 1, 60)
-    click = [bytes(f) for f in sent[before_click:] if isinstance(f, bytes)]
-    reruns = [f for f in click if BackMsg.FromString(f).WhichOneof("type") == "rerun_script"]
+    # Playwright's sync API hands events over only while it is called: the poll above made
+    # no call, so the frames sent since wait in its queue until this one.
+    own.wait_for_timeout(500)
+    frames = [bytes(f) for f in sent[before_click:] if isinstance(f, bytes)]
+    # The click's rerun is the first of the whole page; the progress fragment's own reruns
+    # (every 0.5 s while the run goes) follow it and are no click.
+    reruns = [f for f in frames if is_page_rerun(f)]
     assert reruns, "no rerun message recorded for the click"
+    click = frames[: frames.index(reruns[0]) + 1]
     wait_for("the run's end", lambda: idle(settings))
 
     # Replayed from the dashboard's own origin, the messages start a run: the replay works.
@@ -353,17 +365,17 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
     wait_for("the replayed run", lambda: stored_runs(settings) == runs + 2, 60)
     wait_for("the run's end", lambda: idle(settings))
     # ... and the advisor's button and the trace switch are offered to it.
-    _, runs_view = socket(own, settings, [rerun_as(reruns[-1], "Load runs")])
+    _, runs_view = socket(own, settings, [rerun_as(reruns[0], "Load runs")])
     assert b"Ask the advisor about this run" in runs_view
-    _, timeline_view = socket(own, settings, [rerun_as(reruns[-1], "Batch timeline")])
+    _, timeline_view = socket(own, settings, [rerun_as(reruns[0], "Batch timeline")])
     assert b"Trace the next" in timeline_view
 
     # From the other origin: refused before any widget exists, nothing started.
     trace_before = triton_view(settings)["trace"]
     for frames in (
         click,
-        [rerun_as(reruns[-1], "Load runs")],
-        [rerun_as(reruns[-1], "Batch timeline")],
+        [rerun_as(reruns[0], "Load runs")],
+        [rerun_as(reruns[0], "Batch timeline")],
     ):
         _, answer = socket(foreign, settings, frames)
         assert b"Refused: the page at " in answer
