@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import access, advice, charts, fmt, runs
+from advisor import autopilot
+from dashboard import access, advice, apply, charts, fmt, runs
 from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
@@ -19,7 +20,7 @@ from loadgen.reports.report import input_lines
 from loadgen.results.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
 from stacksettings import Settings, admin_headers
-from tritonapi.client import TritonError
+from tritonapi.client import TritonClient, TritonError
 
 PROGRESS_EVERY_S = 0.5
 DEFAULT_MODEL = "batch_add_model"
@@ -413,7 +414,74 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
             icon=":material/lightbulb:",
         )
         st.code(rec.best.config.pbtxt(), language="protobuf")
+        render_apply(cfg, run, a)
     render_verification(cfg, run, a)
+
+
+@st.cache_resource(show_spinner=False)
+def applier() -> apply.ApplyManager:
+    """One for the whole dashboard process: one change watched at a time, seen by every tab."""
+    return apply.ApplyManager()
+
+
+def render_apply(cfg: DashboardSettings, run: LoadRun, a: advice.Advice) -> None:
+    """ "Apply with rollback": the recommendation on the live model, as `advise --apply`."""
+    rec = a.recommendation
+    assert rec.best is not None
+    seconds, why = autopilot.watch_length(rec.current.throughput_per_s)
+    cols = st.columns([1, 3])
+    watch = float(
+        cols[0].number_input(
+            "Watch (s)",
+            apply.MIN_WATCH_S,
+            apply.MAX_WATCH_S,
+            float(seconds),
+            key=f"apply_watch_{run.run_id}",
+            help=f"Default: {why}.",
+        )
+    )
+    if watch != seconds:
+        cols[1].caption(autopilot.given_length(watch, rec.current.throughput_per_s))
+    st.caption(
+        f"Apply with rollback: loads this config on the live model {a.model} at "
+        f"{cfg.triton_url} as a config override (config.pbtxt is not touched: a restarted "
+        f"Triton serves it again), watches {watch:g} s before and after, and will "
+        f"{autopilot.rollback_rule(watch)}. The same as `batchscope advise --url "
+        f"{cfg.triton_url} --model {a.model} --apply`; the change goes on the record above."
+    )
+    if st.button(
+        "Apply with rollback", key=f"apply_{run.run_id}", disabled=applier().busy, type="primary"
+    ):
+        client = TritonClient(cfg.triton_url, headers=admin_headers(cfg.admin_key_file))
+        try:
+            started = applier().start(client, a.model, rec.best, watch, cfg.store)
+        except apply.ApplyRefused as exc:
+            st.error(f"Not applied: {exc}", icon=":material/block:")
+            return
+        st.session_state["started_change"] = id(started)
+    st.fragment(_apply_progress, run_every=PROGRESS_EVERY_S if applier().busy else None)()
+
+
+def _apply_progress() -> None:
+    active = applier().current
+    if active is None:
+        return
+    if not active.done.is_set():
+        st.info(
+            f"Applying {active.new} to {active.model}: " + (active.lines or ["starting"])[-1],
+            icon=":material/hourglass_top:",
+        )
+        return
+    if active.error:
+        if st.session_state.get("started_change") == id(active):
+            st.error(f"Not applied: {active.error}", icon=":material/block:")
+        return
+    assert active.result is not None
+    line = active.result.line()
+    if active.result.change.outcome == "kept":
+        st.success(line, icon=":material/check_circle:")
+    else:
+        st.warning(line, icon=":material/undo:")
 
 
 def render_verification(cfg: DashboardSettings, run: LoadRun, a: advice.Advice) -> None:

@@ -1,0 +1,126 @@
+"""The advisor panel's "Apply with rollback" on a real Triton: the page applies the advice to
+the live model, watches it, and the outcome is what Triton serves and what the store records.
+
+The model is slowed on purpose first (a batch waits up to 20 ms for more requests), so the advisor
+recommends a change; 150/s Poisson traffic from the load generator runs through the
+windows. Triton's config API is the observer of what the model serves afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from advisor import autopilot
+from advisor.config import BatcherConfig, from_model_config
+from loadgen.engine.runner import RunParams, run
+from loadgen.store.runstore import RunStore
+from stack.supervisor import running
+from stacksettings import Settings, isolated
+from tests.advisor.test_autopilot import MODEL, from_repository, poisson_traffic
+from tests.dashboard.conftest import closed_url
+from tritonapi.client import TritonClient
+
+pytestmark = pytest.mark.integration
+
+SLOW = BatcherConfig(4, (), 20_000, 1)
+WATCH_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = isolated(tmp_path_factory.mktemp("apply-triton"))
+    with running(settings, only=("triton",)):
+        yield settings
+
+
+@pytest.fixture
+def slowed(triton: Settings) -> Iterator[TritonClient]:
+    """The model serving SLOW (an override), back to config.pbtxt after the test."""
+    client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
+    from_repository(client, time.monotonic() + 10)
+    client.load_model(MODEL, autopilot.override(client.model_config_json(MODEL), SLOW, MODEL))
+    assert from_model_config(client.model_config_json(MODEL)) == SLOW
+    yield client
+    from_repository(client, time.monotonic() + 10)
+
+
+def rate_run(triton: Settings, seconds: float, seed: int) -> RunParams:
+    return RunParams(
+        "rate",
+        model=MODEL,
+        url=triton.url("triton_http"),
+        rate=150.0,
+        poisson=True,
+        duration_s=seconds,
+        seed=seed,
+    )
+
+
+def test_apply_with_rollback_changes_the_live_model_and_records_it(
+    make_app: Callable[..., AppTest], triton: Settings, slowed: TritonClient, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    advised = run(rate_run(triton, 3.0, seed=3), db=str(db))
+    at = make_app(
+        closed_url(),
+        triton.url("triton_http"),
+        store=str(db),
+        admin_key_file=str(triton.admin_key_file),
+    )
+    at.session_state["view"] = "Load runs"
+    at.run()
+    at.button(key=f"ask_{advised.run_id}").click().run(timeout=400)
+    assert not at.exception
+    assert any(i.value.startswith("Recommended") for i in at.info), [i.value for i in at.info]
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Apply with rollback")]
+    assert f"--model {MODEL} --apply" in caption and "will roll back to the previous" in caption
+    at.number_input(key=f"apply_watch_{advised.run_id}").set_value(WATCH_S).run(timeout=400)
+    with poisson_traffic(rate_run(triton, 90.0, seed=5), db):
+        at.button(key=f"apply_{advised.run_id}").click().run(timeout=400)
+        assert not [e.value for e in at.error if not e.value.startswith("Prometheus at")]
+        deadline = time.monotonic() + 2 * WATCH_S + 60
+        outcome: list[str] = []
+        while not outcome and time.monotonic() < deadline:
+            time.sleep(0.5)
+            at.run(timeout=400)
+            outcome = [
+                m.value for m in [*at.success, *at.warning] if " batch_add_model: " in m.value
+            ]
+    assert outcome, "the page showed no outcome"
+    with RunStore(db) as store:
+        (change,) = store.list_changes(MODEL)
+    served = from_model_config(slowed.model_config_json(MODEL))
+    # What the page says is what happened: the record, and Triton's config. From a 20 ms
+    # wait to the advice, clients' p99 falls several-fold: the change is kept.
+    assert change.outcome == "kept", (outcome, change.reason)
+    assert outcome[0] == f"KEPT {MODEL}: {change.reason}"
+    assert from_model_config(change.old_config) == SLOW
+    assert served == from_model_config(change.new_config) and served.max_queue_delay_us < 20_000
+    assert change.after["client_p99_s"] < change.before["client_p99_s"]
+
+
+def test_without_the_key_nothing_is_applied(
+    make_app: Callable[..., AppTest], triton: Settings, slowed: TritonClient, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.sqlite3"
+    advised = run(rate_run(triton, 3.0, seed=4), db=str(db))
+    at = make_app(
+        closed_url(),
+        triton.url("triton_http"),
+        store=str(db),
+        admin_key_file=str(tmp_path / "no-such.key"),
+    )
+    at.session_state["view"] = "Load runs"
+    at.run()
+    at.button(key=f"ask_{advised.run_id}").click().run(timeout=400)
+    at.button(key=f"apply_{advised.run_id}").click().run(timeout=400)
+    errors = [e.value for e in at.error if e.value.startswith("Not applied: ")]
+    assert len(errors) == 1 and "403" in errors[0] and "admin-key-file" in errors[0], errors
+    assert from_model_config(slowed.model_config_json(MODEL)) == SLOW
+    with RunStore(db) as store:
+        assert store.list_changes(MODEL) == []
