@@ -65,6 +65,9 @@ class Prediction:
     # front end), measured by a probe or a traced stored run. Without it the client's
     # latency is unknown, and said so.
     client_terms: bool = False
+    # Stopped before its requests were done (the search's deadline, or the event budget):
+    # its figures are of part of a run, so it is never recommended.
+    cut: bool = False
 
     @property
     def client_latency_p99_s(self) -> float | None:
@@ -176,6 +179,7 @@ def predict(
         saturated=saturated,
         server_latency_p99_s=quantile(result.server_latencies_s, 0.99),
         client_terms=knows_outside(cpu),
+        cut=result.cut,
     )
 
 
@@ -523,7 +527,10 @@ def _recommend(
             continue
         fitting.append(quick)
     fitting.sort(key=lambda p: objective_value(p, objective), reverse=True)
+    # A finalist with a run cut by the deadline has figures of part of a run (a throughput
+    # of 0 divided the gain by zero): never recommended.
     intervals = [over_seeds(p.config) for p in fitting[:finalists]]
+    intervals = [i for i in intervals if not any(p.cut for p in i.runs)]
     now_meets = meets(now, p99_bound_s)
     better = (
         [

@@ -21,7 +21,7 @@ import pytest
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig
 from advisor.fit import fit_service_times
-from advisor.model import ClosedLoop, OpenLoop, ServiceModel
+from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.predict import SearchSpace, knobs_changed, recommend
 
 DATA = Path(__file__).parent / "data" / "calibration.json"
@@ -186,3 +186,18 @@ def test_a_search_past_its_budget_stops_and_says_so() -> None:
     assert f"{rec.skipped} configs of the space not simulated" in note
     whole = recommend(current, OpenLoop(200), ServiceModel(0.001, 0.0002), 0.02, budget_s=600)
     assert whole.cut_note() is None and whole.skipped == 0 and whole.considered > 10
+
+
+@pytest.mark.parametrize("budget_s", [0.5, 2.0, 4.0])
+def test_a_search_cut_anywhere_recommends_no_cut_run(budget_s: float) -> None:
+    """Whichever phase the deadline falls in (the space, the finalists' other seeds), the
+    search ends with a recommendation and its note, and never one whose runs were cut (a
+    finalist cut to a throughput of 0 once divided the gain by zero)."""
+    current = BatcherConfig(4, (), 0, dynamic_batching=False)
+    cpu = CpuModel(cores=2, request_s=2e-4)
+    service = ServiceModel(0.0028, 0.0002)
+    rec = recommend(current, OpenLoop(0.07), service, 0.01, cpu=cpu, budget_s=budget_s)
+    assert rec.cut_note() is not None
+    assert rec.best is None or not rec.best.cut
+    if rec.best_interval is not None:
+        assert not any(p.cut for p in rec.best_interval.runs)
