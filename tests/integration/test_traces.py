@@ -76,7 +76,7 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]
 def triton_back(traced_stack: Settings, request: pytest.FixtureRequest) -> None:
     """A Triton restarted after a crash is waited for; a crash from now on is this test's."""
     CRASHES.forget()
-    TritonCrashes.wait_ready(traced_stack)
+    CRASHES.serving(traced_stack)
     CRASHES.begin(request.node.nodeid)
 
 

@@ -50,7 +50,7 @@ def stack_state(
     loadgen finds the ./stack/up stack's. A Triton restarted after a crash is waited for;
     a crash from now on is this test's."""
     CRASHES.forget()
-    TritonCrashes.wait_ready(traced_stack)
+    CRASHES.serving(traced_stack)
     CRASHES.begin(request.node.nodeid)
     monkeypatch.setenv("STACK_STATE_DIR", str(traced_stack.state_dir))
     for name, (_, var) in PORTS.items():
