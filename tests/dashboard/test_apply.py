@@ -61,36 +61,40 @@ def rate_run(triton: Settings, seconds: float, seed: int) -> RunParams:
     )
 
 
+def advised(
+    make_app: Callable[..., AppTest], triton: Settings, db: Path, key_file: Path, seed: int
+) -> tuple[AppTest, int]:
+    """A stored 3 s run of the slowed model, and the page after "Ask the advisor" on it."""
+    run_id = run(rate_run(triton, 3.0, seed=seed), db=str(db)).run_id
+    assert run_id is not None
+    at = make_app(
+        closed_url(), triton.url("triton_http"), store=str(db), admin_key_file=str(key_file)
+    )
+    at.session_state["view"] = "Load runs"
+    at.run()
+    at.button(key=f"ask_{run_id}").click().run(timeout=400)
+    assert not at.exception
+    return at, run_id
+
+
 def test_apply_with_rollback_changes_the_live_model_and_records_it(
     make_app: Callable[..., AppTest], triton: Settings, slowed: TritonClient, tmp_path: Path
 ) -> None:
     db = tmp_path / "runs.sqlite3"
-    advised = run(rate_run(triton, 3.0, seed=3), db=str(db))
-    at = make_app(
-        closed_url(),
-        triton.url("triton_http"),
-        store=str(db),
-        admin_key_file=str(triton.admin_key_file),
-    )
-    at.session_state["view"] = "Load runs"
-    at.run()
-    at.button(key=f"ask_{advised.run_id}").click().run(timeout=400)
-    assert not at.exception
+    at, run_id = advised(make_app, triton, db, triton.admin_key_file, seed=3)
     assert any(i.value.startswith("Recommended") for i in at.info), [i.value for i in at.info]
     (caption,) = [c.value for c in at.caption if c.value.startswith("Apply with rollback")]
     assert f"--model {MODEL} --apply" in caption and "will roll back to the previous" in caption
-    at.number_input(key=f"apply_watch_{advised.run_id}").set_value(WATCH_S).run(timeout=400)
+    at.number_input(key=f"apply_watch_{run_id}").set_value(WATCH_S).run(timeout=400)
     with poisson_traffic(rate_run(triton, 90.0, seed=5), db):
-        at.button(key=f"apply_{advised.run_id}").click().run(timeout=400)
+        at.button(key=f"apply_{run_id}").click().run(timeout=400)
         assert not [e.value for e in at.error if not e.value.startswith("Prometheus at")]
         deadline = time.monotonic() + 2 * WATCH_S + 60
         outcome: list[str] = []
         while not outcome and time.monotonic() < deadline:
             time.sleep(0.5)
             at.run(timeout=400)
-            outcome = [
-                m.value for m in [*at.success, *at.warning] if " batch_add_model: " in m.value
-            ]
+            outcome = [m.value for m in [*at.success, *at.warning] if f" {MODEL}: " in m.value]
     assert outcome, "the page showed no outcome"
     with RunStore(db) as store:
         (change,) = store.list_changes(MODEL)
@@ -108,17 +112,8 @@ def test_without_the_key_nothing_is_applied(
     make_app: Callable[..., AppTest], triton: Settings, slowed: TritonClient, tmp_path: Path
 ) -> None:
     db = tmp_path / "runs.sqlite3"
-    advised = run(rate_run(triton, 3.0, seed=4), db=str(db))
-    at = make_app(
-        closed_url(),
-        triton.url("triton_http"),
-        store=str(db),
-        admin_key_file=str(tmp_path / "no-such.key"),
-    )
-    at.session_state["view"] = "Load runs"
-    at.run()
-    at.button(key=f"ask_{advised.run_id}").click().run(timeout=400)
-    at.button(key=f"apply_{advised.run_id}").click().run(timeout=400)
+    at, run_id = advised(make_app, triton, db, tmp_path / "no-such.key", seed=4)
+    at.button(key=f"apply_{run_id}").click().run(timeout=400)
     errors = [e.value for e in at.error if e.value.startswith("Not applied: ")]
     assert len(errors) == 1 and "403" in errors[0] and "admin-key-file" in errors[0], errors
     assert from_model_config(slowed.model_config_json(MODEL)) == SLOW
