@@ -841,7 +841,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return autopilot_command(args)
         return predict_command(args)
     except UsageError as exc:
-        print(f"triton-advisor: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # one line per problem (a policy's fields)
+            print(f"triton-advisor: error: {line}", file=sys.stderr)
         return 2
 
 
