@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from advisor import advice, pilot
 from advisor.advice import SearchOptions
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
-from advisor.inputs import Costs, Inputs, Prepared
+from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.policy import Policy, PolicyError, load, parse
 from advisor.predict import SearchSpace
@@ -315,3 +316,57 @@ def test_after_a_restart_the_kept_config_is_applied_again(
         newest, _ = store.list_changes(MODEL)
     assert newest.outcome == "reapplied" and newest.new_config == new
     assert from_model_config(newest.old_config).describe() == SPEC
+
+
+def rate_traffic(supervisor: Supervisor, rate: float, db: Path) -> Any:
+    params = RunParams(
+        "rate",
+        model=MODEL,
+        url=supervisor.settings.url("triton_http"),
+        rate=rate,
+        poisson=True,
+        duration_s=40.0,
+        timeout_s=2.0,
+        seed=17,
+    )
+    return poisson_traffic(params, db)
+
+
+@pytest.mark.integration
+def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
+    supervisor: Supervisor, client: TritonClient, tmp_path: Path
+) -> None:
+    """40/s, then 240/s (low rates: the load and Triton share 2 cores), one dry-run step at
+    a time: the first step advises, a steady one does not, the shift is advised on at its
+    second interval, and the config is then taken as chosen for the new rate."""
+    url = supervisor.settings.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    opts = pilot.PilotOptions(
+        url=url,
+        model=MODEL,
+        policy=Policy(min_minutes_between_changes=0),
+        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
+        inputs=Options(
+            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
+        ),
+        interval_s=4.0,
+        store=db,
+    )
+    lines: list[str] = []
+    steps = pilot.Pilot(opts, lines.append)
+    with rate_traffic(supervisor, 40.0, db):
+        steps.step()
+        steps.step()
+    assert lines[0].endswith("no advice yet: advising"), lines
+    assert lines[1].startswith(("DRY RUN", "KEEP")), lines
+    assert "within x1.5 and cv +/-0.5; no advice" in lines[2], lines
+    assert steps.baseline is not None and 30 < steps.baseline.rate_per_s < 50
+    del lines[:]
+    with rate_traffic(supervisor, 240.0, db.with_name("runs2.sqlite3")):
+        steps.step()
+        steps.step()
+    assert "shifted (rate x" in lines[0] and lines[0].endswith("interval 1 of 2"), lines
+    assert lines[1].endswith("for 2 intervals: advising"), lines
+    assert lines[2].startswith(("DRY RUN", "KEEP")) and len(lines) == 3, lines
+    assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
