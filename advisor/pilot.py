@@ -47,10 +47,11 @@ from tritonapi.client import TritonClient, TritonError
 # delay is two grid steps off.
 RATE_RATIO = 1.5
 # The burstiness is fitted from the counts in 20 bins (inputs.sample_step); for Poisson
-# traffic that estimate's standard error is about 0.16: 0.5 is three of them.
+# traffic that estimate's standard error is about 0.16 whatever the rate (simulated), so two
+# intervals of unchanged traffic differ by more than 0.5 in about 3 % of pairs by chance ...
 CV_CHANGE = 0.5
-# One odd interval (a client's retry burst, a pause of the sender) is not a shift: two in a
-# row are.
+# ... and in two intervals running in under 1 in 1,000. One odd interval (a client's retry
+# burst, a pause of the sender) is not a shift: two in a row are.
 SUSTAINED = 2
 DEFAULT_INTERVAL_S = 30.0
 # What a change that was made (or tried) counts against min_minutes_between_changes; a

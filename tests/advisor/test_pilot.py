@@ -359,14 +359,17 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
         steps.step()
     assert lines[0].endswith("no advice yet: advising"), lines
     assert lines[1].startswith(("DRY RUN", "KEEP")), lines
-    assert "within x1.5 and cv +/-0.5; no advice" in lines[2], lines
+    # Steady: no advice. (Its burstiness alone may read as shifted, 1 of 2, in about 3 % of
+    # intervals by chance: never the rate, never an advice.)
+    assert "advising" not in lines[2] and "rate x" not in lines[2], lines
     assert steps.baseline is not None and 30 < steps.baseline.rate_per_s < 50
-    del lines[:]
     with rate_traffic(supervisor, 240.0, db.with_name("runs2.sqlite3")):
         steps.step()
         steps.step()
-    assert "shifted (rate x" in lines[0] and lines[0].endswith("interval 1 of 2"), lines
-    assert lines[1].endswith("for 2 intervals: advising"), lines
-    assert lines[2].startswith(("DRY RUN", "KEEP")) and len(lines) == 3, lines
+    assert "shifted (rate x" in lines[3], lines
+    advised = [i for i, line in enumerate(lines) if line.endswith("for 2 intervals: advising")]
+    # One advice on the shift, and never at its first shifted interval.
+    assert len(advised) == 1 and lines[advised[0] - 1].endswith("interval 1 of 2"), lines
+    assert lines[advised[0] + 1].startswith(("DRY RUN", "KEEP", "WAIT")), lines
     assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
