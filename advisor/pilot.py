@@ -24,8 +24,11 @@ Each step (one ``--interval-s``):
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,24 @@ DEFAULT_INTERVAL_S = 30.0
 # What a change that was made (or tried) counts against min_minutes_between_changes; a
 # re-applied kept config is a restore, not a new change.
 CHANGES = ("kept", "rolled_back", "failed_to_apply", "rollback_failed")
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block is over, then raise it: a change begun is
+    finished and recorded, never left half made. The handler only notes the signal; outside
+    the main thread (where no handler can be set) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class Refused(Exception):
@@ -139,10 +160,8 @@ class Pilot:
             return None
         with RunStore(self.opts.store) as store:
             found = store.list_changes(self.opts.model, limit=1000)
-        return next(
-            (c for c in found if c.server == self.opts.url and c.outcome in ("kept", "reapplied")),
-            None,
-        )
+        mine = (c for c in found if c.server == self.client.url)
+        return next((c for c in mine if c.outcome in ("kept", "reapplied")), None)
 
     def restore(self) -> bool:
         """Re-apply the kept config when the model serves another; whether anything was
@@ -166,20 +185,21 @@ class Pilot:
             self.say(f"GONE {self.opts.model}: {gone}; --apply loads it again")
             return True
         problem = ""
-        try:
-            self.client.load_model(self.opts.model, kept.new_config)
-            served_now = from_model_config(self.client.model_config_json(self.opts.model))
-            if served_now != want:
-                problem = f"Triton serves {served_now.describe()} after the load"
-        except TritonError as exc:
-            problem = str(exc)
+        with deferred_interrupt():
+            try:
+                self.client.load_model(self.opts.model, kept.new_config)
+                served_now = from_model_config(self.client.model_config_json(self.opts.model))
+                if served_now != want:
+                    problem = f"Triton serves {served_now.describe()} after the load"
+            except TritonError as exc:
+                problem = str(exc)
         outcome = "reapply_failed" if problem else "reapplied"
         reason = f"{gone}; " + (
             f"loading it again failed: {problem}" if problem else "loaded it again"
         )
         self.record(
             Change(
-                server=self.opts.url,
+                server=self.client.url,
                 model=self.opts.model,
                 old_config=served,
                 new_config=kept.new_config,
@@ -277,7 +297,7 @@ class Pilot:
                 made = [
                     c.at
                     for c in store.list_changes(self.opts.model, limit=100)
-                    if c.server == self.opts.url and c.outcome in CHANGES
+                    if c.server == self.client.url and c.outcome in CHANGES
                 ]
             if made:
                 last = max(made[0], last or 0.0)
@@ -297,16 +317,17 @@ class Pilot:
         try:
             old = self.client.model_config_json(model)
             new = autopilot.override(old, best.config, model)
-            result = autopilot.apply_and_watch(
-                self.client,
-                model,
-                old,
-                new,
-                autopilot.Predicted.of(best),
-                seconds,
-                store=opts.store,
-                say=self.say,
-            )
+            with deferred_interrupt():  # a change begun is judged (or undone) and recorded
+                result = autopilot.apply_and_watch(
+                    self.client,
+                    model,
+                    old,
+                    new,
+                    autopilot.Predicted.of(best),
+                    seconds,
+                    store=opts.store,
+                    say=self.say,
+                )
         except autopilot.ApplyRefused as exc:
             self.say(f"NOT APPLIED {model}: {str(exc).removeprefix('--apply: ')}")
             return
@@ -339,5 +360,5 @@ def run(
             if once or (deadline is not None and time.monotonic() >= deadline):
                 break
     except KeyboardInterrupt:
-        say("autopilot: stopped (Ctrl-C)")
+        say("autopilot: stopped (Ctrl-C); a change under way was finished and recorded first")
     return pilot

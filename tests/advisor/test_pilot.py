@@ -135,6 +135,17 @@ def test_a_shift_is_a_rate_beyond_x1_5_or_a_burstiness_beyond_0_5() -> None:
     assert pilot.shift(base, OpenLoop(100.0, 1.6)) == "burstiness 1.00 -> 1.60"
 
 
+def test_ctrl_c_during_a_change_is_held_until_the_change_is_done() -> None:
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with pilot.deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # the signal arrives here, and is only noted
+            finished.append(True)
+    assert finished == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
 # ---- on a real Triton -------------------------------------------------------------------------
 
 SLOW = BatcherConfig(4, (), 20_000, 1)  # Triton reads no preferred sizes as [4]
