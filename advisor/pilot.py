@@ -31,15 +31,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from advisor import advice, autopilot
 from advisor.advice import SearchOptions
 from advisor.config import from_model_config
 from advisor.fit import fit_traffic
-from advisor.inputs import InputError, Options, watch
+from advisor.inputs import InputError, Options, ServerWindow, watch
 from advisor.model import OpenLoop
 from advisor.policy import Policy
+from advisor.predict import Prediction
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
 from tritonapi.client import TritonClient, TritonError
@@ -150,6 +150,8 @@ class Pilot:
         self.shifted = 0  # consecutive intervals beyond the thresholds
         self.last_dry_change: float | None = None  # a dry run's "would apply", for the limit
         self.steps = 0
+        self.gone_told: int | None = None  # the kept change a dry run said is gone
+        self.failed_reapply: set[int] = set()  # kept changes whose re-apply failed
         self.results: list[autopilot.Result] = []
 
     # ---- 1. the kept config after a restart ---------------------------------------------
@@ -164,8 +166,9 @@ class Pilot:
         return next((c for c in mine if c.outcome in ("kept", "reapplied")), None)
 
     def restore(self) -> bool:
-        """Re-apply the kept config when the model serves another; whether anything was
-        done (or, in a dry run, found gone)."""
+        """Re-apply the kept config when the model serves another (a dry run says it is
+        gone); whether the step ends here (a re-apply was tried, or the served config
+        could not be read)."""
         kept = self.kept()
         if kept is None:
             return False
@@ -182,8 +185,12 @@ class Pilot:
             f"{now.describe()} (a restarted Triton serves config.pbtxt)"
         )
         if not self.opts.apply:
-            self.say(f"GONE {self.opts.model}: {gone}; --apply loads it again")
-            return True
+            if self.gone_told != kept.id:  # one line per kept change found gone
+                self.say(f"GONE {self.opts.model}: {gone}; --apply loads it again")
+                self.gone_told = kept.id
+            return False  # a dry run goes on to measure and advise on what is served
+        if kept.id in self.failed_reapply:
+            return False  # told and recorded once: not tried again by this run
         problem = ""
         with deferred_interrupt():
             try:
@@ -195,8 +202,12 @@ class Pilot:
                 problem = str(exc)
         outcome = "reapply_failed" if problem else "reapplied"
         reason = f"{gone}; " + (
-            f"loading it again failed: {problem}" if problem else "loaded it again"
+            f"loading it again failed: {problem} (not tried again by this run)"
+            if problem
+            else "loaded it again"
         )
+        if problem and kept.id is not None:
+            self.failed_reapply.add(kept.id)
         self.record(
             Change(
                 server=self.client.url,
@@ -252,7 +263,7 @@ class Pilot:
             self.say(f"{base}: shifted ({why}) for {SUSTAINED} intervals: advising")
         self.advise(window, traffic)
 
-    def advise(self, window: Any, traffic: OpenLoop) -> None:
+    def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
         opts, model = self.opts, self.opts.model
         try:
             found = advice.advise(opts.inputs, opts.search, window)
@@ -310,7 +321,7 @@ class Pilot:
             f"the last change was {ago:.1f} min ago and the policy allows one per {minutes:g} min"
         )
 
-    def apply(self, best: Any) -> None:
+    def apply(self, best: Prediction) -> None:
         opts, model = self.opts, self.opts.model
         rate = best.traffic.rate_per_s if isinstance(best.traffic, OpenLoop) else None
         seconds = opts.watch_s or autopilot.watch_length(rate)[0]

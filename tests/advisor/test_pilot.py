@@ -317,6 +317,7 @@ def test_after_a_restart_the_kept_config_is_applied_again(
         f"GONE {MODEL}: the kept config of change #{first} ({kept.describe()}) is gone: "
         f"Triton serves {SPEC} (a restarted Triton serves config.pbtxt); --apply loads it again"
     )
+    assert out[2].startswith(f"{MODEL}: traffic not measured")  # no load: goes on to measure
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
     code, out, err = autopilot(capsys, supervisor, db, "--once", "--apply")
     assert code == 0, err
