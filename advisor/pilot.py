@@ -199,7 +199,7 @@ class Pilot:
                 if served_now != want:
                     problem = f"Triton serves {served_now.describe()} after the load"
             except TritonError as exc:
-                problem = str(exc)
+                problem = " ".join(str(exc).split())  # Triton's own reason spans lines
         outcome = "reapply_failed" if problem else "reapplied"
         reason = f"{gone}; " + (
             f"loading it again failed: {problem} (not tried again by this run)"

@@ -385,3 +385,30 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     assert lines[advised[0] + 1].startswith(("DRY RUN", "KEEP", "WAIT")), lines
     assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
+
+
+@pytest.mark.integration
+def test_a_kept_config_that_no_longer_loads_is_recorded_as_reapply_failed(
+    supervisor: Supervisor, client: TritonClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store's kept config asks for a GPU this machine lacks: the re-apply fails, Triton
+    keeps serving what it served, and the record and the exit code say so."""
+    db = tmp_path / "runs.sqlite3"
+    old = client.model_config_json(MODEL)
+    # Another batching (no delay), on a GPU instance.
+    gpu = {
+        **live(client, BatcherConfig(4, (2, 4), 0, 1)),
+        "instance_group": [{"name": MODEL, "kind": "KIND_GPU", "count": 1}],
+    }
+    with RunStore(db, create=True) as store:
+        first = store.record_change(Change(client.url, MODEL, old, gpu, {}, {}, {}, "kept", "ok"))
+    code, out, err = autopilot(capsys, supervisor, db, "--once", "--apply")
+    assert code == 1, err
+    assert out[1].startswith(f"REAPPLY FAILED {MODEL}: the kept config of change #{first}")
+    assert "KIND_GPU but no GPUs are available" in out[1]
+    assert out[1].endswith("(not tried again by this run)") and len(out) == 2
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
+    assert MODEL in client.ready_models()
+    with RunStore(db) as store:
+        newest, _ = store.list_changes(MODEL)
+    assert newest.outcome == "reapply_failed" and newest.new_config == gpu
