@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.inputs import InputError, Options, Prepared, ServerWindow, gather
+from advisor.policy import Policy
 from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
 from advisor.shapes import ShapeSplit, by_shape
 
@@ -32,6 +33,8 @@ class SearchOptions:
     # cut_note). A search on ordinary traffic ends well inside it; it bounds the rare
     # window whose configs each simulate slowly (a doctor run held for minutes in CI).
     budget_s: float = 120.0
+    # The autopilot's policy: its bounds cut the search space before the search.
+    policy: Policy | None = None
 
 
 @dataclass
@@ -57,6 +60,9 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
         instances=options.try_instances,
     )
     notes = list(inputs.notes)
+    if options.policy is not None:
+        space = options.policy.restrict(space, config)
+        notes.append(f"searched within the policy: {options.policy.describe()}")
     notes.append(
         f"a change must gain at least x{options.min_gain:g} to be recommended (--min-gain)"
     )

@@ -337,6 +337,8 @@ class Result:
             "rolled_back": "ROLLED BACK",
             "failed_to_apply": "FAILED TO APPLY",
             "rollback_failed": "ROLLBACK FAILED",
+            "reapplied": "REAPPLIED",
+            "reapply_failed": "REAPPLY FAILED",
         }[c.outcome]
         return f"{verb} {c.model}: {c.reason}"
 

@@ -17,12 +17,15 @@ import math
 import stat
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from advisor import advice, autopilot, verify
+from advisor import pilot as pilot_mod
+from advisor import policy as policy_mod
 from advisor.advice import Advice, SearchOptions
 from advisor.config import BatcherConfig
 from advisor.inputs import (
@@ -124,6 +127,21 @@ def _service(text: str) -> ServiceModel:
         ) from None
 
 
+def _add_costs(parser: argparse.ArgumentParser) -> None:
+    costs = parser.add_argument_group(
+        "costs outside the model (default: measured from a local Triton's CPU, or cached)"
+    )
+    costs.add_argument(
+        "--calibration",
+        type=Path,
+        help="capture written by bench/advisor_calibrate.py (sets the CPU model)",
+    )
+    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores the server has")
+    costs.add_argument(
+        "--request-us", type=float, help="CPU microseconds per request outside the model"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="triton-advisor",
@@ -143,18 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument(
         "--concurrency", type=_positive(int, "--concurrency"), help="closed-loop clients"
     )
-    costs = common.add_argument_group(
-        "costs outside the model (default: measured from a local Triton's CPU, or cached)"
-    )
-    costs.add_argument(
-        "--calibration",
-        type=Path,
-        help="capture written by bench/advisor_calibrate.py (sets the CPU model)",
-    )
-    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores the server has")
-    costs.add_argument(
-        "--request-us", type=float, help="CPU microseconds per request outside the model"
-    )
+    _add_costs(common)
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     search = argparse.ArgumentParser(add_help=False)
@@ -314,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default .stack/advisor-calibrations.json)",
     )
 
+    _add_autopilot(sub, search)
+
     pred = sub.add_parser(
         "predict", parents=[common, config_flags], help="predict one config, no server"
     )
@@ -321,6 +330,74 @@ def build_parser() -> argparse.ArgumentParser:
         "--service-us", type=_service, required=True, help="BASE,PER_ITEM execution microseconds"
     )
     return parser
+
+
+def _add_autopilot(sub: Any, search: argparse.ArgumentParser) -> None:
+    pilot = sub.add_parser(
+        "autopilot",
+        parents=[search],
+        help="watch a live model's traffic, re-advise when it shifts, apply within a policy",
+        description="Each --interval-s: re-apply the last kept config if Triton no longer "
+        "serves it (a restart forgets overrides); measure the traffic; when it has shifted "
+        f"(rate beyond x{pilot_mod.RATE_RATIO:g} or burstiness beyond +/-"
+        f"{pilot_mod.CV_CHANGE:g}, for {pilot_mod.SUSTAINED} intervals running) from what "
+        "the current config was chosen for, advise within the policy and apply the change "
+        "with advise --apply's watch and rollback. A dry run unless --apply.",
+    )
+    pilot.add_argument("--url", required=True, help="Triton HTTP base URL")
+    pilot.add_argument("--model", type=model_name, required=True, help="the model to pilot")
+    pilot.add_argument(
+        "--policy",
+        type=Path,
+        help="YAML policy: bounds on the delay, max_batch_size, preferred sizes and "
+        "instances, min_minutes_between_changes, never_touch (default: no bounds, one "
+        f"change per {policy_mod.DEFAULT_MINUTES:g} min)",
+    )
+    pilot.add_argument(
+        "--apply",
+        action="store_true",
+        help="make the changes (default: print what would be done, one line per decision)",
+    )
+    pilot.add_argument(
+        "--interval-s",
+        type=_positive(float, "--interval-s"),
+        default=pilot_mod.DEFAULT_INTERVAL_S,
+        help=f"seconds of traffic per step (default {pilot_mod.DEFAULT_INTERVAL_S:g})",
+    )
+    bounded = pilot.add_mutually_exclusive_group()
+    bounded.add_argument(
+        "--for-s",
+        type=_positive(float, "--for-s"),
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    bounded.add_argument(
+        "--once", action="store_true", help="one step: measure one interval, decide, exit"
+    )
+    pilot.add_argument(
+        "--watch-s",
+        type=_positive(float, "--watch-s"),
+        help="seconds of each window before and after a change (default: as advise --apply)",
+    )
+    pilot.add_argument(
+        "--db",
+        type=Path,
+        default=from_env_or_default().store,
+        help="load-run store: the changes' record (the last kept config is read from it) "
+        "and the clients' latencies (default .stack/loadgen.sqlite3)",
+    )
+    pilot.add_argument(
+        "--admin-key-file",
+        type=Path,
+        default=from_env_or_default().admin_key_file,
+        help="key of Triton's restricted APIs (default .stack/triton-admin.key)",
+    )
+    pilot.add_argument(
+        "--calibrations",
+        type=Path,
+        default=from_env_or_default().state_dir / "advisor-calibrations.json",
+        help="cache of measured costs (default .stack/advisor-calibrations.json)",
+    )
+    _add_costs(pilot)
 
 
 # ---- flags to options ----------------------------------------------------------------------
@@ -717,15 +794,55 @@ def predict_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def autopilot_command(args: argparse.Namespace) -> int:
+    check_path(args.admin_key_file, "--admin-key-file", folder=False)
+    check_path(args.calibrations, "--calibrations", folder=False)
+    try:
+        check_writable(args.db)
+        policy = policy_mod.load(args.policy) if args.policy else policy_mod.Policy()
+    except (LoadgenError, policy_mod.PolicyError) as exc:
+        raise UsageError(str(exc)) from None
+    inputs = Options(
+        url=args.url,
+        model=args.model,
+        window_s=args.interval_s,
+        calibration=args.calibration,
+        cores=args.cores,
+        request_us=args.request_us,
+        calibrations=args.calibrations,
+    )
+    opts = pilot_mod.PilotOptions(
+        url=args.url,
+        model=args.model,
+        policy=policy,
+        search=replace(search_options(args), policy=policy),
+        inputs=inputs,
+        apply=args.apply,
+        interval_s=args.interval_s,
+        store=args.db,
+        watch_s=args.watch_s,
+        headers=admin_headers(args.admin_key_file),
+    )
+    try:
+        ran = pilot_mod.run(opts, once=args.once, for_s=args.for_s)
+    except pilot_mod.Refused as exc:
+        raise UsageError(str(exc)) from None
+    # As advise --apply: 1 when a change made in this run did not end as it should.
+    return 0 if all(r.change.outcome in ("kept", "reapplied") for r in ran.results) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "advise":
             return advise(args)
+        if args.command == "autopilot":
+            return autopilot_command(args)
         return predict_command(args)
     except UsageError as exc:
-        print(f"triton-advisor: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # one line per problem (a policy's fields)
+            print(f"triton-advisor: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -202,6 +202,9 @@ class SearchSpace:
     instances: tuple[int, ...] = ()
     # Per max_batch_size m: no preferred sizes, and [m/2, m].
     half_and_full_preferred: bool = True
+    # The preferred sizes a config may name (a policy's; None: any). With them, [m/2, m] is
+    # tried only when both are allowed, and the allowed sizes up to m are tried as a list.
+    preferred_allowed: tuple[int, ...] | None = None
 
     def instance_counts(self, current: BatcherConfig) -> tuple[int, ...]:
         return self.instances or (current.instances,)
@@ -211,15 +214,25 @@ class SearchSpace:
         for m, delay, count in itertools.product(
             self.max_batch_sizes, self.delays_us, self.instance_counts(current)
         ):
-            options: list[tuple[int, ...]] = [()]
-            if self.half_and_full_preferred and m >= 2:
-                options.append((m // 2, m))
-            for preferred in options:
+            for preferred in self._preferred(m):
                 config = BatcherConfig(m, preferred, delay if m > 1 else 0, count)
                 key = (m, preferred, config.max_queue_delay_us, count)
                 if key not in seen:
                     seen.add(key)
                     yield config
+
+    def _preferred(self, m: int) -> list[tuple[int, ...]]:
+        options: list[tuple[int, ...]] = [()]
+        if self.half_and_full_preferred and m >= 2:
+            options.append((m // 2, m))
+        if self.preferred_allowed is None:
+            return options
+        allowed = set(self.preferred_allowed)
+        options = [o for o in options if set(o) <= allowed]
+        fitting = tuple(s for s in sorted(allowed) if s <= m)
+        if fitting and fitting not in options:
+            options.append(fitting)
+        return options
 
 
 def resolve_objective(objective: str, traffic: Traffic, cpu: CpuModel | None) -> str:

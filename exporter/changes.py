@@ -29,7 +29,14 @@ log = logging.getLogger(__name__)
 
 # The outcomes the autopilot writes (loadgen.store.changes.OUTCOMES, which this layer may not
 # import): each is exported, at 0 until it happens, so that rate() sees the first one.
-OUTCOMES = ("kept", "rolled_back", "failed_to_apply", "rollback_failed")
+OUTCOMES = (
+    "kept",
+    "rolled_back",
+    "failed_to_apply",
+    "rollback_failed",
+    "reapplied",
+    "reapply_failed",
+)
 
 
 def declared() -> tuple[CounterMetricFamily]:
@@ -37,8 +44,9 @@ def declared() -> tuple[CounterMetricFamily]:
     return (
         CounterMetricFamily(
             "triton_batching_config_changes",
-            "Config changes applied to a live model by `batchscope advise --apply`, by outcome "
-            "(kept, rolled_back, failed_to_apply, rollback_failed), from the load-run store's "
+            "Config changes applied to a live model by `batchscope advise --apply` and "
+            "`batchscope autopilot`, by outcome (kept, rolled_back, failed_to_apply, "
+            "rollback_failed, reapplied, reapply_failed), from the load-run store's "
             "config_changes table.",
             labels=["target", "model", "outcome"],
         ),

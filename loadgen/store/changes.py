@@ -18,8 +18,17 @@ from typing import Any
 # kept: the new config stays; rolled_back: the previous config was loaded again (why is in
 # the reason); failed_to_apply: the new config did not load, and the previous one was
 # loaded again; rollback_failed: the previous config could not be loaded again (the reason
-# says what the server serves now).
-OUTCOMES = ("kept", "rolled_back", "failed_to_apply", "rollback_failed")
+# says what the server serves now). reapplied / reapply_failed: ``batchscope autopilot`` found
+# the model no longer serving the last kept config (a restarted Triton forgets an override)
+# and loaded it again, or could not.
+OUTCOMES = (
+    "kept",
+    "rolled_back",
+    "failed_to_apply",
+    "rollback_failed",
+    "reapplied",
+    "reapply_failed",
+)
 
 
 @dataclass(frozen=True)

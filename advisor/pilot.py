@@ -1,0 +1,375 @@
+"""``batchscope autopilot``: watch a live model's traffic, re-advise when it shifts, and apply
+the advice within a policy, one watched change at a time.
+
+Each step (one ``--interval-s``):
+
+1. **The kept config still served?** The store's newest ``kept`` (or ``reapplied``) change of
+   this server and model says what the model should serve. A restarted Triton forgets an
+   override and serves ``config.pbtxt`` again: when the served batching differs, ``--apply``
+   loads the kept config again (recorded as ``reapplied``, or ``reapply_failed``); a dry run
+   prints one line that the kept config is gone. Such a step ends there: the next one
+   measures the traffic under the config restored.
+2. **The traffic**: the model's statistics watched for the interval, and the rate and
+   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
+   :func:`advisor.fit.fit_traffic`).
+3. **Shifted?** Compared with the traffic the current config was chosen for (the last advice
+   of this run; none yet at the first step, which advises): a rate beyond x:data:`RATE_RATIO`
+   either way, or a burstiness (CV of inter-arrival) moved by more than :data:`CV_CHANGE`, in
+   :data:`SUSTAINED` consecutive intervals.
+4. **Advise** within the policy (:meth:`advisor.policy.Policy.restrict` cuts the search space
+   first), and, for a change, apply it through :func:`advisor.autopilot.apply_and_watch`
+   (``--apply``) or print what would be applied (dry run). At most one change per the
+   policy's ``min_minutes_between_changes``, counted from the store's record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from advisor import advice, autopilot
+from advisor.advice import SearchOptions
+from advisor.config import from_model_config
+from advisor.fit import fit_traffic
+from advisor.inputs import InputError, Options, ServerWindow, watch
+from advisor.model import OpenLoop
+from advisor.policy import Policy
+from advisor.predict import Prediction
+from loadgen.store.changes import Change
+from loadgen.store.runstore import RunStore
+from tritonapi.client import TritonClient, TritonError
+
+# A rate fitted from a 30 s window of Poisson traffic at tens per second is within a few
+# percent of the true one, and the advisor's delay grid steps by x2 to x2.5 (100, 250, 500,
+# 1000, 2000 us): a rate x1.5 away is well past the noise and re-advises before the best
+# delay is two grid steps off.
+RATE_RATIO = 1.5
+# The burstiness is fitted from the counts in 20 bins (inputs.sample_step); for Poisson
+# traffic that estimate's standard error is about 0.16 whatever the rate (simulated), so two
+# intervals of unchanged traffic differ by more than 0.5 in about 3 % of pairs by chance ...
+CV_CHANGE = 0.5
+# ... and in two intervals running in under 1 in 1,000. One odd interval (a client's retry
+# burst, a pause of the sender) is not a shift: two in a row are.
+SUSTAINED = 2
+DEFAULT_INTERVAL_S = 30.0
+# What a change that was made (or tried) counts against min_minutes_between_changes; a
+# re-applied kept config is a restore, not a new change.
+CHANGES = ("kept", "rolled_back", "failed_to_apply", "rollback_failed")
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block is over, then raise it: a change begun is
+    finished and recorded, never left half made. The handler only notes the signal; outside
+    the main thread (where no handler can be set) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+class Refused(Exception):
+    """The model may not be piloted (never_touch, sequence, ensemble, decoupled, no access):
+    one line; nothing was watched or changed (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class PilotOptions:
+    url: str
+    model: str
+    policy: Policy
+    search: SearchOptions
+    inputs: Options  # the advisor's inputs (url, model, costs given) for each advice
+    apply: bool = False
+    interval_s: float = DEFAULT_INTERVAL_S
+    store: Path | None = None
+    watch_s: float | None = None  # apply_and_watch's windows (default: sized to the rate)
+    headers: dict[str, str] = field(default_factory=dict)  # the restricted APIs' key
+
+
+def shift(base: OpenLoop, now: OpenLoop) -> str:
+    """Why ``now`` is a shift from ``base`` ("" when it is not)."""
+    ratio = now.rate_per_s / base.rate_per_s
+    reasons = []
+    if ratio > RATE_RATIO or ratio < 1 / RATE_RATIO:
+        reasons.append(f"rate x{ratio:.2f}")
+    if abs(now.cv - base.cv) > CV_CHANGE:
+        reasons.append(f"burstiness {base.cv:.2f} -> {now.cv:.2f}")
+    return ", ".join(reasons)
+
+
+def traffic_text(t: OpenLoop) -> str:
+    return f"{t.rate_per_s:,.1f}/s cv {t.cv:.2f}"
+
+
+def check(client: TritonClient, opts: PilotOptions) -> None:
+    """Refused unless the model may be piloted: not in never_touch, a dynamic-batching model
+    with one response per request, and (with --apply) a repository API that answers us."""
+    if opts.model in opts.policy.never_touch:
+        raise Refused(
+            f"autopilot: {opts.model} is in the policy's never_touch list; nothing is watched "
+            "or changed (remove it from never_touch to pilot it)"
+        )
+    try:
+        config = client.model_config_json(opts.model)
+    except TritonError as exc:
+        raise Refused(f"autopilot: {exc}; check --url and --model") from None
+    try:
+        autopilot.check_model(config)
+        if opts.apply:
+            autopilot.check_access(client)
+    except autopilot.ApplyRefused as exc:
+        text = str(exc).removeprefix("--apply: ")
+        raise Refused(f"autopilot: {text.replace('is not applied', 'is not piloted')}") from None
+
+
+class Pilot:
+    """One model's autopilot: :meth:`step` is one interval."""
+
+    def __init__(
+        self,
+        opts: PilotOptions,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.opts = opts
+        self.say = say
+        self.client = TritonClient(opts.url, headers=opts.headers)
+        self.baseline: OpenLoop | None = None  # what the current config was chosen for
+        self.shifted = 0  # consecutive intervals beyond the thresholds
+        self.last_dry_change: float | None = None  # a dry run's "would apply", for the limit
+        self.steps = 0
+        self.gone_told: int | None = None  # the kept change a dry run said is gone
+        self.failed_reapply: set[int] = set()  # kept changes whose re-apply failed
+        self.results: list[autopilot.Result] = []
+
+    # ---- 1. the kept config after a restart ---------------------------------------------
+
+    def kept(self) -> Change | None:
+        """The newest kept (or re-applied) change of this server and model in the store."""
+        if self.opts.store is None or not self.opts.store.is_file():
+            return None
+        with RunStore(self.opts.store) as store:
+            found = store.list_changes(self.opts.model, limit=1000)
+        mine = (c for c in found if c.server == self.client.url)
+        return next((c for c in mine if c.outcome in ("kept", "reapplied")), None)
+
+    def restore(self) -> bool:
+        """Re-apply the kept config when the model serves another (a dry run says it is
+        gone); whether the step ends here (a re-apply was tried, or the served config
+        could not be read)."""
+        kept = self.kept()
+        if kept is None:
+            return False
+        try:
+            served = self.client.model_config_json(self.opts.model)
+        except TritonError as exc:
+            self.say(f"{self.opts.model}: the served config cannot be read ({exc})")
+            return True
+        want, now = from_model_config(kept.new_config), from_model_config(served)
+        if want == now:
+            return False
+        gone = (
+            f"the kept config of change #{kept.id} ({want.describe()}) is gone: Triton serves "
+            f"{now.describe()} (a restarted Triton serves config.pbtxt)"
+        )
+        if not self.opts.apply:
+            if self.gone_told != kept.id:  # one line per kept change found gone
+                self.say(f"GONE {self.opts.model}: {gone}; --apply loads it again")
+                self.gone_told = kept.id
+            return False  # a dry run goes on to measure and advise on what is served
+        if kept.id in self.failed_reapply:
+            return False  # told and recorded once: not tried again by this run
+        problem = ""
+        with deferred_interrupt():
+            try:
+                self.client.load_model(self.opts.model, kept.new_config)
+                served_now = from_model_config(self.client.model_config_json(self.opts.model))
+                if served_now != want:
+                    problem = f"Triton serves {served_now.describe()} after the load"
+            except TritonError as exc:
+                problem = " ".join(str(exc).split())  # Triton's own reason spans lines
+        outcome = "reapply_failed" if problem else "reapplied"
+        reason = f"{gone}; " + (
+            f"loading it again failed: {problem} (not tried again by this run)"
+            if problem
+            else "loaded it again"
+        )
+        if problem and kept.id is not None:
+            self.failed_reapply.add(kept.id)
+        self.record(
+            Change(
+                server=self.client.url,
+                model=self.opts.model,
+                old_config=served,
+                new_config=kept.new_config,
+                prediction=kept.prediction,
+                before={},
+                after={},
+                outcome=outcome,
+                reason=reason,
+                at=time.time(),
+            )
+        )
+        return True
+
+    def record(self, change: Change) -> None:
+        if self.opts.store is not None:
+            with RunStore(self.opts.store, create=True) as store:
+                change = Change(**{**asdict(change), "id": store.record_change(change)})
+        result = autopilot.Result(change)
+        self.results.append(result)
+        self.say(result.line())
+
+    # ---- 2-4. traffic, shift, advice -------------------------------------------------------
+
+    def step(self) -> None:
+        """One interval: restore, else measure, and advise when due."""
+        self.steps += 1
+        if self.restore():
+            return
+        model, opts = self.opts.model, self.opts
+        try:
+            window = watch(opts.url, model, opts.interval_s)
+            traffic = fit_traffic(window.samples)
+        except (InputError, ValueError) as exc:
+            self.say(f"{model}: traffic not measured over {opts.interval_s:g} s ({exc})")
+            return
+        if self.baseline is None:
+            self.say(f"{model}: traffic {traffic_text(traffic)}; no advice yet: advising")
+        else:
+            why = shift(self.baseline, traffic)
+            self.shifted = self.shifted + 1 if why else 0
+            base = f"{model}: traffic {traffic_text(traffic)} (config chosen for " + (
+                f"{traffic_text(self.baseline)})"
+            )
+            if not why:
+                self.say(f"{base}: within x{RATE_RATIO:g} and cv +/-{CV_CHANGE:g}; no advice")
+                return
+            if self.shifted < SUSTAINED:
+                self.say(f"{base}: shifted ({why}), interval {self.shifted} of {SUSTAINED}")
+                return
+            self.say(f"{base}: shifted ({why}) for {SUSTAINED} intervals: advising")
+        self.advise(window, traffic)
+
+    def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
+        opts, model = self.opts, self.opts.model
+        try:
+            found = advice.advise(opts.inputs, opts.search, window)
+        except InputError as exc:
+            self.say(f"NO ADVICE {model}: {exc}")
+            return
+        self.baseline, self.shifted = traffic, 0
+        rec = found.recommendation
+        bound = f"p99 <= {rec.p99_bound_s * 1e3:g} ms"
+        if rec.best is None:
+            self.say(f"NO CHANGE {model}: no config within the policy meets {bound}")
+            return
+        if rec.keep:
+            outside = opts.policy.outside(rec.current.config)
+            self.say(
+                f"KEEP {model}: {rec.current.config.describe()}; none of the "
+                f"{rec.considered} configs within the policy beats it by x{rec.min_gain:g} "
+                f"under {bound}"
+                + (f" (it is itself outside the policy: {'; '.join(outside)})" if outside else "")
+            )
+            return
+        wait = self.too_soon()
+        change = f"{rec.current.config.describe()} -> {rec.best.config.describe()}"
+        if wait:
+            self.say(f"WAIT {model}: {change} is due, but {wait}")
+            return
+        if not opts.apply:
+            self.last_dry_change = time.time()
+            self.say(
+                f"DRY RUN {model}: would apply {change}; predicted {rec.best.latency_line()} "
+                f"({rec.gain_line()}); --apply does it"
+            )
+            return
+        self.apply(rec.best)
+
+    def too_soon(self) -> str:
+        """Why a change may not be made now ("" when it may)."""
+        minutes = self.opts.policy.min_minutes_between_changes
+        last = self.last_dry_change if not self.opts.apply else None
+        if self.opts.store is not None and self.opts.store.is_file():
+            with RunStore(self.opts.store) as store:
+                made = [
+                    c.at
+                    for c in store.list_changes(self.opts.model, limit=100)
+                    if c.server == self.client.url and c.outcome in CHANGES
+                ]
+            if made:
+                last = max(made[0], last or 0.0)
+        if last is None:
+            return ""
+        ago = (time.time() - last) / 60
+        if ago >= minutes:
+            return ""
+        return (
+            f"the last change was {ago:.1f} min ago and the policy allows one per {minutes:g} min"
+        )
+
+    def apply(self, best: Prediction) -> None:
+        opts, model = self.opts, self.opts.model
+        rate = best.traffic.rate_per_s if isinstance(best.traffic, OpenLoop) else None
+        seconds = opts.watch_s or autopilot.watch_length(rate)[0]
+        try:
+            old = self.client.model_config_json(model)
+            new = autopilot.override(old, best.config, model)
+            with deferred_interrupt():  # a change begun is judged (or undone) and recorded
+                result = autopilot.apply_and_watch(
+                    self.client,
+                    model,
+                    old,
+                    new,
+                    autopilot.Predicted.of(best),
+                    seconds,
+                    store=opts.store,
+                    say=self.say,
+                )
+        except autopilot.ApplyRefused as exc:
+            self.say(f"NOT APPLIED {model}: {str(exc).removeprefix('--apply: ')}")
+            return
+        except TritonError as exc:
+            self.say(f"NOT APPLIED {model}: {exc}; nothing was changed")
+            return
+        self.results.append(result)
+        self.say(result.line())
+
+
+def run(
+    opts: PilotOptions,
+    once: bool = False,
+    for_s: float | None = None,
+    say: Callable[[str], None] = print,
+) -> Pilot:
+    """Steps until ``once`` is done, ``for_s`` has passed, or Ctrl-C; Refused before the
+    first when the model may not be piloted."""
+    pilot = Pilot(opts, say)
+    check(pilot.client, opts)
+    say(
+        f"autopilot {opts.model} at {opts.url}: "
+        + ("applying" if opts.apply else "dry run (--apply changes the model)")
+        + f", every {opts.interval_s:g} s, within: {opts.policy.describe()}"
+    )
+    deadline = None if for_s is None else time.monotonic() + for_s
+    try:
+        while True:
+            pilot.step()
+            if once or (deadline is not None and time.monotonic() >= deadline):
+                break
+    except KeyboardInterrupt:
+        say("autopilot: stopped (Ctrl-C); a change under way was finished and recorded first")
+    return pilot
