@@ -9,6 +9,7 @@ pids are the observers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -38,8 +39,7 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]
         yield kept
 
 
-@pytest.fixture
-def client(supervisor: Supervisor) -> TritonClient:
+def served_from_repository(supervisor: Supervisor) -> TritonClient:
     """A ready Triton serving the model as config.pbtxt has it (a test before may have
     stopped it, or left an override: unload, then load)."""
     settings = supervisor.settings
@@ -52,19 +52,32 @@ def client(supervisor: Supervisor) -> TritonClient:
     return from_repository(client, deadline)
 
 
-@pytest.fixture
-def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
+def supervised_traffic(
+    supervisor: Supervisor, db: Path, seconds: float, seed: int, rate: float = 150.0
+) -> contextlib.AbstractContextManager[Path]:
+    """Poisson at ``rate`` to the supervised Triton's model for up to ``seconds``, into
+    ``db``."""
     params = RunParams(
         "rate",
         model=MODEL,
         url=supervisor.settings.url("triton_http"),
-        rate=150.0,
+        rate=rate,
         poisson=True,
-        duration_s=120.0,
+        duration_s=seconds,
         timeout_s=2.0,
-        seed=11,
+        seed=seed,
     )
-    with poisson_traffic(params, tmp_path / "runs.sqlite3") as db:
+    return poisson_traffic(params, db)
+
+
+@pytest.fixture
+def client(supervisor: Supervisor) -> TritonClient:
+    return served_from_repository(supervisor)
+
+
+@pytest.fixture
+def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
+    with supervised_traffic(supervisor, tmp_path / "runs.sqlite3", 120.0, seed=11) as db:
         yield db
 
 

@@ -26,12 +26,12 @@ from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.policy import Policy, PolicyError, load, parse
 from advisor.predict import SearchSpace
-from loadgen.engine.runner import RunParams
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
 from stack.supervisor import Supervisor, running
 from stacksettings import isolated
-from tests.advisor.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic
+from tests.advisor.test_autopilot import MODEL, SPEC, live
+from tests.advisor.test_autopilot_restart import served_from_repository, supervised_traffic
 from tritonapi.client import TritonClient
 
 # ---- the policy -----------------------------------------------------------------------------
@@ -161,30 +161,12 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]
 
 @pytest.fixture
 def client(supervisor: Supervisor) -> TritonClient:
-    """A ready Triton serving the model as config.pbtxt has it."""
-    settings = supervisor.settings
-    client = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
-    if "triton" in supervisor.held:
-        supervisor.start_service("triton")
-    deadline = time.monotonic() + 60
-    while not client.is_ready() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return from_repository(client, deadline)
+    return served_from_repository(supervisor)
 
 
 @pytest.fixture
 def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
-    params = RunParams(
-        "rate",
-        model=MODEL,
-        url=supervisor.settings.url("triton_http"),
-        rate=150.0,
-        poisson=True,
-        duration_s=60.0,
-        timeout_s=2.0,
-        seed=13,
-    )
-    with poisson_traffic(params, tmp_path / "runs.sqlite3") as db:
+    with supervised_traffic(supervisor, tmp_path / "runs.sqlite3", 60.0, seed=13) as db:
         yield db
 
 
@@ -331,17 +313,7 @@ def test_after_a_restart_the_kept_config_is_applied_again(
 
 
 def rate_traffic(supervisor: Supervisor, rate: float, db: Path) -> Any:
-    params = RunParams(
-        "rate",
-        model=MODEL,
-        url=supervisor.settings.url("triton_http"),
-        rate=rate,
-        poisson=True,
-        duration_s=40.0,
-        timeout_s=2.0,
-        seed=17,
-    )
-    return poisson_traffic(params, db)
+    return supervised_traffic(supervisor, db, 40.0, seed=17, rate=rate)
 
 
 @pytest.mark.integration
