@@ -28,7 +28,8 @@ from tritonapi.client import TritonClient
 pytestmark = pytest.mark.integration
 
 SLOW = BatcherConfig(4, (), 20_000, 1)
-WATCH_S = 3.0
+# Long enough for the rule's noise checks (tests/advisor/test_autopilot.py: KEEP_WATCH_S).
+WATCH_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +101,15 @@ def test_apply_with_rollback_changes_the_live_model_and_records_it(
         (change,) = store.list_changes(MODEL)
     served = from_model_config(slowed.model_config_json(MODEL))
     # What the page says is what happened: the record, and Triton's config. From a 20 ms
-    # wait to the advice, clients' p99 falls several-fold: the change is kept.
+    # wait to the advice, nothing gets worse beyond noise: the change is kept.
     assert change.outcome == "kept", (outcome, change.reason)
     assert outcome[0] == f"KEPT {MODEL}: {change.reason}"
     assert from_model_config(change.old_config) == SLOW
     assert served == from_model_config(change.new_config) and served.max_queue_delay_us < 20_000
-    assert change.after["client_p99_s"] < change.before["client_p99_s"]
+    # Triton's own time per request (its statistics) fell without the 20 ms wait; the
+    # clients' p99 on a machine this busy may not show it beyond noise, which is why it
+    # was kept rather than judged better.
+    assert change.after["server_mean_s"] < change.before["server_mean_s"]
 
 
 def test_without_the_key_nothing_is_applied(
