@@ -26,6 +26,7 @@ and the outcome line says which.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -56,6 +57,8 @@ SETTLE_S = 1.0
 # 95% interval would reach the window's largest latency on both sides).
 MIN_CLIENT_REQUESTS = 100
 Z_95 = 1.96
+# Seconds with client requests a window needs for its median second's p99.
+MIN_SECONDS = 3
 # How often the server is asked whether it still answers during a window.
 POLL_S = 0.5
 # How long a server that stopped answering is waited for before the rollback is given up.
@@ -85,6 +88,11 @@ class Window:
     # The p99's 95% interval (order statistics, no assumption on the distribution).
     client_p99_low_s: float | None = None
     client_p99_high_s: float | None = None
+    # The median over the window's seconds of each second's client p99 (None under
+    # MIN_SECONDS seconds with requests): what a typical second saw. One stall of the
+    # clients' machine makes the window's p99 but moves this little (the stall is one
+    # second's or two), where a slower config makes every second worse.
+    client_p99_median_second_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,7 +174,8 @@ def rollback_rule(seconds: float) -> str:
         "lies outside the 95% interval of the one before, or Triton's mean per request "
         "agrees), or Triton's mean gets worse by as much while the p99 does not improve by "
         f"as much, or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
-        "agreeing"
+        "agreeing; a p99 worse in a few seconds only, while the median second's p99 and "
+        "Triton's mean both did better, is a pause of the clients' machine and is kept"
     )
 
 
@@ -204,6 +213,29 @@ def triton_worse(before: Window, after: Window) -> bool:
     return worse(after.server_mean_s, before.server_mean_s)
 
 
+def triton_better(before: Window, after: Window) -> bool:
+    """Triton's mean per request got better beyond noise (the mirror of triton_worse)."""
+    if before.server_mean_s is None or after.server_mean_s is None:
+        return False
+    return worse(before.server_mean_s, after.server_mean_s)
+
+
+def clients_stalled(before: Window, after: Window) -> bool:
+    """The clients' p99 got worse in a few seconds only, and nothing else says the model did:
+    Triton's mean per request got better beyond noise, and the median second's p99 is not
+    worse beyond noise. The order-statistic interval assumes requests late independently of
+    each other; a pause of the clients' machine (the load generator, not the server) makes
+    dozens late at once, which that interval reads as a worse tail."""
+    typical_before = before.client_p99_median_second_s
+    typical_after = after.client_p99_median_second_s
+    return (
+        typical_before is not None
+        and typical_after is not None
+        and not worse(typical_after, typical_before)
+        and triton_better(before, after)
+    )
+
+
 def _means(before: Window, after: Window) -> str:
     assert before.server_mean_s is not None and after.server_mean_s is not None
     return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
@@ -239,6 +271,16 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
     against = f"{now * 1e3:.2f} ms after, {then * 1e3:.2f} ms before" + (
         f", {promised * 1e3:.2f} ms predicted" if promised is not None else ""
     )
+    if beyond and not slower and name == "client p99" and clients_stalled(before, after):
+        assert before.client_p99_median_second_s is not None
+        assert after.client_p99_median_second_s is not None
+        return Verdict(
+            "kept",
+            f"client p99 {against}, from a few seconds only: the median second's p99 "
+            f"{before.client_p99_median_second_s * 1e3:.2f} -> "
+            f"{after.client_p99_median_second_s * 1e3:.2f} ms and {_means(before, after)} "
+            "both did better (a stall of the clients' machine, not the config)",
+        )
     if beyond:
         return Verdict("rolled_back", f"{name} worse beyond noise: {against}{agrees}")
     if slower and name == "client p99" and not worse(then, now):
@@ -298,8 +340,8 @@ class Observer:
         delta = last.minus(first)
         answered = delta.phase("success").count
         spent = delta.phase("success").ns
-        latencies, client_failed = self._clients(start, end)
-        latencies.sort()
+        timed, client_failed = self._clients(start, end)
+        latencies = sorted(latency for _, latency in timed)
         enough = len(latencies) >= MIN_CLIENT_REQUESTS
         low, high = quantile_interval(latencies) if enough else (None, None)
         elapsed = end - start
@@ -313,17 +355,30 @@ class Observer:
             client_p99_s=quantile(latencies, 0.99) if enough else None,
             client_p99_low_s=low,
             client_p99_high_s=high,
+            client_p99_median_second_s=median_second_p99(timed, start),
         )
 
-    def _clients(self, start: float, end: float) -> tuple[list[float], int]:
-        """Latencies of the clients' answered requests in the window, and how many failed."""
+    def _clients(self, start: float, end: float) -> tuple[list[tuple[float, float]], int]:
+        """(end, latency) of the clients' answered requests in the window, and how many
+        failed."""
         if self.store is None or not self.store.is_file():
             return [], 0
         self.sleep(1.5)  # the load runs commit their records once a second
         with RunStore(self.store) as store:
             rows = store.window_outcomes(self.model, start, end)
-        ok = [latency for latency, outcome in rows if outcome == "ok"]
+        ok = [(ended, latency) for ended, latency, outcome in rows if outcome == "ok"]
         return ok, len(rows) - len(ok)
+
+
+def median_second_p99(timed: list[tuple[float, float]], start: float) -> float | None:
+    """The median over whole seconds (from ``start``) of each second's p99 of the
+    ``(end, latency)`` pairs; None with fewer than MIN_SECONDS seconds holding requests."""
+    seconds: dict[int, list[float]] = {}
+    for ended, latency in timed:
+        seconds.setdefault(int(ended - start), []).append(latency)
+    if len(seconds) < MIN_SECONDS:
+        return None
+    return statistics.median(quantile(v, 0.99) for v in seconds.values())
 
 
 @dataclass(frozen=True)

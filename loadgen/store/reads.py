@@ -206,17 +206,17 @@ def records_frame(conn: sqlite3.Connection, run_id: int, limit: int | None = Non
 
 def window_outcomes(
     conn: sqlite3.Connection, model: str, start: float, end: float
-) -> list[tuple[float, str]]:
-    """(latency_s, outcome) of every request to ``model``, of any run in the store, that
+) -> list[tuple[float, float, str]]:
+    """(end, latency_s, outcome) of every request to ``model``, of any run in the store, that
     ended between the unix times ``start`` and ``end``: what clients saw in a window of
     the server's life, whichever runs sent it. A request's end is its run's start plus its
     due time plus its latency (the run's start is taken a moment before its clock starts,
     so the ends read early by that moment)."""
     rows = conn.execute(
-        "SELECT r.latency_s, r.outcome FROM records r JOIN runs u ON r.run_id = u.id "
+        "SELECT u.started_at + r.start_s + r.latency_s AS ended, r.latency_s, r.outcome "
+        "FROM records r JOIN runs u ON r.run_id = u.id "
         "WHERE u.model = ? AND u.finished_at >= ? AND u.started_at <= ? "
-        "AND u.started_at + r.start_s + r.latency_s >= ? "
-        "AND u.started_at + r.start_s + r.latency_s < ?",
+        "AND ended >= ? AND ended < ?",
         (model, start - 1.0, end, start, end),
     ).fetchall()
-    return [(float(r[0]), str(r[1])) for r in rows]
+    return [(float(r[0]), float(r[1]), str(r[2])) for r in rows]

@@ -134,7 +134,9 @@ class RunStore:
     def load_traced_latencies(self, run_id: int) -> list[tuple[float, float, float]]:
         return reads.load_traced_latencies(self.conn, run_id)
 
-    def window_outcomes(self, model: str, start: float, end: float) -> list[tuple[float, str]]:
+    def window_outcomes(
+        self, model: str, start: float, end: float
+    ) -> list[tuple[float, float, str]]:
         return reads.window_outcomes(self.conn, model, start, end)
 
     def load_lateness(self, run_id: int) -> Histogram | None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -97,6 +100,43 @@ def test_the_rule_keeps_noise_and_rolls_back_what_is_worse_beyond_it() -> None:
     predicted = Predicted(0.002, 0.001, 150.0, {})
     kept = judge(window(3.0), window(3.5), predicted)
     assert kept.reason.endswith("2.00 ms predicted; short of the prediction, but not worse")
+
+
+def typical(w: Window, p99_ms: float, mean_ms: float | None = None) -> Window:
+    """``w`` with its median second's p99 (and Triton's mean) as given."""
+    mean = w.server_mean_s if mean_ms is None else mean_ms / 1e3
+    return Window(
+        **{**w.to_json(), "client_p99_median_second_s": p99_ms / 1e3, "server_mean_s": mean}
+    )
+
+
+def test_a_stall_of_the_clients_is_told_from_a_worse_config() -> None:
+    # The CI case: a 20 ms wait removed; one pause of the client machine made the window's
+    # p99 161 ms, while a typical second's p99 and Triton's mean fell: kept, and it says why.
+    before = typical(window(25.0), 24.0, mean_ms=21.0)
+    after = typical(window(161.0), 3.0, mean_ms=1.5)
+    verdict = judge(before, after)
+    assert verdict.outcome == "kept"
+    assert verdict.reason == (
+        "client p99 161.00 ms after, 25.00 ms before, from a few seconds only: the median "
+        "second's p99 24.00 -> 3.00 ms and Triton's mean 21.00 -> 1.50 ms both did better (a "
+        "stall of the clients' machine, not the config)"
+    )
+    # Every second worse: the config, whatever Triton's mean says.
+    assert judge(before, typical(after, 150.0)).outcome == "rolled_back"
+    # Triton's mean not better beyond noise: no second observer against the tail.
+    assert judge(before, typical(after, 3.0, mean_ms=19.0)).outcome == "rolled_back"
+    # Too few seconds to say what a typical one saw: the tail decides, as before.
+    assert judge(window(25.0), window(161.0)).outcome == "rolled_back"
+
+
+def test_the_median_second_ignores_one_stalled_second() -> None:
+    steady = [(100.0 + s + i / 150, 0.003) for s in range(10) for i in range(150)]
+    stalled = steady + [(104.5, 0.4)] * 40  # 40 requests held 400 ms in one second
+    assert autopilot.median_second_p99(steady, 100.0) == 0.003
+    assert autopilot.median_second_p99(stalled, 100.0) == 0.003
+    assert autopilot.quantile(sorted(x for _, x in stalled), 0.99) == 0.4
+    assert autopilot.median_second_p99(steady[:300], 100.0) is None  # 2 seconds
 
 
 def test_without_clients_the_rule_reads_tritons_mean() -> None:
@@ -240,10 +280,60 @@ def test_a_good_change_is_kept(client: TritonClient, traffic: Path) -> None:
     with RunStore(traffic) as store:
         (recorded,) = store.list_changes(MODEL)
         # The reload under load lost no request, the moments between the windows included.
-        outcomes = {o for _, o in store.window_outcomes(MODEL, 0, time.time())}
+        outcomes = {o for _, _, o in store.window_outcomes(MODEL, 0, time.time())}
     assert recorded.outcome == "kept" and recorded.new_config == new
     assert recorded.old_config == old and recorded.after == change.after
     assert outcomes == {"ok"}
+
+
+@pytest.mark.integration
+def test_a_pause_of_the_clients_machine_does_not_undo_a_good_change(
+    client: TritonClient, triton: Settings, tmp_path: Path
+) -> None:
+    # The load generator in its own process, stopped (SIGSTOP) for 0.4 s in the window after
+    # a change that is clearly better (the 20 ms wait back to the repository's config): its
+    # clients see the pause as latency, the server does not.
+    db = tmp_path / "runs.sqlite3"
+    new = client.model_config_json(MODEL)
+    client.load_model(MODEL, live(client, SLOW))
+    old = client.model_config_json(MODEL)
+    argv = ["load", "rate", "-r", "150", "--poisson", "-d", "60", "--seed", "11"]
+    url = triton.url("triton_http")
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "batchscope", *argv, "--url", url, "--db", str(db)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    paused: list[float] = []
+
+    def pause() -> None:
+        sender.send_signal(signal.SIGSTOP)
+        paused.append(time.monotonic())
+        time.sleep(0.4)
+        sender.send_signal(signal.SIGCONT)
+
+    def say(line: str) -> None:
+        if line.startswith("watching") and line.endswith("after the change"):
+            threading.Timer(KEEP_WATCH_S / 2, pause).start()
+
+    try:
+        time.sleep(3.0)  # the sender's clients started
+        result = autopilot.apply_and_watch(
+            client, MODEL, old, new, None, KEEP_WATCH_S, store=db, say=say
+        )
+    finally:
+        sender.send_signal(signal.SIGCONT)
+        sender.kill()
+        sender.wait(timeout=10)
+    change = result.change
+    assert paused, "the sender was never paused"
+    # The pause is in the window's p99 (requests due in it left 0.4 s late) ...
+    assert change.after["client_p99_s"] > 0.2, change.after
+    # ... and is told from the config: kept, and the line says why.
+    assert change.outcome == "kept", result.line()
+    assert "a stall of the clients' machine, not the config" in change.reason
+    assert change.after["server_mean_s"] < change.before["server_mean_s"]
+    assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
 
 
 @pytest.mark.integration
