@@ -79,13 +79,15 @@ def test_accounting_under_load(
         grpc_url=grpc_url,
         protocol=protocol,
         concurrency=16,
-        duration_s=1.5,
+        duration_s=3.0,
     )
     before = model_stats(triton_url, "batch_add_model")
     result = run(params, db=str(db))
     triton = model_stats(triton_url, "batch_add_model").minus(before)
     c, server = result.summary.client, result.summary.server
-    assert c.sent > 100
+    # Three rounds of 16 in flight at least (a machine running a bench beside the suite
+    # served 45 requests in 1.5 s; an idle one serves thousands).
+    assert c.sent >= 3 * 16
     assert c.failed == c.timed_out == 0, c.errors
     # Triton's own count, taken by the test, not the load generator's reading of it.
     assert triton.phase("success").count == triton.inference_count == c.ok == c.sent
