@@ -4,7 +4,9 @@ measured grid's best the config it settles on is.
     STACK_TRITON_VENV=... .venv/bin/python -m bench.autopilot [--model ho_pair]
         [--low 0.25] [--high 1] [--quick] [--policy FILE]
 
-On a private Triton serving the held-out models (``bench.advisor_validation.repository``):
+On a private Triton serving the held-out models (``bench.advisor_validation.repository``),
+the model in its own config (or, with ``--start-delay-us``, its config with that queue delay,
+loaded as an override: a start the autopilot has to change):
 
 1. **before the shift**: open-loop Poisson traffic to the model at ``--low`` times its rate r
    (``bench.advisor_validation.RATES``) for ``--low-s`` seconds, recorded in a load-run store;
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -358,11 +360,19 @@ def main() -> int:
     parser.add_argument("--passes", type=int, help="passes over the grid (3; quick 2)")
     parser.add_argument("--p99-ms", type=float, default=20.0, help="the autopilot's bound (20)")
     parser.add_argument("--policy", type=Path, help="the autopilot's --policy (none)")
+    parser.add_argument(
+        "--start-delay-us",
+        type=int,
+        help="before the low rate, load the model's config with this queue delay (an "
+        "override, as the autopilot loads one): a start the autopilot must change",
+    )
     args = parser.parse_args()
     if args.model not in HELDOUT:
         parser.error(f"--model {args.model}: not a held-out model (one of {', '.join(HELDOUT)})")
     if not 0 < args.low < args.high:
         parser.error(f"--low {args.low:g} --high {args.high:g}: need 0 < low < high")
+    if args.start_delay_us is not None and args.start_delay_us < 0:
+        parser.error(f"--start-delay-us {args.start_delay_us}: a delay >= 0")
     if args.policy is not None and not args.policy.is_file():
         parser.error(f"--policy {args.policy}: no such file")
     mode = "quick" if args.quick else "full"
@@ -395,7 +405,13 @@ def main() -> int:
         url = s.url("triton_http")
         admin = TritonClient(url, headers=s.admin_headers())
         db = Path(tmp) / "runs.sqlite3"
+        if args.start_delay_us is not None:
+            served = from_model_config(admin.model_config(model))
+            wanted_start = replace(served, max_queue_delay_us=args.start_delay_us)
+            config = admin.model_config_json(model)
+            admin.load_model(model, rule.override(config, wanted_start, model))
         start = from_model_config(admin.model_config(model))
+        print(f"the model starts with {start.describe()}", flush=True)
         before = Traffic(s, model, low, db, seed=21).start()
         time.sleep(args.low_s)
         print(f"before the shift: {before.stop()}", flush=True)
