@@ -11,11 +11,11 @@ loaded as an override: a start the autopilot has to change):
 1. **before the shift**: open-loop Poisson traffic to the model at ``--low`` times its rate r
    (``bench.advisor_validation.RATES``) for ``--low-s`` seconds, recorded in a load-run store;
 2. **the shift**: the same traffic at ``--high`` times r (the defaults, 0.25r to r, are a
-   shift of x4, which these 2 cores sustain for the held-out models), and at that moment
-   ``batchscope autopilot --apply`` starts, as a process of its own (the command's code path,
-   its own interpreter: its searches do not take the load generator's), with
-   ``--interval-s``, for ``--for-s`` seconds, the store as ``--db``, the policy given (none:
-   the command's default), and its lines timestamped from the shift as they come;
+   shift of x4 to the rate the regret bench measures at, low enough for 2 shared cores), and
+   at that moment ``batchscope autopilot --apply`` starts, as a process of its own (the
+   command's code path, its own interpreter: its searches do not take the load generator's),
+   with ``--interval-s``, for ``--for-s`` seconds, the store as ``--db``, the policy given
+   (none: the command's default), and its lines timestamped from the shift as they come;
 3. **the grid**: ``bench.advisor_regret``'s 15 configs (delay x preferred sizes), the config
    the model started with and the one it ended with, all scratch copies, and the final one
    again as the live model serves it (a control of the copies), measured at the high rate in
