@@ -141,24 +141,46 @@ def one(
     own = from_model_config(admin.model_config(model))
     pick, verdict, advisor_s = advisor_pick(s, model, rate, args.window, args.p99_ms)
     print(f"{model} at {rate:g}/s: the advisor says {verdict} ({advisor_s:.0f} s)", flush=True)
-    entries: dict[tuple[int, tuple[int, ...], int, int], Measured] = {}
-    for role, config in [("own", own), ("pick", pick)] + [
-        ("grid", c) for c in grid(own.batch_limit)
-    ]:
-        if role == "grid" and config.instances != own.instances:
-            config = BatcherConfig(
-                config.max_batch_size,
-                config.preferred_batch_sizes,
-                config.max_queue_delay_us,
-                own.instances,
-            )
-        entry = entries.setdefault(key(config), Measured(config, ""))
+    wanted = [("own", own), ("pick", pick)] + [("grid", c) for c in grid_for(own)]
+    entries, grid_s = measure(s, admin, model, rate, wanted, args.seconds, args.passes)
+    return report_one(model, rate, entries, verdict, advisor_s, grid_s)
+
+
+def grid_for(own: BatcherConfig) -> list[BatcherConfig]:
+    """The grid at the own config's instance count (the grid varies the batcher only)."""
+    return [
+        BatcherConfig(
+            c.max_batch_size, c.preferred_batch_sizes, c.max_queue_delay_us, own.instances
+        )
+        for c in grid(own.batch_limit)
+    ]
+
+
+def measure(
+    s: Settings,
+    admin: TritonClient,
+    model: str,
+    rate: float,
+    wanted: list[tuple[str, BatcherConfig]],
+    seconds: float,
+    passes: int,
+    live: str = "own",
+    apart: bool = False,
+) -> tuple[list[Measured], float]:
+    """Each distinct config of ``wanted`` (role, config) measured ``passes`` times at ``rate``,
+    the order reversed every pass; the one whose roles hold ``live`` is the model itself, the
+    others scratch copies (loaded first, unloaded after). ``apart``: the ``live`` one is
+    measured apart from a scratch copy of the same config (a control of the copies). Also the
+    wall time of it all."""
+    entries: dict[tuple[tuple[int, tuple[int, ...], int, int], bool], Measured] = {}
+    for role, config in wanted:
+        entry = entries.setdefault((key(config), apart and role == live), Measured(config, ""))
         entry.roles.append(role)
-    grid_started = time.monotonic()
+    started = time.monotonic()
     loaded: list[str] = []
     try:
         for i, entry in enumerate(entries.values()):
-            if "own" in entry.roles:
+            if live in entry.roles:
                 entry.served = model
                 continue
             name = f"{model}{verify.SUFFIX}g{i}"
@@ -167,15 +189,14 @@ def one(
             loaded.append(name)
             entry.served = name
         order = list(entries.values())
-        for k in range(args.passes):
+        for k in range(passes):
             for entry in order if k % 2 == 0 else reversed(order):
-                entry.p99s.append(client_p99(s, entry.served, model, rate, args.seconds, 11 + k))
+                entry.p99s.append(client_p99(s, entry.served, model, rate, seconds, 11 + k))
     finally:
         for name in loaded:
             with contextlib.suppress(TritonError):
                 admin.unload_model(name)
-    grid_s = time.monotonic() - grid_started
-    return report_one(model, rate, list(entries.values()), verdict, advisor_s, grid_s)
+    return list(entries.values()), time.monotonic() - started
 
 
 def report_one(
