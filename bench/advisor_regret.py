@@ -55,6 +55,16 @@ def grid(m: int) -> list[BatcherConfig]:
     return [BatcherConfig(m, p, d) for d in DELAYS_US for p in dict.fromkeys(preferred)]
 
 
+def print_grid(title: str, entries: list[Measured]) -> None:
+    """The measured configs, best first: client p99 mean over the passes, range, roles."""
+    print(f"\n{title}: client p99 (ms), mean of the passes and their range")
+    for e in sorted(entries, key=lambda e: e.mean):
+        print(
+            f"  {e.config.describe():<58} {e.mean * 1e3:7.2f} "
+            f"({e.low * 1e3:.2f}-{e.high * 1e3:.2f})  {'/'.join(e.roles)}"
+        )
+
+
 def key(c: BatcherConfig) -> tuple[int, tuple[int, ...], int, int]:
     return (c.max_batch_size, c.effective_preferred, c.max_queue_delay_us, c.instances)
 
@@ -207,12 +217,7 @@ def report_one(
     advisor_s: float,
     grid_s: float,
 ) -> dict[str, object]:
-    print(f"\n{model} at {rate:g}/s: client p99 (ms), mean of the passes and their range")
-    for e in sorted(entries, key=lambda e: e.mean):
-        print(
-            f"  {e.config.describe():<58} {e.mean * 1e3:7.2f} "
-            f"({e.low * 1e3:.2f}-{e.high * 1e3:.2f})  {'/'.join(e.roles)}"
-        )
+    print_grid(f"{model} at {rate:g}/s", entries)
     best = min((e for e in entries if "grid" in e.roles), key=lambda e: e.mean)
     pick = next(e for e in entries if "pick" in e.roles)
     own = next(e for e in entries if "own" in e.roles)

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from advisor import autopilot as rule  # noqa: E402
 from advisor import pilot  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from bench.advisor_regret import Measured, grid_for, measure  # noqa: E402
+from bench.advisor_regret import Measured, grid_for, measure, print_grid  # noqa: E402
 from bench.advisor_validation import HELDOUT, RATES, SHAPES, repository  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
@@ -293,12 +293,7 @@ def report(
             f"window {st.window_s:4.1f} s  p99 {ms(st.before_p99_s)} -> {ms(st.after_p99_s)}  "
             f"worse beyond noise: {'yes' if st.worse else 'no'}; served worse: {served}"
         )
-    print("\ngrid at the shifted rate: client p99 (ms), mean of the passes and their range")
-    for e in sorted(entries, key=lambda e: e.mean):
-        print(
-            f"  {e.config.describe():<58} {e.mean * 1e3:7.2f} "
-            f"({e.low * 1e3:.2f}-{e.high * 1e3:.2f})  {'/'.join(e.roles)}"
-        )
+    print_grid("grid at the shifted rate", entries)
     best = min((e for e in entries if "grid" in e.roles), key=lambda e: e.mean)
     final = next(e for e in entries if "final" in e.roles)
     start = next(e for e in entries if "start" in e.roles)
