@@ -69,12 +69,81 @@ def _header_value(head: bytes, name: bytes) -> int | None:
     return int(head[k:] if end < 0 else head[k:end])
 
 
+def _header_text(head: bytes, name: bytes) -> bytes:
+    """A header's value in a lowercased head, b"" when absent."""
+    k = head.find(name)
+    if k < 0:
+        return b""
+    end = head.find(b"\r", k + len(name))
+    return head[k + len(name) : None if end < 0 else end].strip()
+
+
 def http_error(status: int, body: bytes) -> str:
     try:
         message = str(json.loads(body).get("error", ""))
     except (ValueError, AttributeError):
         message = body[:120].decode(errors="replace")
     return f"HTTP {status}: {message}"[:200]
+
+
+class UnreadableResponse(ValueError):
+    """Bytes from the server that are no HTTP/1.1 response; the message says what they held."""
+
+
+def next_response(buf: bytes) -> tuple[int, bytes, bytes, bytes] | None:
+    """The first whole response in ``buf`` as (status, lowercased head, body, the bytes after
+    it), or None while it is incomplete. The body is delimited by Content-Length (what Triton
+    sends for inference) or by chunked transfer coding (what any HTTP/1.1 server may send);
+    a response with neither, or with a chunk that does not parse, is UnreadableResponse."""
+    end_head = buf.find(b"\r\n\r\n")
+    if end_head < 0:
+        return None
+    head = buf[:end_head].lower()
+    start = end_head + 4
+    length = _header_value(head, b"\r\ncontent-length:")
+    if length is not None:
+        end = start + length
+        if len(buf) < end:
+            return None
+        return int(buf[9:12]), head, buf[start:end], buf[end:]
+    if b"chunked" in _header_text(head, b"\r\ntransfer-encoding:"):
+        whole = _dechunk(buf, start)
+        if whole is None:
+            return None
+        body, end = whole
+        return int(buf[9:12]), head, body, buf[end:]
+    # The first line and the header names say whose fault it is (a status line, or bytes
+    # mid-body).
+    first = buf[: min(end_head, buf.find(b"\r\n"))][:60].decode(errors="replace")
+    names = b", ".join(line.split(b":")[0] for line in head.split(b"\r\n")[1:])
+    listed = names[:200].decode(errors="replace")
+    raise UnreadableResponse(f"no Content-Length and not chunked ({first!r}; headers: {listed})")
+
+
+def _dechunk(buf: bytes, pos: int) -> tuple[bytes, int] | None:
+    """A chunked body from ``pos``: (the body, where the response ends), or None while
+    incomplete (RFC 9112 section 7.1; chunk extensions and trailer fields are skipped)."""
+    parts: list[bytes] = []
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        try:
+            size = int(buf[pos:eol].split(b";")[0].strip(), 16)
+        except ValueError:
+            raise UnreadableResponse(f"bad chunk size {buf[pos:eol][:20]!r}") from None
+        if size == 0:
+            trailers = buf.find(b"\r\n\r\n", eol)  # the last CRLF, after any trailer fields
+            if trailers < 0:
+                return None
+            return b"".join(parts), trailers + 4
+        data = eol + 2
+        if len(buf) < data + size + 2:
+            return None
+        if buf[data + size : data + size + 2] != b"\r\n":
+            raise UnreadableResponse("a chunk longer than its size")
+        parts.append(buf[data : data + size])
+        pos = data + size + 2
 
 
 class _Conn(asyncio.Protocol):
@@ -92,22 +161,14 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data
         while True:
-            end_head = buf.find(b"\r\n\r\n")
-            if end_head < 0:
-                break
-            head = buf[:end_head].lower()
-            length = _header_value(head, b"\r\ncontent-length:")
-            if length is None:  # chunked or close-delimited: Triton never does this for infer
-                # The first line says whose fault it is (a status line, or bytes mid-body).
-                first = buf[: min(end_head, buf.find(b"\r\n"))][:60].decode(errors="replace")
-                self.client.fail(self, f"unreadable response: no Content-Length ({first!r})")
+            try:
+                answer = next_response(buf)
+            except UnreadableResponse as exc:
+                self.client.fail(self, f"unreadable response: {exc}")
                 return
-            end = end_head + 4 + length
-            if len(buf) < end:
+            if answer is None:
                 break
-            status = int(buf[9:12])
-            body = buf[end_head + 4 : end]
-            buf = buf[end:]
+            status, head, body, buf = answer
             self.client.complete(self, status, head, body)
         self.buf = buf
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from loadgen.clients.checks import check_outputs
+from loadgen.clients.http_client import UnreadableResponse, next_response
 from loadgen.clients.payloads import Payloads, Tensor, request_tensors
 from loadgen.clients.slots import FAILED, OK, TIMED_OUT
 from loadgen.clients.target import ModelSpec, TensorSpec
@@ -165,3 +166,35 @@ def test_a_runs_window_holds_its_own_requests_and_those_beside_them() -> None:
     found = window_requests([older, *mine, beside, elsewhere], "tok", "m")
     assert found == [*mine, beside]
     assert window_requests([older], "tok", "m") == []
+
+
+def test_responses_are_split_by_length_or_chunks_wherever_the_bytes_break() -> None:
+    # Triton answers inference with Content-Length; an HTTP/1.1 server may also send chunks.
+    sized = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello"
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nhel\r\n2\r\nlo\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
+    plain_end = (
+        b"HTTP/1.1 400 Bad Request\r\ntransfer-encoding:  Chunked\r\n\r\n5\r\nerror\r\n0\r\n\r\n"
+    )
+    stream = sized + chunked + plain_end
+    # Every split of the stream into two deliveries gives the same three responses.
+    for cut in range(len(stream) + 1):
+        got, buf = [], b""
+        for piece in (stream[:cut], stream[cut:]):
+            buf += piece
+            while (answer := next_response(buf)) is not None:
+                status, _, body, buf = answer
+                got.append((status, body))
+        assert got == [(200, b"hello"), (200, b"hello"), (400, b"error")], cut
+        assert buf == b""
+
+
+def test_a_response_without_a_length_names_its_first_line_and_headers() -> None:
+    with pytest.raises(UnreadableResponse, match=r"'HTTP/1.1 200 OK'; headers: server, date"):
+        next_response(b"HTTP/1.1 200 OK\r\nServer: x\r\nDate: y\r\n\r\nbody")
+    with pytest.raises(UnreadableResponse, match="bad chunk size"):
+        next_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    with pytest.raises(UnreadableResponse, match="longer than its size"):
+        next_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n")
