@@ -114,10 +114,7 @@ def next_response(buf: bytes) -> tuple[int, bytes, bytes, bytes] | None:
         return int(buf[9:12]), head, body, buf[end:]
     # The first line and the header names say whose fault it is (a status line, or bytes
     # mid-body).
-    first = buf[: min(end_head, buf.find(b"\r\n"))][:60].decode(errors="replace")
-    names = b", ".join(line.split(b":")[0] for line in head.split(b"\r\n")[1:])
-    listed = names[:200].decode(errors="replace")
-    raise UnreadableResponse(f"no Content-Length and not chunked ({first!r}; headers: {listed})")
+    raise UnreadableResponse(f"no Content-Length and not chunked: {buf[:end_head][:300]!r}")
 
 
 def _dechunk(buf: bytes, pos: int) -> tuple[bytes, int] | None:
