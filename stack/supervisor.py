@@ -376,6 +376,9 @@ class Supervisor:
         if self._alive(old):
             raise StackError(f"{name} is already running (pid {old.pid})")
         with self._lock:
+            # A leader that died while held (killed from outside) may leave its stubs or
+            # workers behind: they go before the new one starts, as after any death.
+            self._stop([old], quiet=True, grace_s=LOST_GRACE_S)
             run = self._start(svc, foreground=False)
             run.restarts, run.last_exit = old.restarts, old.last_exit
             self._write_state([run if r.name == name else r for r in self.read_state()])

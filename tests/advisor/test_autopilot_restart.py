@@ -23,7 +23,7 @@ from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
 from loadgen.engine.runner import RunParams
 from loadgen.store.runstore import RunStore
-from stack.supervisor import Supervisor, running
+from stack.supervisor import Supervisor, group_members, running
 from stacksettings import isolated
 from tests.advisor.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic
 from tritonapi.client import TritonClient
@@ -137,7 +137,8 @@ def test_a_triton_that_does_not_come_back_is_on_record_as_a_failed_rollback(
     # Held, as stop_service holds it, so that the supervisor does not start it again; killed
     # at once (a graceful stop would answer on through the window, draining the clients).
     supervisor.held.add("triton")
-    os.kill(supervisor.children["triton"].pid, signal.SIGKILL)
+    (killed,) = [r for r in supervisor.read_state() if r.name == "triton"]
+    os.kill(killed.pid, signal.SIGKILL)
     thread.join(timeout=60)
     assert not thread.is_alive()
     (result,) = results
@@ -149,7 +150,9 @@ def test_a_triton_that_does_not_come_back_is_on_record_as_a_failed_rollback(
     with RunStore(traffic) as store:
         (recorded,) = store.list_changes(MODEL)
     assert recorded.outcome == "rollback_failed" and recorded.reason == change.reason
-    supervisor.start_service("triton")
+    started = supervisor.start_service("triton")
     assert client.is_ready()
+    # Nothing of the killed Triton lives on (its python backend stubs were left orphaned).
+    assert started.pid != killed.pid and not group_members(killed)
     # Restarted, it serves the file: the change is gone, as the record says.
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
