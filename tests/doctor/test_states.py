@@ -134,6 +134,18 @@ def codes(d: Diagnosis) -> list[str]:
     return [f.code for f in d.findings]
 
 
+def state_codes(codes: list[str]) -> list[str]:
+    """The codes less "queue-latency", for open-loop loads on the shared test machine.
+
+    At 150 requests/s, a stall of Triton's process for one second (other tests' servers on
+    the same two cores) queues about 150 requests for half a second each: over 100 ms per
+    request across a 3-4 s run, the doctor's bar for that finding, whatever the config. The
+    doctor is right to say so then; the state under test is the rest of its findings.
+    (tests/doctor/test_checks.py tests the finding's arithmetic.)
+    """
+    return [code for code in codes if code != "queue-latency"]
+
+
 def test_healthy_batcher_has_no_finding(triton: Settings) -> None:
     d = watch(triton, "add_healthy", scenario="concurrency", concurrency=8, duration_s=3.0)
     assert d.window is not None and d.window.requests > 100
@@ -163,7 +175,7 @@ def test_serial_requests_never_overlap(triton: Settings) -> None:
 
 def test_delay_too_short(triton: Settings) -> None:
     d = watch(triton, "add_nodelay", scenario="rate", rate=150.0, poisson=True, duration_s=3.0)
-    assert codes(d) == ["delay-too-short"]
+    assert state_codes(codes(d)) == ["delay-too-short"]
     fix = d.findings[0].fix
     assert len(fix) == 1 and re.fullmatch(r"max_queue_delay_microseconds: \d+", fix[0])
     proposed = int(fix[0].split(": ")[1])
