@@ -13,7 +13,7 @@ from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.helpers import RERUN_CAUSES
 
-# Reruns are for Triton 2.51's tracing crash only (tests/helpers.TritonCrashes). A session
+# Reruns are for Triton 2.51's tracing bug only (tests/helpers.TritonCrashes). A session
 # where more tests than this needed one fails: a crash that frequent is worth a look, and a
 # suite that passes only on second tries hides it.
 MAX_RERUN_TESTS = 3

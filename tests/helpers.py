@@ -53,14 +53,51 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
         time.sleep(0.5)
 
 
+class FailedRequests(AssertionError):
+    """:func:`served_whole`'s failure; ``errors`` counts the load generator's error texts."""
+
+    def __init__(self, failed: int, errors: dict[str, int]) -> None:
+        super().__init__(f"Triton failed {failed} traced requests: {errors}")
+        self.errors = dict(errors)
+
+
 def served_whole(failed: int, errors: dict[str, int]) -> None:
     """Fail the test if a traced run had failed requests.
 
     A plain assertion: the rerun condition (:class:`TritonCrashes`) looks at Triton's log,
-    not at this failure, so failed requests rerun the test only when Triton died of a signal
-    during it. The load generator's own faults (connection lost with Triton alive, an
-    unreadable response, a wrong sum, the ids tracing patches into requests) fail it."""
-    assert not failed, f"Triton failed {failed} traced requests: {errors}"
+    and at these errors only for the two answers that show Triton's memory corrupted
+    (:data:`CORRUPTED`). Every other failed request (connection lost with Triton alive, an
+    answer cut mid-body, a wrong sum, the ids tracing patches into requests) fails it."""
+    if failed:
+        raise FailedRequests(failed, errors)
+
+
+# What Triton 2.51's tracing bug (a Trace freed while in use: DESIGN.md) has done to an
+# answer without killing the server, each seen in CI on a traced test and never untraced:
+# - a whole "HTTP/1.1 200 OK" head with a header line that has no name, where
+#   Content-Length belongs (the client names the head: loadgen.clients.http_client);
+# - a gRPC INVALID_ARGUMENT saying the request lacks INPUT_A or INPUT_B, which every
+#   request of the add model holds (its encoder's unit tests check the bytes).
+CORRUPTED = (
+    re.compile(
+        r"^unreadable response: no Content-Length and not chunked: "
+        r"b'HTTP/1\.1 200 OK(\\r\\n[^:\\]+:[^\\]*)*\\r\\n:"
+    ),
+    re.compile(r"^gRPC INVALID_ARGUMENT: .*\binput 'INPUT_[AB]' does not exist"),
+)
+MAX_CORRUPTED = 2  # more in one run is something else
+
+
+def corrupted_by_triton(error: BaseException | None) -> str:
+    """The first error text, when every failed request of a traced run failed in one of the
+    :data:`CORRUPTED` ways and at most :data:`MAX_CORRUPTED` did; else ""."""
+    if not isinstance(error, FailedRequests) or not error.errors:
+        return ""
+    if sum(error.errors.values()) > MAX_CORRUPTED:
+        return ""
+    if all(any(c.search(text) for c in CORRUPTED) for text in error.errors):
+        return next(iter(error.errors))
+    return ""
 
 
 # Why each test was rerun, by node id: written by TritonCrashes.crashed, read by
@@ -131,8 +168,9 @@ class TritonCrashes:
         return int(row.get("restarts", 0)), str(row.get("last_exit", ""))
 
     def crashed(self, error: BaseException | None = None) -> bool:
-        """Whether the watched Triton died of a signal since :meth:`begin` (asked after
-        every test, passed or failed, with its error; the same answer each time)."""
+        """Whether the watched Triton died of a signal since :meth:`begin`, or the test
+        failed only for answers that tracing corrupted (:func:`corrupted_by_triton`). Asked
+        after every test, passed or failed, with its error; the same answer each time."""
         if self.settings is None or not self.nodeid:
             return False
         reports = self._reports()[self.log_seen :]
@@ -143,6 +181,8 @@ class TritonCrashes:
             cause = f"Triton crashed during the test: {reports[0].strip()!r} in {log}"
         elif restarts > self.restarts_seen and self.KILLED.match(last_exit):
             cause = f"Triton crashed during the test: the supervisor recorded {last_exit!r}"
+        elif corrupted := corrupted_by_triton(error):
+            cause = f"Triton's tracing corrupted an answer: {corrupted!r:.300}"
         if cause and error is not None:
             RERUN_CAUSES[self.nodeid] = f"{cause}; the test failed with {error!r:.200}"
         return bool(cause)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.clients.http_client import UnreadableResponse, next_response
 from stacksettings import ROOT, Settings, isolated
 from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
 
@@ -66,6 +67,62 @@ def test_failed_requests_alone_fail_the_test() -> None:
     served_whole(0, {})
     with pytest.raises(AssertionError, match=r"Triton failed 2 traced requests: \{'lost': 2\}"):
         served_whole(2, {"lost": 2})
+
+
+def unreadable(head: bytes) -> str:
+    """The error the HTTP client records for an answer with this head (and no body)."""
+    with pytest.raises(UnreadableResponse) as caught:
+        next_response(head + b"\r\n\r\n")
+    return f"unreadable response: {caught.value}"
+
+
+# The head CI saw twice on a traced run (its header names: content-type,
+# inference-header-content-length, and one without a name where Content-Length belongs).
+NAMELESS = unreadable(
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    b"Inference-Header-Content-Length: 161\r\n: 173"
+)
+GRPC_INPUT = (
+    "gRPC INVALID_ARGUMENT: [request id: t-0000000042] input 'INPUT_B' does not exist in request"
+)
+
+
+def failure(errors: dict[str, int]) -> BaseException:
+    with pytest.raises(AssertionError) as caught:
+        served_whole(sum(errors.values()), errors)
+    return caught.value
+
+
+@pytest.mark.parametrize("corrupted", [NAMELESS, GRPC_INPUT])
+def test_an_answer_tracing_corrupted_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings], corrupted: str
+) -> None:
+    crashes, _ = watched
+    assert crashes.crashed(failure({corrupted: 1}))
+    assert "Triton's tracing corrupted an answer: " in RERUN_CAUSES["t::earlier"]
+    assert crashes.crashed(failure({corrupted: 2}))
+
+
+@pytest.mark.parametrize(
+    "errors",
+    [
+        # one of ours beside it, or more than two: not the upstream bug alone
+        {NAMELESS: 1, "connection lost": 1},
+        {NAMELESS: 3},
+        # a head that is whole and named, without a length: no sign of Triton's memory
+        {unreadable(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream"): 1},
+        # bytes mid-body read as a head: the client lost its place, its own fault
+        {unreadable(b"\x00\x00\x80?\r\n: 173"): 1},
+        {"gRPC INVALID_ARGUMENT: input 'INPUT_C' does not exist in request": 1},
+        {"wrong sum": 1},
+    ],
+)
+def test_other_failed_requests_are_no_rerun(
+    watched: tuple[TritonCrashes, Settings], errors: dict[str, int]
+) -> None:
+    crashes, _ = watched
+    assert not crashes.crashed(failure(errors))
+    assert not crashes.crashed(AssertionError(str(errors)))  # the text alone is not enough
 
 
 SESSION = """
