@@ -46,10 +46,15 @@ def tcpdump_path() -> str:
 
 
 class Capture:
-    """``with Capture(port, "http") as cap: ...`` then ``cap.stamps()`` (seconds, sorted)."""
+    """``with Capture(port, "http") as cap: ...`` then ``cap.stamps()`` (seconds, sorted).
 
-    def __init__(self, port: int, protocol: str) -> None:
-        self.port, self.protocol = port, protocol
+    ``direction="from"`` captures what the server on ``port`` sends instead (its answers:
+    ``cap.payloads()``)."""
+
+    def __init__(self, port: int, protocol: str, direction: str = "to") -> None:
+        if direction not in ("to", "from"):
+            raise ValueError(f"direction {direction!r}: 'to' or 'from' the port")
+        self.port, self.protocol, self.direction = port, protocol, direction
         self._dir = Path(tempfile.mkdtemp(prefix="wire-"))
         self.file = self._dir / "capture.pcap"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -72,7 +77,7 @@ class Capture:
             "--time-stamp-precision=nano",
             "-w",
             str(self.file),
-            f"tcp dst port {self.port}",
+            f"tcp {'dst' if self.direction == 'to' else 'src'} port {self.port}",
         ]
         self._proc = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -120,6 +125,15 @@ class Capture:
             seen.add(key)
             out.extend([ts] * requests_in(payload, self.protocol))
         out.sort()
+        return out
+
+    def payloads(self) -> list[bytes]:
+        """Each captured segment's TCP payload (up to SNAP bytes), retransmissions once."""
+        out, seen = [], set()
+        for _, key, payload in read_pcap(self.file):
+            if key not in seen:
+                seen.add(key)
+                out.append(payload)
         return out
 
     def close(self) -> None:

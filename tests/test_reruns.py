@@ -78,50 +78,54 @@ def unreadable(head: bytes) -> str:
 
 # The head CI saw twice on a traced run (its header names: content-type,
 # inference-header-content-length, and one without a name where Content-Length belongs).
-NAMELESS = unreadable(
+HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
     b"Inference-Header-Content-Length: 161\r\n: 173"
 )
-GRPC_INPUT = (
-    "gRPC INVALID_ARGUMENT: [request id: t-0000000042] input 'INPUT_B' does not exist in request"
-)
+NAMELESS = unreadable(HEAD)
+# What Triton's port sent, as the capture holds it: that answer among others.
+WIRE = [b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody", b"xx" + HEAD + b"\r\n\r\n{}"]
 
 
-def failure(errors: dict[str, int]) -> BaseException:
+def failure(errors: dict[str, int], answers: list[bytes]) -> BaseException:
     with pytest.raises(AssertionError) as caught:
-        served_whole(sum(errors.values()), errors)
+        served_whole(sum(errors.values()), errors, answers)
     return caught.value
 
 
-@pytest.mark.parametrize("corrupted", [NAMELESS, GRPC_INPUT])
-def test_an_answer_tracing_corrupted_is_a_rerun(
-    watched: tuple[TritonCrashes, Settings], corrupted: str
+def test_an_answer_tracing_corrupted_seen_on_the_wire_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings],
 ) -> None:
     crashes, _ = watched
-    assert crashes.crashed(failure({corrupted: 1}))
-    assert "Triton's tracing corrupted an answer: " in RERUN_CAUSES["t::earlier"]
-    assert crashes.crashed(failure({corrupted: 2}))
+    assert crashes.crashed(failure({NAMELESS: 1}, WIRE))
+    cause = RERUN_CAUSES["t::earlier"]
+    assert cause.startswith("Triton's tracing corrupted an answer (seen on the wire): ")
+    assert crashes.crashed(failure({NAMELESS: 2}, WIRE))
 
 
 @pytest.mark.parametrize(
-    "errors",
+    ("errors", "answers"),
     [
+        # Triton never sent that head: the client made it up (lost its place in the stream)
+        ({NAMELESS: 1}, WIRE[:1]),
+        ({NAMELESS: 1}, []),
         # one of ours beside it, or more than two: not the upstream bug alone
-        {NAMELESS: 1, "connection lost": 1},
-        {NAMELESS: 3},
+        ({NAMELESS: 1, "connection lost": 1}, WIRE),
+        ({NAMELESS: 3}, WIRE),
         # a head that is whole and named, without a length: no sign of Triton's memory
-        {unreadable(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream"): 1},
-        # bytes mid-body read as a head: the client lost its place, its own fault
-        {unreadable(b"\x00\x00\x80?\r\n: 173"): 1},
-        {"gRPC INVALID_ARGUMENT: input 'INPUT_C' does not exist in request": 1},
-        {"wrong sum": 1},
+        (
+            {unreadable(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain"): 1},
+            [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"],
+        ),
+        ({"gRPC INVALID_ARGUMENT: input 'INPUT_B' does not exist in request": 1}, WIRE),
+        ({"wrong sum": 1}, WIRE),
     ],
 )
 def test_other_failed_requests_are_no_rerun(
-    watched: tuple[TritonCrashes, Settings], errors: dict[str, int]
+    watched: tuple[TritonCrashes, Settings], errors: dict[str, int], answers: list[bytes]
 ) -> None:
     crashes, _ = watched
-    assert not crashes.crashed(failure(errors))
+    assert not crashes.crashed(failure(errors, answers))
     assert not crashes.crashed(AssertionError(str(errors)))  # the text alone is not enough
 
 

@@ -11,11 +11,13 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from advisor.cli import main as advisor_main
+from bench.wire import Capture
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
@@ -57,6 +59,24 @@ def stack_state(
         monkeypatch.setenv(var, str(traced_stack.port(name)))
 
 
+@contextmanager
+def answers_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
+    """What Triton's HTTP port sends inside the block, as tcpdump saw it (the list is
+    filled when the block ends); nothing for gRPC. :func:`tests.helpers.served_whole`
+    tells an answer Triton sent malformed from one the client misread with it."""
+    seen: list[bytes] = []
+    if protocol != "http":
+        yield seen
+        return
+    wire = Capture(settings.port("triton_http"), "http", direction="from")
+    try:
+        with wire:
+            yield seen
+        seen.extend(wire.payloads())
+    finally:
+        wire.close()
+
+
 def traced_run(settings: Settings, db: Path, **params: object) -> int:
     p = RunParams(
         "concurrency",
@@ -66,8 +86,11 @@ def traced_run(settings: Settings, db: Path, **params: object) -> int:
         trace=True,
         **params,  # type: ignore[arg-type]
     )
-    result = run(p, db=str(db))
-    served_whole(result.summary.client.failed, result.summary.client.errors)
+    with answers_seen(settings, p.protocol) as answers:
+        result = run(p, db=str(db))
+    # The observer works: it saw Triton's answers (it is the rerun condition's witness).
+    assert p.protocol != "http" or sum(a.count(b"HTTP/1.1 200 OK\r\n") for a in answers) > 0
+    served_whole(result.summary.client.failed, result.summary.client.errors, answers)
     assert result.status == "ok" and result.run_id is not None
     return result.run_id
 
@@ -122,8 +145,9 @@ def test_a_poisson_run_shorter_than_its_rate_says_is_traced_whole(
         exporter_url=s.url("exporter"),
         trace=True,
     )
-    result = run(p, db=str(db))
-    served_whole(result.summary.client.failed, result.summary.client.errors)
+    with answers_seen(s) as answers:
+        result = run(p, db=str(db))
+    served_whole(result.summary.client.failed, result.summary.client.errors, answers)
     assert result.status == "ok" and result.run_id is not None
     with RunStore(db) as opened:
         trace = opened.load_run(result.run_id).trace
@@ -137,12 +161,13 @@ def test_the_cli_report_shows_the_traced_side(
 ) -> None:
     s = traced_stack
     argv = ["concurrency", "-c", "4", "--requests", "200", "--trace", "--db", str(tmp_path / "r")]
-    code = main([*argv, "--url", s.url("triton_http"), "--exporter-url", s.url("exporter")])
+    with answers_seen(s) as answers:
+        code = main([*argv, "--url", s.url("triton_http"), "--exporter-url", s.url("exporter")])
     out = capsys.readouterr().out
     with RunStore(tmp_path / "r") as opened:
         clients = [opened.load_run(r["id"]).summary.client for r in opened.list_runs()]
     for client in clients:
-        served_whole(client.failed, client.errors)
+        served_whole(client.failed, client.errors, answers)
     assert code == 0
     assert "server side, traced (Triton's own traces of this run's requests:" in out
     assert "queue wait   p50 " in out and "grouped into " in out and "why they left" in out
