@@ -6,12 +6,13 @@ import ast
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import requests
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2
 
 from stack.cli import restart
 from stacksettings import Settings
@@ -56,73 +57,102 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
 
 class FailedRequests(AssertionError):
     """:func:`served_whole`'s failure. ``errors`` counts the load generator's error texts;
-    ``from_the_server`` holds those whose bytes a packet capture saw Triton send."""
+    ``proven`` holds those that a packet capture shows to be Triton's corruption
+    (:func:`proven_on_the_wire`)."""
 
-    def __init__(
-        self, failed: int, errors: dict[str, int], from_the_server: frozenset[str]
-    ) -> None:
+    def __init__(self, failed: int, errors: dict[str, int], proven: frozenset[str]) -> None:
         super().__init__(f"Triton failed {failed} traced requests: {errors}")
         self.errors = dict(errors)
-        self.from_the_server = from_the_server
+        self.proven = proven
 
 
-def served_whole(failed: int, errors: dict[str, int], answers: Sequence[bytes] = ()) -> None:
+def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()) -> None:
     """Fail the test if a traced run had failed requests.
 
-    ``answers``: what Triton's HTTP port sent during the run, captured on the wire
-    (``bench.wire.Capture(port, "http", direction="from")``). An unreadable answer whose
-    head is among them was Triton's own bytes, not the client losing its place. The rerun
-    condition (:class:`TritonCrashes`) looks at Triton's log, and at these errors only for
-    an answer tracing corrupted, proven so on the wire (:func:`corrupted_by_triton`). Every
-    other failed request (connection lost with Triton alive, a wrong sum, the ids tracing
-    patches into requests) fails the test."""
+    ``wire``: the TCP payloads a capture saw during the run (``bench.wire.Capture``): over
+    HTTP what Triton's port sent, over gRPC what the client sent to it. The rerun condition
+    (:class:`TritonCrashes`) looks at Triton's log, and at these errors only for an answer
+    tracing corrupted, proven so on the wire (:func:`corrupted_by_triton`). Every other
+    failed request (connection lost with Triton alive, a wrong sum, the ids tracing patches
+    into requests) fails the test."""
     if not failed:
         return
-    sent = frozenset(
-        text for text in errors if (head := _unreadable_head(text)) and _on_the_wire(head, answers)
-    )
-    raise FailedRequests(failed, errors, sent)
+    proven = frozenset(text for text in errors if proven_on_the_wire(text, wire))
+    raise FailedRequests(failed, errors, proven)
 
 
+# What Triton 2.51's tracing bug (a Trace freed while in use: DESIGN.md) did to a traced
+# request without killing the server; each seen in CI, never untraced:
+# - a whole "HTTP/1.1 200 OK" head whose header line where Content-Length belongs has no
+#   name (2 of 6 runs in session 27, on the traced test with the largest window);
+# - a gRPC INVALID_ARGUMENT saying the request lacks an input (once, session 25).
 UNREADABLE = "unreadable response: no Content-Length and not chunked: "
-
-
-def _unreadable_head(text: str) -> bytes | None:
-    """The head an "unreadable response" error shows (loadgen.clients.http_client)."""
-    if not text.startswith(UNREADABLE):
-        return None
-    try:
-        head = ast.literal_eval(text[len(UNREADABLE) :])
-    except (ValueError, SyntaxError):
-        return None
-    return head if isinstance(head, bytes) else None
-
-
-def _on_the_wire(head: bytes, answers: Sequence[bytes]) -> bool:
-    return any(head + b"\r\n\r\n" in segment for segment in answers)
-
-
-# What Triton 2.51's tracing bug (a Trace freed while in use: DESIGN.md) did to an answer
-# without killing the server, seen in CI on the traced test with the largest window (2 of 6
-# runs) and never untraced: a whole "HTTP/1.1 200 OK" head whose header line where
-# Content-Length belongs has no name.
 NAMELESS_HEADER = re.compile(rb"^HTTP/1\.1 200 OK(\r\n[^:\r\n]+:[^\r\n]*)*\r\n:")
+MISSING_INPUT = re.compile(
+    r"^gRPC INVALID_ARGUMENT: \[request id: ([\w-]+)\] input '(\w+)' does not exist in request"
+)
 MAX_CORRUPTED = 2  # more in one run is something else
 
 
+def proven_on_the_wire(text: str, wire: Sequence[bytes]) -> bool:
+    """Whether the capture shows that the failure ``text`` was Triton's doing:
+
+    - an unreadable HTTP answer: its head is among the bytes Triton sent, and has a nameless
+      header line (so the client did not lose its place, and Triton's memory was wrong);
+    - a gRPC request "lacking" an input: the client's request with that id, read from its
+      HTTP/2 DATA frame and parsed as protobuf, holds that input and its bytes."""
+    if text.startswith(UNREADABLE):
+        try:
+            head = ast.literal_eval(text[len(UNREADABLE) :])
+        except (ValueError, SyntaxError):
+            return False
+        return (
+            isinstance(head, bytes)
+            and NAMELESS_HEADER.match(head) is not None
+            and any(head + b"\r\n\r\n" in segment for segment in wire)
+        )
+    missing = MISSING_INPUT.match(text)
+    if missing is None:
+        return False
+    ident, name = missing.groups()
+    for request in _grpc_requests(wire, ident.encode()):
+        names = [t.name for t in request.inputs]
+        if request.id == ident and name in names:
+            return len(request.raw_input_contents) == len(names)
+    return False
+
+
+def _grpc_requests(wire: Sequence[bytes], ident: bytes) -> Iterator[Any]:
+    """The ModelInferRequests whose whole gRPC message sits in one HTTP/2 DATA frame of a
+    captured segment holding ``ident`` (segments are read from a frame boundary)."""
+    for segment in wire:
+        if ident not in segment:
+            continue
+        off = 24 if segment.startswith(b"PRI * HTTP/2.0") else 0
+        while off + 9 <= len(segment):
+            length = int.from_bytes(segment[off : off + 3], "big")
+            kind = segment[off + 3]
+            payload = segment[off + 9 : off + 9 + length]
+            off += 9 + length
+            if kind > 9:  # not a frame boundary
+                break
+            if kind != 0 or ident not in payload or len(payload) < 5 or payload[0] != 0:
+                continue
+            size = int.from_bytes(payload[1:5], "big")
+            if len(payload) == 5 + size:
+                yield service_pb2.ModelInferRequest.FromString(payload[5:])
+
+
 def corrupted_by_triton(error: BaseException | None) -> str:
-    """The first error text when every failed request of a traced run was an answer with a
-    nameless header that the capture saw Triton send, and at most :data:`MAX_CORRUPTED`
-    were; else ""."""
+    """The first error text when every failed request of a traced run is proven on the wire
+    to be Triton's corruption, and at most :data:`MAX_CORRUPTED` failed; else ""."""
     if not isinstance(error, FailedRequests) or not error.errors:
         return ""
     if sum(error.errors.values()) > MAX_CORRUPTED:
         return ""
-    for text in error.errors:
-        head = _unreadable_head(text)
-        if text not in error.from_the_server or head is None or not NAMELESS_HEADER.match(head):
-            return ""
-    return next(iter(error.errors))
+    if all(text in error.proven for text in error.errors):
+        return next(iter(error.errors))
+    return ""
 
 
 # Why each test was rerun, by node id: written by TritonCrashes.crashed, read by
@@ -207,7 +237,7 @@ class TritonCrashes:
         elif restarts > self.restarts_seen and self.KILLED.match(last_exit):
             cause = f"Triton crashed during the test: the supervisor recorded {last_exit!r}"
         elif corrupted := corrupted_by_triton(error):
-            cause = f"Triton's tracing corrupted an answer (seen on the wire): {corrupted:.300}"
+            cause = f"Triton's tracing corrupted a request (proven on the wire): {corrupted:.300}"
         if cause and error is not None:
             RERUN_CAUSES[self.nodeid] = f"{cause}; the test failed with {error!r:.200}"
         return bool(cause)

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.clients import http2
+from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.http_client import UnreadableResponse, next_response
+from loadgen.clients.payloads import Payloads, request_tensors
+from loadgen.clients.target import Address, ModelSpec, TensorSpec
+from loadgen.results.recorder import Recorder
 from stacksettings import ROOT, Settings, isolated
 from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
 
@@ -99,8 +104,49 @@ def test_an_answer_tracing_corrupted_seen_on_the_wire_is_a_rerun(
     crashes, _ = watched
     assert crashes.crashed(failure({NAMELESS: 1}, WIRE))
     cause = RERUN_CAUSES["t::earlier"]
-    assert cause.startswith("Triton's tracing corrupted an answer (seen on the wire): ")
+    assert cause.startswith("Triton's tracing corrupted a request (proven on the wire): ")
     assert crashes.crashed(failure({NAMELESS: 2}, WIRE))
+
+
+def grpc_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> bytes:
+    """A segment the load generator's gRPC client would send for request ``ident``: its
+    HEADERS and DATA frames, the message from the client's own encoder."""
+    model = ModelSpec(
+        "batch_add_model",
+        "1",
+        4,
+        tuple(TensorSpec(name, "FP32", (1,)) for name in inputs),
+        (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
+    )
+    tensors, outputs = request_tensors(model, 1, {}, {})
+    token, index = ident.rsplit("-", 1)
+    client = GrpcClient(
+        Address("127.0.0.1", 8001),
+        model,
+        tensors,
+        outputs,
+        Payloads(model, tensors, seed=1),
+        Recorder(),
+        5.0,
+        id_token=token,
+    )
+    message = client.encode(int(index), Payloads(model, tensors, seed=1).take(0)[0])
+    head = http2.frame(http2.HEADERS, http2.END_HEADERS, 5, client.header_block)
+    return head + http2.frame(http2.DATA, http2.END_STREAM, 5, message)
+
+
+IDENT = "lg5329ccb8-0000000102"
+# The error CI saw once (session 25), with its request id.
+LACKS_B = f"gRPC INVALID_ARGUMENT: [request id: {IDENT}] input 'INPUT_B' does not exist in request"
+
+
+def test_a_grpc_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings],
+) -> None:
+    crashes, _ = watched
+    other = grpc_wire("lg5329ccb8-0000000101")
+    assert crashes.crashed(failure({LACKS_B: 1}, [other, other + grpc_wire(IDENT)]))
+    assert "request id: lg5329ccb8-0000000102" in RERUN_CAUSES["t::earlier"]
 
 
 @pytest.mark.parametrize(
@@ -117,7 +163,9 @@ def test_an_answer_tracing_corrupted_seen_on_the_wire_is_a_rerun(
             {unreadable(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain"): 1},
             [b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"],
         ),
-        ({"gRPC INVALID_ARGUMENT: input 'INPUT_B' does not exist in request": 1}, WIRE),
+        # the request really lacked INPUT_B, or is not on the wire: the client's own fault
+        ({LACKS_B: 1}, [grpc_wire(IDENT, ("INPUT_A",))]),
+        ({LACKS_B: 1}, [grpc_wire("lg5329ccb8-0000000101")]),
         ({"wrong sum": 1}, WIRE),
     ],
 )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from advisor.cli import main as advisor_main
-from bench.wire import Capture
+from bench.wire import Capture, requests_in
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
@@ -60,21 +60,28 @@ def stack_state(
 
 
 @contextmanager
-def answers_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
-    """What Triton's HTTP port sends inside the block, as tcpdump saw it (the list is
-    filled when the block ends); nothing for gRPC. :func:`tests.helpers.served_whole`
-    tells an answer Triton sent malformed from one the client misread with it."""
+def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
+    """The segments tcpdump saw inside the block (the list is filled when it ends): over
+    HTTP what Triton's port sent, over gRPC what was sent to Triton's port. The witness of
+    :func:`tests.helpers.served_whole` for a failure that is Triton's corruption."""
     seen: list[bytes] = []
-    if protocol != "http":
-        yield seen
-        return
-    wire = Capture(settings.port("triton_http"), "http", direction="from")
+    if protocol == "http":
+        wire = Capture(settings.port("triton_http"), "http", direction="from")
+    else:
+        wire = Capture(settings.port("triton_grpc"), "grpc", direction="to")
     try:
         with wire:
             yield seen
         seen.extend(wire.payloads())
     finally:
         wire.close()
+
+
+def seen_at_work(wire: list[bytes], protocol: str) -> int:
+    """Answers (HTTP) or requests (gRPC) in the capture: the witness saw the run."""
+    if protocol == "http":
+        return sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in wire)
+    return sum(requests_in(segment, "grpc") for segment in wire)
 
 
 def traced_run(settings: Settings, db: Path, **params: object) -> int:
@@ -86,11 +93,10 @@ def traced_run(settings: Settings, db: Path, **params: object) -> int:
         trace=True,
         **params,  # type: ignore[arg-type]
     )
-    with answers_seen(settings, p.protocol) as answers:
+    with wire_seen(settings, p.protocol) as wire:
         result = run(p, db=str(db))
-    # The observer works: it saw Triton's answers (it is the rerun condition's witness).
-    assert p.protocol != "http" or sum(a.count(b"HTTP/1.1 200 OK\r\n") for a in answers) > 0
-    served_whole(result.summary.client.failed, result.summary.client.errors, answers)
+    assert seen_at_work(wire, p.protocol) > 0
+    served_whole(result.summary.client.failed, result.summary.client.errors, wire)
     assert result.status == "ok" and result.run_id is not None
     return result.run_id
 
@@ -145,9 +151,9 @@ def test_a_poisson_run_shorter_than_its_rate_says_is_traced_whole(
         exporter_url=s.url("exporter"),
         trace=True,
     )
-    with answers_seen(s) as answers:
+    with wire_seen(s) as wire:
         result = run(p, db=str(db))
-    served_whole(result.summary.client.failed, result.summary.client.errors, answers)
+    served_whole(result.summary.client.failed, result.summary.client.errors, wire)
     assert result.status == "ok" and result.run_id is not None
     with RunStore(db) as opened:
         trace = opened.load_run(result.run_id).trace
@@ -161,13 +167,13 @@ def test_the_cli_report_shows_the_traced_side(
 ) -> None:
     s = traced_stack
     argv = ["concurrency", "-c", "4", "--requests", "200", "--trace", "--db", str(tmp_path / "r")]
-    with answers_seen(s) as answers:
+    with wire_seen(s) as wire:
         code = main([*argv, "--url", s.url("triton_http"), "--exporter-url", s.url("exporter")])
     out = capsys.readouterr().out
     with RunStore(tmp_path / "r") as opened:
         clients = [opened.load_run(r["id"]).summary.client for r in opened.list_runs()]
     for client in clients:
-        served_whole(client.failed, client.errors, answers)
+        served_whole(client.failed, client.errors, wire)
     assert code == 0
     assert "server side, traced (Triton's own traces of this run's requests:" in out
     assert "queue wait   p50 " in out and "grouped into " in out and "why they left" in out
