@@ -7,6 +7,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -14,6 +15,7 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 
+from bench.wire import Capture, requests_in
 from stack.cli import restart
 from stacksettings import Settings
 from tritonapi.client import TritonClient
@@ -79,6 +81,31 @@ def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()
         return
     proven = frozenset(text for text in errors if proven_on_the_wire(text, wire))
     raise FailedRequests(failed, errors, proven)
+
+
+@contextmanager
+def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
+    """The segments tcpdump saw inside the block (the list is filled when it ends): over
+    HTTP what Triton's port sent, over gRPC what was sent to Triton's port. The witness of
+    :func:`served_whole` for a failure that is Triton's corruption."""
+    seen: list[bytes] = []
+    if protocol == "http":
+        wire = Capture(settings.port("triton_http"), "http", direction="from")
+    else:
+        wire = Capture(settings.port("triton_grpc"), "grpc", direction="to")
+    try:
+        with wire:
+            yield seen
+        seen.extend(wire.payloads())
+    finally:
+        wire.close()
+
+
+def seen_at_work(wire: list[bytes], protocol: str) -> int:
+    """Answers (HTTP) or requests (gRPC) in the capture: the witness saw the run."""
+    if protocol == "http":
+        return sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in wire)
+    return sum(requests_in(segment, "grpc") for segment in wire)
 
 
 # What Triton 2.51's tracing bug (a Trace freed while in use: DESIGN.md) did to a traced

@@ -28,7 +28,7 @@ from stack import tracewindow
 from stack.errors import StackError
 from stack.supervisor import Supervisor, running
 from stacksettings import PORTS, Settings, isolated
-from tests.helpers import wait_for
+from tests.helpers import TritonCrashes, seen_at_work, served_whole, wait_for, wire_seen
 from tritonapi.client import TritonClient
 from tritonapi.traces import (
     WRITE_EVERY,
@@ -41,7 +41,14 @@ from tritonapi.traces import (
 )
 from tritonapi.tracesafety import Load, safe_count
 
-pytestmark = pytest.mark.integration
+CRASHES = TritonCrashes()
+pytestmark = [
+    pytest.mark.integration,
+    # Rerun only for Triton 2.51's tracing bug (tests/helpers.TritonCrashes): a crash by a
+    # signal it logs or the supervisor records (the SIGKILL these tests send is neither),
+    # or a traced request it corrupted, proven on the wire.
+    pytest.mark.flaky(reruns=2, condition=CRASHES.crashed),
+]
 
 MODEL = "batch_add_model"
 
@@ -55,6 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     os.environ.update(env)
     try:
         with running(settings, only={"triton", "exporter"}, supervise=True):
+            CRASHES.watch(settings)
             yield settings
     finally:
         for k, v in old.items():
@@ -65,10 +73,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 @pytest.fixture(autouse=True)
-def stack_state(stack: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def stack_state(
+    stack: Settings, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     """loadgen finds the key of the stack's restricted APIs as a user's loadgen does; a
-    Triton killed by a test before is back."""
+    Triton killed by a test before is back. A crash from now on is this test's."""
+    CRASHES.forget()
     wait_for("Triton ready", lambda: TritonClient(stack.url("triton_http")).is_ready(2.0), 120)
+    CRASHES.begin(request.node.nodeid)
     monkeypatch.setenv("STACK_STATE_DIR", str(stack.state_dir))
     for name, (_, var) in PORTS.items():
         monkeypatch.setenv(var, str(stack.port(name)))
@@ -161,7 +173,10 @@ def test_parts_of_a_window_are_read_as_triton_writes_them(stack: Settings) -> No
         params = RunParams(
             "concurrency", url=stack.url("triton_http"), concurrency=2, requests=count
         )
-        assert run(params).summary.client.failed == 0
+        with wire_seen(stack) as wire:
+            client = run(params).summary.client
+        assert seen_at_work(wire, "http") > 0
+        served_whole(client.failed, client.errors, wire)
     finally:
         left = window_left(triton, MODEL)
         stop_window(triton, MODEL)
@@ -268,7 +283,10 @@ def test_always_on_sampling_rotates_its_files_inside_the_region(stack: Settings)
         params = RunParams(
             "concurrency", model=model, url=stack.url("triton_http"), concurrency=2, requests=sent
         )
-        assert run(params).summary.client.failed == 0
+        with wire_seen(stack) as wire:
+            client = run(params).summary.client
+        assert seen_at_work(wire, "http") > 0
+        served_whole(client.failed, client.errors, wire)
     finally:
         triton.update_trace_settings({"trace_level": ["OFF"]})
     traced = sent // 100

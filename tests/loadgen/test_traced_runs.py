@@ -11,20 +11,18 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from advisor.cli import main as advisor_main
-from bench.wire import Capture, requests_in
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.store.runstore import RunStore
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
-from tests.helpers import TritonCrashes, served_whole
+from tests.helpers import TritonCrashes, seen_at_work, served_whole, wire_seen
 
 CRASHES = TritonCrashes()
 pytestmark = [
@@ -57,31 +55,6 @@ def stack_state(
     monkeypatch.setenv("STACK_STATE_DIR", str(traced_stack.state_dir))
     for name, (_, var) in PORTS.items():
         monkeypatch.setenv(var, str(traced_stack.port(name)))
-
-
-@contextmanager
-def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
-    """The segments tcpdump saw inside the block (the list is filled when it ends): over
-    HTTP what Triton's port sent, over gRPC what was sent to Triton's port. The witness of
-    :func:`tests.helpers.served_whole` for a failure that is Triton's corruption."""
-    seen: list[bytes] = []
-    if protocol == "http":
-        wire = Capture(settings.port("triton_http"), "http", direction="from")
-    else:
-        wire = Capture(settings.port("triton_grpc"), "grpc", direction="to")
-    try:
-        with wire:
-            yield seen
-        seen.extend(wire.payloads())
-    finally:
-        wire.close()
-
-
-def seen_at_work(wire: list[bytes], protocol: str) -> int:
-    """Answers (HTTP) or requests (gRPC) in the capture: the witness saw the run."""
-    if protocol == "http":
-        return sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in wire)
-    return sum(requests_in(segment, "grpc") for segment in wire)
 
 
 def traced_run(settings: Settings, db: Path, **params: object) -> int:
