@@ -87,7 +87,8 @@ def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()
 def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
     """The segments tcpdump saw inside the block (the list is filled when it ends): over
     HTTP what Triton's port sent, over gRPC what was sent to Triton's port. The witness of
-    :func:`served_whole` for a failure that is Triton's corruption."""
+    :func:`served_whole` for a failure that is Triton's corruption; the block must send
+    requests, and the witness must have seen them (else it could prove nothing)."""
     seen: list[bytes] = []
     if protocol == "http":
         wire = Capture(settings.port("triton_http"), "http", direction="from")
@@ -99,13 +100,11 @@ def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes
         seen.extend(wire.payloads())
     finally:
         wire.close()
-
-
-def seen_at_work(wire: list[bytes], protocol: str) -> int:
-    """Answers (HTTP) or requests (gRPC) in the capture: the witness saw the run."""
     if protocol == "http":
-        return sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in wire)
-    return sum(requests_in(segment, "grpc") for segment in wire)
+        saw = sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in seen)
+    else:
+        saw = sum(requests_in(segment, "grpc") for segment in seen)
+    assert saw > 0, f"the capture of Triton's {protocol} port saw none of the run"
 
 
 # What Triton 2.51's tracing bug (a Trace freed while in use: DESIGN.md) did to a traced

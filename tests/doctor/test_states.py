@@ -134,7 +134,7 @@ def codes(d: Diagnosis) -> list[str]:
     return [f.code for f in d.findings]
 
 
-def state_codes(codes: list[str]) -> list[str]:
+def state_codes(found: list[str]) -> list[str]:
     """The codes less "queue-latency", for open-loop loads on the shared test machine.
 
     At 150 requests/s, a stall of Triton's process for one second (other tests' servers on
@@ -143,7 +143,7 @@ def state_codes(codes: list[str]) -> list[str]:
     doctor is right to say so then; the state under test is the rest of its findings.
     (tests/doctor/test_checks.py tests the finding's arithmetic.)
     """
-    return [code for code in codes if code != "queue-latency"]
+    return [code for code in found if code != "queue-latency"]
 
 
 def test_healthy_batcher_has_no_finding(triton: Settings) -> None:

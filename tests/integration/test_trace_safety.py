@@ -28,7 +28,7 @@ from stack import tracewindow
 from stack.errors import StackError
 from stack.supervisor import Supervisor, running
 from stacksettings import PORTS, Settings, isolated
-from tests.helpers import TritonCrashes, seen_at_work, served_whole, wait_for, wire_seen
+from tests.helpers import TritonCrashes, served_whole, wait_for, wire_seen
 from tritonapi.client import TritonClient
 from tritonapi.traces import (
     WRITE_EVERY,
@@ -175,7 +175,6 @@ def test_parts_of_a_window_are_read_as_triton_writes_them(stack: Settings) -> No
         )
         with wire_seen(stack) as wire:
             client = run(params).summary.client
-        assert seen_at_work(wire, "http") > 0
         served_whole(client.failed, client.errors, wire)
     finally:
         left = window_left(triton, MODEL)
@@ -285,7 +284,6 @@ def test_always_on_sampling_rotates_its_files_inside_the_region(stack: Settings)
         )
         with wire_seen(stack) as wire:
             client = run(params).summary.client
-        assert seen_at_work(wire, "http") > 0
         served_whole(client.failed, client.errors, wire)
     finally:
         triton.update_trace_settings({"trace_level": ["OFF"]})

@@ -22,7 +22,7 @@ from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.store.runstore import RunStore
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
-from tests.helpers import TritonCrashes, seen_at_work, served_whole, wire_seen
+from tests.helpers import TritonCrashes, served_whole, wire_seen
 
 CRASHES = TritonCrashes()
 pytestmark = [
@@ -68,7 +68,6 @@ def traced_run(settings: Settings, db: Path, **params: object) -> int:
     )
     with wire_seen(settings, p.protocol) as wire:
         result = run(p, db=str(db))
-    assert seen_at_work(wire, p.protocol) > 0
     served_whole(result.summary.client.failed, result.summary.client.errors, wire)
     assert result.status == "ok" and result.run_id is not None
     return result.run_id
