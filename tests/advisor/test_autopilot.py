@@ -348,11 +348,17 @@ def test_a_change_that_triples_latency_is_rolled_back_within_the_window(
     took = time.monotonic() - started
     change = result.change
     assert change.outcome == "rolled_back", result.line()
-    assert "client p99 worse beyond noise" in change.reason
-    # Triton's own mean per request tripled at least (its statistics, not the rule's
-    # figures); the clients' p99 at least doubled (their tail is noisier on a busy machine).
+    # Rolled back for latency, by either of the rule's two signs (each has its unit test
+    # above): the clients' p99, or Triton's mean with the clients' p99 not improved. On the
+    # two shared cores, with the other worker's servers busy, the clients' p99 before the
+    # change was once 32.6 ms (a spec config that queues 0.5 ms): the machine's stalls, which
+    # the 20 ms wait does not double, so only Triton's own statistics judge the change here.
+    assert change.reason.startswith(("client p99 worse beyond noise", "Triton's mean")), (
+        change.reason
+    )
+    assert "worse beyond noise" in change.reason
+    # Triton's own mean per request tripled at least (its statistics, not the rule's figures).
     assert change.after["server_mean_s"] > 3 * change.before["server_mean_s"]
-    assert change.after["client_p99_s"] > 2 * change.before["client_p99_s"]
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
     # Two windows, the settling, the store's commits and two loads: nothing more.
     assert took < 2 * WATCH_S + autopilot.SETTLE_S + 2 * 1.5 + 15

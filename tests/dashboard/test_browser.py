@@ -165,8 +165,15 @@ def test_load_run_and_comparison_render(page: Page, loaded_stack: Settings) -> N
     page.get_by_role("button", name="Ask the advisor about this run").click()
     page.get_by_text("Current config: ").first.wait_for(timeout=400_000)
     shows(page, "predicted")
-    # The verdict renders after the prediction: wait for it rather than look once.
-    verdict = page.get_by_text("Recommended (").or_(page.get_by_text("Keep it:")).first
+    # The verdict renders after the prediction: wait for it rather than look once. It is one
+    # of three: a recommendation, "keep it", or no config under the 10 ms bound (what a run
+    # whose clients caught the shared cores' stalls gets: seen once in a fresh-clone run).
+    verdict = (
+        page.get_by_text("Recommended (")
+        .or_(page.get_by_text("Keep it:"))
+        .or_(page.get_by_text("No config of the "))
+        .first
+    )
     verdict.wait_for(timeout=60_000)
     assert verdict.is_visible()
     save_whole_page(page, "dashboard-advisor.png")
