@@ -48,6 +48,7 @@ from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
+from loadgen.engine.shapes import ConstantRate, count_arrivals  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
@@ -125,7 +126,7 @@ class Point:
 
 def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed: int) -> RunResult:
     version = server_version(TritonClient(settings.url("triton_http")))
-    duration = min(seconds, 0.95 * safe_count(version, None) / rate)
+    duration = traceable_s(seconds, rate, seed, safe_count(version, None))
     params = RunParams(
         "rate",
         model=model,
@@ -142,6 +143,17 @@ def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed
     warm = replace(params, trace=False, duration_s=WARM_UP_S, seed=seed + 1000)
     run(warm)
     return checked(run(params))
+
+
+def traceable_s(seconds: float, rate: float, seed: int, safe: int) -> float:
+    """The longest run up to ``seconds`` whose seeded Poisson schedule holds at most ``safe``
+    requests: the trace window's limit on this Triton (tritonapi.tracesafety), which loadgen
+    checks against the schedule's own count and refuses past (0.95 x safe / rate once gave
+    503 arrivals for 500, and every model's fit was refused)."""
+    duration = seconds
+    while count_arrivals(ConstantRate(rate, duration), True, seed) > safe:
+        duration *= 0.97
+    return duration
 
 
 class RunFault(RuntimeError):
