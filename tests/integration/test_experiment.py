@@ -45,21 +45,45 @@ def test_three_serial_requests_cost_three_executions(
     assert delta.executions_by_size() == {1: 3}
 
 
-def test_three_simultaneous_requests_are_batched(running_stack: Settings, triton_url: str) -> None:
-    before = model_stats(triton_url, "batch_add_model")
-    pairs, responses = send_burst(running_stack, "batch_add_model", 3)
-    delta = model_stats(triton_url, "batch_add_model").minus(before)
+BURSTS = 5
+DELAY_US = 500  # batch_add_model's max_queue_delay_microseconds (the spec's config)
 
-    for (a, b), response in zip(pairs, responses, strict=True):
-        assert response["outputs"][0]["data"] == [a + b]
-    assert delta.inference_count == 3
-    assert delta.execution_count < 3, f"no batching: sizes {delta.executions_by_size()}"
-    sizes = delta.executions_by_size()
-    assert sum(size * n for size, n in sizes.items()) == 3
-    # Usually {1: 1, 2: 1}: the preferred size 2 is sent at once, the third request
-    # waits out the queue delay alone. On a loaded machine the batcher thread may
-    # wake after all three are queued and past the delay, and send one batch of 3.
-    assert sizes in ({1: 1, 2: 1}, {3: 1}), sizes
+
+def test_three_simultaneous_requests_are_batched(running_stack: Settings, triton_url: str) -> None:
+    """Five bursts of three; each is answered right, and all but at most one are batched.
+
+    The batcher merges requests that reach its queue within the 500 us delay. On a 2-core
+    machine a stall (another process, the hypervisor) can hold Triton's front end for longer
+    than that between two of the three, and then each request is executed alone after
+    waiting out the delay. Triton's own queue time tells the two apart: a burst that was
+    not batched passes only if each of its requests waited at least most of the delay in
+    the queue (the batcher held it for a partner that came too late), and one burst in five
+    may be such. A model that does not merge fails the count (``add_unbatched`` in its
+    place: five bursts of ``{1: 3}``); one that sends lone requests without waiting fails
+    the queue check.
+    """
+    seen = []
+    for _ in range(BURSTS):
+        before = model_stats(triton_url, "batch_add_model")
+        pairs, responses = send_burst(running_stack, "batch_add_model", 3)
+        delta = model_stats(triton_url, "batch_add_model").minus(before)
+
+        for (a, b), response in zip(pairs, responses, strict=True):
+            assert response["outputs"][0]["data"] == [a + b]
+        assert delta.inference_count == 3
+        sizes = delta.executions_by_size()
+        assert sum(size * n for size, n in sizes.items()) == 3
+        queue_us = delta.phase("queue").ns / 1000 / 3
+        seen.append((sizes, round(queue_us)))
+        if delta.execution_count < 3:
+            # Usually {1: 1, 2: 1}: the preferred size 2 is sent at once, the third request
+            # waits out the queue delay alone. On a loaded machine the batcher thread may
+            # wake after all three are queued and past the delay, and send one batch of 3.
+            assert sizes in ({1: 1, 2: 1}, {3: 1}), seen
+        else:
+            assert queue_us >= 0.8 * DELAY_US, f"executed alone without waiting: {seen}"
+    batched = sum(1 for sizes, _ in seen if sum(sizes.values()) < 3)
+    assert batched >= BURSTS - 1, f"no batching: (sizes, mean queue us) per burst {seen}"
 
 
 def test_unbatched_twin_executes_every_request_alone(
