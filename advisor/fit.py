@@ -19,12 +19,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from advisor.model import OpenLoop, ServiceModel
 from promapi import PromClient, PrometheusError, Range, increase_with_new
 from tritonapi.stats import ModelStats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A batch size executed at least this often keeps its own measured mean time, when some
 # such size is further than LINE_TOLERANCE from the fitted line (the MLP here: 1.1 ms for

@@ -18,11 +18,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import requests
 import requests.adapters
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported where a frame is built, not here: the command lines that import this
+# module for one scalar (the doctor, the advisor, the launcher's --help) start about half a
+# second sooner without it (bench/cli_startup.py).
 
 # Prometheus refuses range queries of more than 11,000 points per series; charts
 # need far fewer: a few hundred points fill a dashboard panel's width.
@@ -153,6 +159,8 @@ def sample_value(text: Any) -> float:
 
 
 def _timestamp(seconds: Any) -> pd.Timestamp:
+    import pandas as pd
+
     return pd.Timestamp(float(seconds), unit="s", tz="UTC")
 
 
@@ -161,6 +169,8 @@ def vector_frame(data: Any) -> pd.DataFrame:
 
     A scalar result becomes one row without labels. An empty result is an empty frame.
     """
+    import pandas as pd
+
     kind, result = _result(data)
     if kind == "scalar":
         ts, value = result
@@ -195,6 +205,8 @@ def alerts_frame(data: Any) -> pd.DataFrame:
     """/api/v1/alerts: one row per alert (firing and pending), firing first."""
     if not isinstance(data, dict) or not isinstance(data.get("alerts"), list):
         raise PrometheusResponseError("the alerts answer has no list of alerts")
+    import pandas as pd
+
     rows = []
     for alert in data["alerts"]:
         labels = alert.get("labels", {})
@@ -224,6 +236,8 @@ def _result(data: Any) -> tuple[str, Any]:
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd
+
     if not rows:
         return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns, UTC]"), "value": []})
     return pd.DataFrame(rows)

@@ -11,12 +11,24 @@ dashboard's config view all read a :class:`ModelConfig` from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2
 
 ParseError = text_format.ParseError
+
+
+def _pb2() -> ModuleType:
+    """Triton's protobuf module, imported on first use: its package (``tritonclient.grpc``)
+    brings grpc, numpy and ml_dtypes, a fifth of a second that every command line paid at
+    start for a module most of them only need once they read a config."""
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2
 
 
 @dataclass(frozen=True)
@@ -173,7 +185,7 @@ def _tensors(items: Any) -> tuple[Tensor, ...]:
     return tuple(
         Tensor(
             t.name,
-            _kind(model_config_pb2.DataType, t.data_type),
+            _kind(_pb2().DataType, t.data_type),
             tuple(t.dims),
             bool(getattr(t, "allow_ragged_batch", False)),  # outputs have no such field
         )
@@ -199,7 +211,7 @@ def from_proto(config: model_config_pb2.ModelConfig) -> ModelConfig:
         )
     groups = tuple(
         InstanceGroup(
-            _kind(model_config_pb2.ModelInstanceGroup.Kind, g.kind),
+            _kind(_pb2().ModelInstanceGroup.Kind, g.kind),
             # Triton's default for an unset count is one instance.
             int(g.count) if g.count > 0 else 1,
             tuple(g.gpus),
@@ -230,9 +242,7 @@ def from_proto(config: model_config_pb2.ModelConfig) -> ModelConfig:
 def _queue_policy(policy: Any) -> QueuePolicy:
     return QueuePolicy(
         max_queue_size=int(policy.max_queue_size),
-        timeout_action=_kind(
-            model_config_pb2.ModelQueuePolicy.TimeoutAction, policy.timeout_action
-        ),
+        timeout_action=_kind(_pb2().ModelQueuePolicy.TimeoutAction, policy.timeout_action),
         default_timeout_us=int(policy.default_timeout_microseconds),
         allow_timeout_override=bool(policy.allow_timeout_override),
     )
@@ -242,7 +252,7 @@ def _sequence(config: model_config_pb2.ModelConfig) -> SequenceBatching | None:
     if not config.HasField("sequence_batching"):
         return None
     seq = config.sequence_batching
-    kinds = model_config_pb2.ModelSequenceBatching.Control.Kind
+    kinds = _pb2().ModelSequenceBatching.Control.Kind
     controls = tuple(
         (_kind(kinds, control.kind), item.name)
         for item in seq.control_input
@@ -257,7 +267,7 @@ def _sequence(config: model_config_pb2.ModelConfig) -> SequenceBatching | None:
 
 def parse_pbtxt(text: str) -> model_config_pb2.ModelConfig:
     """``config.pbtxt`` text as Triton's protobuf; raises :data:`ParseError` (line, column)."""
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
+    return text_format.Parse(text, _pb2().ModelConfig())
 
 
 def to_dict(message: model_config_pb2.ModelConfig) -> dict[str, Any]:
@@ -273,9 +283,7 @@ def parse_json(payload: Any) -> ModelConfig:
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
         raise ValueError("not a Triton model config (no name)")
     try:
-        message = json_format.ParseDict(
-            payload, model_config_pb2.ModelConfig(), ignore_unknown_fields=True
-        )
+        message = json_format.ParseDict(payload, _pb2().ModelConfig(), ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise ValueError(f"malformed model config {payload['name']!r}: {exc}") from None
     return from_proto(message)
