@@ -26,9 +26,9 @@ import requests.adapters
 if TYPE_CHECKING:
     import pandas as pd
 
-# pandas is imported where a frame is built, not here: the command lines that import this
-# module for one scalar (the doctor, the advisor, the launcher's --help) start about half a
-# second sooner without it (bench/cli_startup.py).
+# pandas is imported where a frame is built, not here: the command lines import this module
+# at start (the launcher's --help included), and pandas is most of their start-up
+# (bench/cli_startup.py measures it).
 
 # Prometheus refuses range queries of more than 11,000 points per series; charts
 # need far fewer: a few hundred points fill a dashboard panel's width.

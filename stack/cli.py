@@ -16,6 +16,7 @@ from doctor import cli as doctor_cli
 from stack import (
     alertmanager,
     attach,
+    deployfiles,
     rulegen,
     rulesettings,
     tracewindow,
@@ -417,17 +418,11 @@ def rules(settings_path: Path, output: Path, check: bool) -> int:
 
 
 def render(check: bool) -> int:
-    # Here, not at the top: it builds the Grafana dashboard (its SDK and plotly's figures),
-    # which no other command needs, and every command would start slower for it.
-    from stack import deployfiles
-
     return write_or_check("render", deployfiles.render(), check)
 
 
 def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
     """Write generated files, or with ``check`` fail (exit 1) if any differs from its source."""
-    from stack import deployfiles
-
     if not check:
         for path in deployfiles.write(files):
             print(f"wrote {path}")

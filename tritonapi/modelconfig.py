@@ -24,8 +24,8 @@ ParseError = text_format.ParseError
 
 def _pb2() -> ModuleType:
     """Triton's protobuf module, imported on first use: its package (``tritonclient.grpc``)
-    brings grpc, numpy and ml_dtypes, a fifth of a second that every command line paid at
-    start for a module most of them only need once they read a config."""
+    brings grpc, numpy and ml_dtypes, which every command line would otherwise load at start
+    for a module most of them need only once they read a config."""
     from tritonclient.grpc import model_config_pb2
 
     return model_config_pb2
