@@ -235,13 +235,16 @@ def watch(url: str, model: str, window_s: float) -> ServerWindow:
     if cpu_meter is not None:
         cpu_meter.start()
     try:
+        asked = time.monotonic()
         first = last = client.model_stats(model)
-        samples = [(time.monotonic(), float(first.inference_count))]
-        deadline = samples[0][0] + window_s
+        # Each count is stamped at the middle of its read: Triton took it somewhere between.
+        samples = [((asked + time.monotonic()) / 2, float(first.inference_count))]
+        deadline = asked + window_s
         while time.monotonic() < deadline:
             time.sleep(step_s)
+            asked = time.monotonic()
             last = client.model_stats(model)
-            samples.append((time.monotonic(), float(last.inference_count)))
+            samples.append(((asked + time.monotonic()) / 2, float(last.inference_count)))
     except TritonError as exc:
         raise InputError(triton_problem(exc, model)) from None
     used = cpu_meter.stop() if cpu_meter is not None else None

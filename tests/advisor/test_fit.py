@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,42 @@ def test_constant_traffic_has_no_burstiness() -> None:
     traffic = fit_traffic(samples)
     assert traffic.rate_per_s == pytest.approx(200.0)
     assert traffic.cv == pytest.approx(0.0)
+
+
+def test_constant_traffic_read_at_uneven_steps_has_no_burstiness() -> None:
+    # 2,000/s read by a poller whose steps wander between 0.15 and 0.25 s, as a busy
+    # machine's do: each bin holds the rate times its own length, and that is no burst.
+    times = [0.0]
+    for i in range(20):
+        times.append(times[-1] + (0.15 if i % 2 else 0.25))
+    traffic = fit_traffic([(t, 2000.0 * t) for t in times])
+    assert traffic.rate_per_s == pytest.approx(2000.0)
+    assert traffic.cv == pytest.approx(0.0, abs=1e-6)
+
+
+def test_poisson_counts_read_at_uneven_steps_have_a_cv_near_1() -> None:
+    rng = random.Random(5)
+    cvs = []
+    for _ in range(200):
+        samples, t, n = [(0.0, 0.0)], 0.0, 0.0
+        for i in range(20):
+            step = 0.15 if i % 2 else 0.25
+            t += step
+            n += poisson(rng, 2000.0 * step)
+            samples.append((t, n))
+        cvs.append(fit_traffic(samples).cv)
+    cvs.sort()
+    assert 0.9 < cvs[100] < 1.1  # the median
+    assert cvs[190] < 1.4  # read as equal bins, these were cv 5.2 at the median
+
+
+def poisson(rng: random.Random, mean: float) -> float:
+    """A Poisson draw by counting exponential gaps (the means here are a few hundred)."""
+    count, t = 0, rng.expovariate(1.0)
+    while t < mean:
+        count += 1
+        t += rng.expovariate(1.0)
+    return float(count)
 
 
 def test_bursty_traffic_has_a_large_cv() -> None:
