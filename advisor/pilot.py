@@ -15,7 +15,11 @@ Each step (one ``--interval-s``):
 3. **Shifted?** Compared with the traffic the current config was chosen for (the last advice
    of this run; none yet at the first step, which advises): a rate beyond x:data:`RATE_RATIO`
    either way, or a burstiness (CV of inter-arrival) moved by more than :data:`CV_CHANGE`, in
-   :data:`SUSTAINED` consecutive intervals.
+   :data:`SUSTAINED` consecutive intervals. After a change is kept, the first interval under
+   it becomes the baseline instead, and advises nothing: Triton's counts are what it served,
+   and a config that serves better makes the same clients' traffic look smoother (a backlog
+   drained, no execution stalls), which read against the old baseline was a shift of
+   burstiness, a second advice and, on a busy machine, a second change.
 4. **Advise** within the policy (:meth:`advisor.policy.Policy.restrict` cuts the search space
    first), and, for a change, apply it through :func:`advisor.autopilot.apply_and_watch`
    (``--apply``) or print what would be applied (dry run). At most one change per the
@@ -153,6 +157,9 @@ class Pilot:
         self.gone_told: int | None = None  # the kept change a dry run said is gone
         self.failed_reapply: set[int] = set()  # kept changes whose re-apply failed
         self.results: list[autopilot.Result] = []
+        # A config just kept changes what Triton's counts show of the same clients: a
+        # backlog drains, executions stop stalling. Its first interval is its baseline.
+        self.rebaseline = False
 
     # ---- 1. the kept config after a restart ---------------------------------------------
 
@@ -245,6 +252,13 @@ class Pilot:
             traffic = fit_traffic(window.samples)
         except (InputError, ValueError) as exc:
             self.say(f"{model}: traffic not measured over {opts.interval_s:g} s ({exc})")
+            return
+        if self.rebaseline:
+            self.baseline, self.shifted, self.rebaseline = traffic, 0, False
+            self.say(
+                f"{model}: traffic {traffic_text(traffic)} under the config just kept: the "
+                "baseline for it from now on; no advice"
+            )
             return
         if self.baseline is None:
             self.say(f"{model}: traffic {traffic_text(traffic)}; no advice yet: advising")
@@ -346,6 +360,7 @@ class Pilot:
             self.say(f"NOT APPLIED {model}: {exc}; nothing was changed")
             return
         self.results.append(result)
+        self.rebaseline = result.change.outcome == "kept"
         self.say(result.line())
 
 
