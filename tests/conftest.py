@@ -3,6 +3,7 @@ session's account of reruns: each is listed with its cause, and too many fail th
 
 from __future__ import annotations
 
+import fcntl
 import re
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -113,6 +114,32 @@ def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
             "(.venv/bin/pip install -e '.[test]')",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_shared(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test marked ``alone`` runs while no other test runs, on any xdist worker (or in
+    another pytest of this user): it holds the room's lock exclusively, every other test
+    holds it shared. The turnstile, taken by everyone on the way in and kept by the one
+    waiting to be alone, stops a stream of shared holders from starving it. Marked: the
+    tests whose claim needs the machine's cores whole (2,000/s beside Triton on 2 cores)."""
+    root = tmp_path_factory.getbasetemp().parent  # one for the session's workers
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(root / "alone.turnstile", "a") as turnstile, open(root / "alone.room", "a") as room:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

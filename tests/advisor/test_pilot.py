@@ -359,6 +359,84 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
 
 
+def said(lines: list[str]) -> str:
+    return "\n".join(["the autopilot said:", *lines])
+
+
+def average_batch(client: TritonClient, seconds: float) -> float:
+    """Triton's own average batch over ``seconds``: inferences per execution, from its
+    statistics (the observer the autopilot does not control)."""
+    first = client.model_stats(MODEL)
+    time.sleep(seconds)
+    delta = client.model_stats(MODEL).minus(first)
+    return delta.inference_count / max(delta.execution_count, 1)
+
+
+@pytest.mark.integration
+@pytest.mark.alone
+def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillation(
+    supervisor: Supervisor, client: TritonClient, tmp_path: Path
+) -> None:
+    """--apply, one interval at a time, from batches of at most 2 without a delay: kept at
+    200/s (batches rarely form there), too small at 2,000/s. The shift is advised on once,
+    the change is kept on what the clients saw, and the steps after it change nothing,
+    though the policy would allow another change at once."""
+    url = supervisor.settings.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    start = BatcherConfig(2, (), 0, 1)
+    client.load_model(MODEL, live(client, start))
+    opts = pilot.PilotOptions(
+        url=url,
+        model=MODEL,
+        policy=Policy(min_minutes_between_changes=0),
+        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
+        inputs=Options(
+            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
+        ),
+        interval_s=4.0,
+        store=db,
+        apply=True,
+        watch_s=5.0,
+        headers=supervisor.settings.admin_headers(),
+    )
+    lines: list[str] = []
+    steps = pilot.Pilot(opts, lines.append)
+    with rate_traffic(supervisor, 200.0, db):
+        steps.step()
+        steps.step()
+    assert lines[0].endswith("no advice yet: advising"), said(lines)
+    assert lines[1].startswith(f"KEEP {MODEL}: {start.describe()}"), said(lines)
+    assert from_model_config(client.model_config_json(MODEL)) == start
+    with supervised_traffic(supervisor, db, 120.0, seed=19, rate=2000.0):
+        before = average_batch(client, 2.0)
+        for _ in range(4):  # two intervals to call it a shift, then the advice
+            steps.step()
+            if steps.results:
+                break
+        changed_at = len(lines)
+        for _ in range(4):  # the traffic goes on: nothing more to change
+            steps.step()
+        assert "under the config just kept: the baseline" in lines[changed_at], said(lines)
+        served = from_model_config(client.model_config_json(MODEL))
+        after = average_batch(client, 2.0)
+    advised = [line for line in lines if line.endswith("for 2 intervals: advising")]
+    assert len(advised) == 1 and "shifted (rate x" in advised[0], said(lines)
+    with RunStore(db) as store:
+        changes = store.list_changes(MODEL)
+    assert [c.outcome for c in changes] == ["kept"], [(c.outcome, c.reason) for c in changes]
+    (change,) = changes
+    kept = from_model_config(change.new_config)
+    assert served == kept and kept.max_batch_size > start.max_batch_size, said(lines)
+    # Kept on the clients' p99, or, where the start config was so overloaded that clients
+    # timed out before the change (a busy machine), on Triton's mean with fewer failures.
+    assert lines[changed_at - 1].startswith(f"KEPT {MODEL}: "), said(lines)
+    assert change.after["failed"] <= change.before["failed"], said(lines)
+    later = lines[changed_at:]
+    assert not any(line.startswith(("KEPT", "ROLLED", "NOT APPLIED")) for line in later)
+    # Triton batched more once the change was in (its statistics, not the autopilot's).
+    assert after > before, (before, after)
+
+
 @pytest.mark.integration
 def test_a_kept_config_that_no_longer_loads_is_recorded_as_reapply_failed(
     supervisor: Supervisor, client: TritonClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
