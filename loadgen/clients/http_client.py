@@ -187,6 +187,7 @@ class HttpClient(Client):
         self._valid: tuple[bytes, int, int] | None = None  # (json header, sum offset, size)
         self._valid_headers: set[bytes] = set()  # other right headers (requests that vary)
         self._sweeper: asyncio.Task[None] | None = None
+        self._reconnects: set[asyncio.Task[None]] = set()  # replacements still connecting
 
     # ---- slots ------------------------------------------------------------------------
     async def _connect(self) -> _Conn:
@@ -215,10 +216,16 @@ class HttpClient(Client):
                 except OSError:
                     await asyncio.sleep(0.1)
                     continue
+                if self.closing:  # the run ended while it connected: not handed out
+                    if new.transport is not None:
+                        new.transport.close()
+                    return
                 self.on_done(new)
                 return
 
-        asyncio.ensure_future(reconnect())
+        task = asyncio.ensure_future(reconnect())
+        self._reconnects.add(task)
+        task.add_done_callback(self._reconnects.discard)
 
     # ---- requests ---------------------------------------------------------------------
     def _digits_at(self, head: bytes) -> int:
@@ -377,10 +384,13 @@ class HttpClient(Client):
 
     async def close(self) -> None:
         self.closing = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        # The sweeper, and replacements still connecting: a connection made after the
+        # loop below would be handed to a finished run and never closed.
+        for task in (self._sweeper, *self._reconnects):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for conn in list(self.conns):
             if conn.transport is not None:
                 conn.transport.close()
