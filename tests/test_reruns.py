@@ -13,11 +13,11 @@ import pytest
 from loadgen.clients import http2
 from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.http_client import UnreadableResponse, next_response
-from loadgen.clients.payloads import Payloads, request_tensors
-from loadgen.clients.target import Address, ModelSpec, TensorSpec
-from loadgen.results.recorder import Recorder
+from loadgen.clients.payloads import Payloads
+from loadgen.clients.target import ModelSpec, TensorSpec
 from stacksettings import ROOT, Settings, isolated
 from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
+from tests.loadgen.test_grpc_wire import client_of
 
 
 @pytest.fixture
@@ -118,19 +118,9 @@ def grpc_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> b
         tuple(TensorSpec(name, "FP32", (1,)) for name in inputs),
         (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
     )
-    tensors, outputs = request_tensors(model, 1, {}, {})
     token, index = ident.rsplit("-", 1)
-    client = GrpcClient(
-        Address("127.0.0.1", 8001),
-        model,
-        tensors,
-        outputs,
-        Payloads(model, tensors, seed=1),
-        Recorder(),
-        5.0,
-        id_token=token,
-    )
-    message = client.encode(int(index), Payloads(model, tensors, seed=1).take(0)[0])
+    client = client_of(GrpcClient, 8001, model, 5.0, id_token=token)
+    message = client.encode(int(index), Payloads(model, client.tensors, seed=1).take(0)[0])
     head = http2.frame(http2.HEADERS, http2.END_HEADERS, 5, client.header_block)
     return head + http2.frame(http2.DATA, http2.END_STREAM, 5, message)
 

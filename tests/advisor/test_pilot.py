@@ -312,6 +312,26 @@ def test_after_a_restart_the_kept_config_is_applied_again(
     assert from_model_config(newest.old_config).describe() == SPEC
 
 
+def pilot_options(supervisor: Supervisor, db: Path, **more: Any) -> pilot.PilotOptions:
+    """The autopilot of the shift tests: 4 s intervals, a small search, a policy that allows
+    a change at any time (so that no second change is the autopilot's choice, not the
+    policy's), the store ``db``, the stack's admin key."""
+    url = supervisor.settings.url("triton_http")
+    return pilot.PilotOptions(
+        url=url,
+        model=MODEL,
+        policy=Policy(min_minutes_between_changes=0),
+        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
+        inputs=Options(
+            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
+        ),
+        interval_s=4.0,
+        store=db,
+        headers=supervisor.settings.admin_headers(),
+        **more,
+    )
+
+
 def rate_traffic(supervisor: Supervisor, rate: float, db: Path) -> Any:
     return supervised_traffic(supervisor, db, 40.0, seed=17, rate=rate)
 
@@ -323,19 +343,8 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     """40/s, then 240/s (low rates: the load and Triton share 2 cores), one dry-run step at
     a time: the first step advises, a steady one does not, the shift is advised on at its
     second interval, and the config is then taken as chosen for the new rate."""
-    url = supervisor.settings.url("triton_http")
     db = tmp_path / "runs.sqlite3"
-    opts = pilot.PilotOptions(
-        url=url,
-        model=MODEL,
-        policy=Policy(min_minutes_between_changes=0),
-        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
-        inputs=Options(
-            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
-        ),
-        interval_s=4.0,
-        store=db,
-    )
+    opts = pilot_options(supervisor, db)
     lines: list[str] = []
     steps = pilot.Pilot(opts, lines.append)
     with rate_traffic(supervisor, 40.0, db):
@@ -382,24 +391,10 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     was, on a slow minute of these cores, and its clients' backlog made any change look
     worse). The shift is advised on, one change is made and kept, and the steps after it
     change nothing, though the policy would allow another change at once."""
-    url = supervisor.settings.url("triton_http")
     db = tmp_path / "runs.sqlite3"
     start = BatcherConfig(3, (), 0, 1)
     client.load_model(MODEL, live(client, start))
-    opts = pilot.PilotOptions(
-        url=url,
-        model=MODEL,
-        policy=Policy(min_minutes_between_changes=0),
-        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
-        inputs=Options(
-            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
-        ),
-        interval_s=4.0,
-        store=db,
-        apply=True,
-        watch_s=5.0,
-        headers=supervisor.settings.admin_headers(),
-    )
+    opts = pilot_options(supervisor, db, apply=True, watch_s=5.0)
     lines: list[str] = []
     steps = pilot.Pilot(opts, lines.append)
     with rate_traffic(supervisor, 200.0, db):

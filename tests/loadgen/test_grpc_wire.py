@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -21,10 +21,12 @@ from loadgen.clients import http2
 from loadgen.clients.checks import WRONG_SUM
 from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.payloads import Payloads, request_tensors
+from loadgen.clients.slots import Client
 from loadgen.clients.target import Address, ModelSpec, TensorSpec
 from loadgen.engine import scenarios
 from loadgen.results.recorder import Recorder
 
+C = TypeVar("C", bound=Client)
 SERVICE = "inference.GRPCInferenceService"
 SLEEP_S = 3.0  # how long a "sleep" answer takes: past every client timeout here
 
@@ -87,18 +89,17 @@ class Server:
         await self.server.stop(grace=None)
 
 
-def client_for(server: Server, width: int = 1, timeout_s: float = 5.0) -> GrpcClient:
-    model = add_model(width)
+def client_of(kind: type[C], port: int, model: ModelSpec, timeout_s: float, **kwargs: Any) -> C:
+    """A ``kind`` client (HTTP or gRPC) of ``model`` on loopback ``port``: batches of 1, the
+    payloads seeded, the outcomes into a fresh recorder."""
     tensors, outputs = request_tensors(model, 1, {}, {})
-    return GrpcClient(
-        Address("127.0.0.1", server.port),
-        model,
-        tensors,
-        outputs,
-        Payloads(model, tensors, seed=1),
-        Recorder(),
-        timeout_s,
-    )
+    payloads = Payloads(model, tensors, seed=1)
+    address = Address("127.0.0.1", port)
+    return kind(address, model, tensors, outputs, payloads, Recorder(), timeout_s, **kwargs)
+
+
+def client_for(server: Server, width: int = 1, timeout_s: float = 5.0) -> GrpcClient:
+    return client_of(GrpcClient, server.port, add_model(width), timeout_s)
 
 
 def closed_loop(

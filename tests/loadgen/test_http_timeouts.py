@@ -9,11 +9,9 @@ import gc
 import warnings
 
 from loadgen.clients.http_client import HttpClient
-from loadgen.clients.payloads import Payloads, request_tensors
-from loadgen.clients.target import Address
 from loadgen.engine import scenarios
 from loadgen.results.recorder import Recorder
-from tests.loadgen.test_grpc_wire import add_model
+from tests.loadgen.test_grpc_wire import add_model, client_of
 
 
 class Silent:
@@ -53,17 +51,7 @@ def test_timed_out_connections_are_replaced_and_none_is_left_open_at_the_end() -
 
     async def go() -> HttpClient:
         port = await silent.start()
-        model = add_model(1)
-        tensors, outputs = request_tensors(model, 1, {}, {})
-        client = HttpClient(
-            Address("127.0.0.1", port),
-            model,
-            tensors,
-            outputs,
-            Payloads(model, tensors, seed=1),
-            Recorder(),
-            0.05,
-        )
+        client = client_of(HttpClient, port, add_model(1), 0.05)
         try:
             await scenarios.closed_loop(client, 8, 1.0, None, lambda: False)
         finally:
@@ -92,17 +80,7 @@ def test_a_replacement_still_connecting_when_the_client_closes_is_closed_too() -
 
     async def go() -> None:
         port = await silent.start()
-        model = add_model(1)
-        tensors, outputs = request_tensors(model, 1, {}, {})
-        client = HttpClient(
-            Address("127.0.0.1", port),
-            model,
-            tensors,
-            outputs,
-            Payloads(model, tensors, seed=1),
-            Recorder(),
-            5.0,
-        )
+        client = client_of(HttpClient, port, add_model(1), 5.0)
         client.on_done = handed.append
         (conn,) = await client.open_slots(1)
         conn.transport.abort()  # the connection dies: a replacement starts connecting
