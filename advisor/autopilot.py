@@ -8,7 +8,9 @@
    override (``POST /v2/repository/models/<m>/load`` with ``parameters.config``). No file is
    written: the override lives in Triton's memory, and a restarted Triton serves
    ``config.pbtxt`` again;
-3. lets the reloaded model settle (:data:`SETTLE_S`), then watches one window *after*;
+3. lets the reloaded model settle (:data:`SETTLE_S`), waits (up to one window) until the
+   backlog the old config left has drained from Triton's queue (:meth:`Observer.drain`), then
+   watches one window *after*;
 4. keeps the change, or loads the previous config again (the same way) when the model failed
    to load, the server stopped answering, failures rose, the latency got worse beyond the
    noise, or the throughput fell beyond it (:func:`judge`);
@@ -25,11 +27,12 @@ and the outcome line says which.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,15 @@ MIN_SECONDS = 3
 POLL_S = 0.5
 # How long a server that stopped answering is waited for before the rollback is given up.
 COME_BACK_S = 30.0
+# Triton's queue has drained when a request waits no longer than the config's delay plus
+# this many executions (an instance busy with the batch before, and the next few at a load
+# near capacity) plus NOISE_FLOOR_S. A backlog waits for all of those ahead of it: seconds.
+DRAIN_EXECUTIONS = 4
+# Polls in a row, each with a longer wait than the one before, that say the queue grows:
+# the config does not keep up, and there is nothing to wait for.
+DRAIN_GROWING = 3
+# No request answered for this long while waiting: the window after says why.
+DRAIN_IDLE_S = 2.0
 
 
 class ServerStopped(Exception):
@@ -93,6 +105,10 @@ class Window:
     # clients' machine makes the window's p99 but moves this little (the stall is one
     # second's or two), where a slower config makes every second worse.
     client_p99_median_second_s: float | None = None
+    # The window after a change begins once Triton's queue has drained (Drain): how long
+    # that took, and whether it did drain within its bound (None: a window before).
+    drain_s: float | None = None
+    drained: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,7 +185,8 @@ def rollback_rule(seconds: float) -> str:
     """The rule :func:`judge` applies, in one line."""
     return (
         f"roll back to the previous config if it fails to load, the server stops answering, "
-        f"failures rise, or over the {seconds:g} s after the change the p99 exceeds "
+        f"failures rise, or over the {seconds:g} s after the change (once Triton's queue has "
+        f"drained, waiting up to {seconds:g} s) the p99 exceeds "
         f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (and "
         "lies outside the 95% interval of the one before, or Triton's mean per request "
         "agrees), or Triton's mean gets worse by as much while the p99 does not improve by "
@@ -358,6 +375,49 @@ class Observer:
             client_p99_median_second_s=median_second_p99(timed, start),
         )
 
+    def drain(self, limit_s: float, delay_s: float) -> Drain:
+        """Wait until Triton's queue has drained, for up to ``limit_s``.
+
+        A config that serves better than the one before it still inherits that one's
+        backlog: requests queued in Triton, and the clients' own requests waiting for a
+        connection. While it drains, clients see the old config's waits, and a window then
+        would judge the backlog, not the config. Each poll reads Triton's statistics: the
+        requests answered since the last, their mean queue wait and their mean execution.
+        Drained when that wait is no longer than :func:`drain_floor` (``delay_s`` is the new
+        config's delay). Not waited for when it grows DRAIN_GROWING polls in a row (the config
+        does not keep up), when no request is answered for DRAIN_IDLE_S, or past ``limit_s``:
+        the window after then judges the config as it stands. ServerStopped as
+        :meth:`watch`."""
+        start = time.monotonic()
+        last, answered_at = self._stats(), start
+        waits: list[float] = []
+
+        def ended(drained: bool, why: str) -> Drain:
+            first, final = (waits[0], waits[-1]) if waits else (None, None)
+            seconds = time.monotonic() - start
+            return Drain(round(seconds, 3), drained, why, first, final)
+
+        while True:
+            self.sleep(POLL_S)
+            now = self._stats()
+            delta = now.minus(last)
+            queued = delta.phase("queue")
+            if queued.count:
+                last, answered_at = now, time.monotonic()
+                waits.append(queued.ns / queued.count / 1e9)
+                phases = [delta.phase(p) for p in ("compute_input", "compute_infer")]
+                phases.append(delta.phase("compute_output"))
+                execution = sum(p.ns for p in phases) / queued.count / 1e9
+                floor = drain_floor(delay_s, execution)
+                if waits[-1] <= floor:
+                    return ended(True, f"drained to a wait within {floor * 1e3:.2f} ms")
+                if growing(waits):
+                    return ended(False, f"grew {DRAIN_GROWING} polls in a row: not waited for")
+            elif time.monotonic() - answered_at >= DRAIN_IDLE_S:
+                return ended(False, f"answered nothing for {DRAIN_IDLE_S:g} s: not waited for")
+            if time.monotonic() - start >= limit_s:
+                return ended(False, f"had not drained within {limit_s:g} s: judged as it stands")
+
     def _clients(self, start: float, end: float) -> tuple[list[tuple[float, float]], int]:
         """(end, latency) of the clients' answered requests in the window, and how many
         failed."""
@@ -368,6 +428,38 @@ class Observer:
             rows = store.window_outcomes(self.model, start, end)
         ok = [(ended, latency) for ended, latency, outcome in rows if outcome == "ok"]
         return ok, len(rows) - len(ok)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """The wait, after a change, for Triton's queue to drain (:meth:`Observer.drain`)."""
+
+    seconds: float
+    drained: bool
+    why: str  # one phrase, for the progress line
+    first_wait_s: float | None = None  # Triton's mean queue wait per request, first poll
+    last_wait_s: float | None = None  # ... and last
+
+    def line(self) -> str:
+        waits = (
+            f"; mean queue wait {self.first_wait_s * 1e3:,.2f} -> {self.last_wait_s * 1e3:,.2f} ms"
+            if self.first_wait_s is not None and self.last_wait_s is not None
+            else ""
+        )
+        return f"Triton's queue {self.why} ({self.seconds:.1f} s{waits})"
+
+
+def drain_floor(delay_s: float, execution_s: float) -> float:
+    """The longest mean queue wait of a drained queue (see DRAIN_EXECUTIONS)."""
+    return delay_s + DRAIN_EXECUTIONS * execution_s + NOISE_FLOOR_S
+
+
+def growing(waits: list[float]) -> bool:
+    """The last DRAIN_GROWING polls each waited longer than the one before, beyond noise."""
+    last = waits[-DRAIN_GROWING - 1 :]
+    return len(last) == DRAIN_GROWING + 1 and all(
+        later > earlier * 1.01 + NOISE_FLOOR_S for earlier, later in itertools.pairwise(last)
+    )
 
 
 def median_second_p99(timed: list[tuple[float, float]], start: float) -> float | None:
@@ -532,13 +624,19 @@ def apply_and_watch(
         )
     else:
         time.sleep(SETTLE_S)
-        say(f"watching {seconds:g} s after the change")
+        delay_s = from_model_config(new_config).delay_s
+        say(f"waiting up to {seconds:g} s for Triton's queue to drain")
         try:
-            after = observer.watch(seconds)
+            drain = observer.drain(seconds, delay_s)
+            say(drain.line())
+            say(f"watching {seconds:g} s after the change")
+            after = replace(observer.watch(seconds), drain_s=drain.seconds, drained=drain.drained)
             verdict = judge(before, after, predicted)
         except ServerStopped as exc:
             verdict = Verdict("rolled_back", f"the server stopped answering ({exc})")
         outcome, reason = verdict.outcome, verdict.reason
+        if after is not None and not after.drained:
+            reason += f" (judged before Triton's queue drained: {drain.line()})"
         if outcome == "rolled_back":
             undone = _restore(client, model, old_config, come_back_s)
             if undone:
