@@ -139,6 +139,47 @@ def fit_traffic(samples: Sequence[tuple[float, float]], min_bins: int = 5) -> Op
 # ---- Prometheus (the exporter's metric contract) ------------------------------------------
 
 
+# A request that waits in Triton's queue longer than this many executions, on average,
+# plus the config's delay and SATURATED_FLOOR_S, waits behind a backlog: even at 95 % of
+# capacity a queue of single executions averages under 10 (M/D/1: rho / (2 (1 - rho))).
+SATURATED_EXECUTIONS = 20
+SATURATED_FLOOR_S = 0.010
+# A saturated model's answered rate is a floor of what clients send; the advice is asked for
+# this many times it: a config with the headroom to drain the backlog and serve up to that.
+# Clients that send more still find it saturated, and the next advice starts from its new
+# capacity (the autopilot's loop).
+SATURATED_RATE = 2.0
+
+
+def saturation(delta: ModelStats, delay_s: float) -> str:
+    """Why the window's requests waited behind a backlog ("" when they did not).
+
+    Triton's statistics count the requests it answered. A model that cannot keep up answers
+    at its capacity, and a rate fitted from those counts is what it served, not what clients
+    sent: a floor. The sign is the mean wait in Triton's queue against the mean execution
+    (each request's share of its batch's compute phases) and the config's delay."""
+    queued = delta.phase("queue")
+    if not queued.count:
+        return ""
+    wait = queued.ns / queued.count / 1e9
+    execution = sum(delta.phase(p).ns for p in EXECUTION_PHASES) / queued.count / 1e9
+    bound = delay_s + SATURATED_EXECUTIONS * execution + SATURATED_FLOOR_S
+    if wait <= bound:
+        return ""
+    return (
+        f"its requests waited {wait * 1e3:,.1f} ms in Triton's queue on average, past "
+        f"{SATURATED_EXECUTIONS} executions ({execution * 1e3:.2f} ms each) and the delay: a "
+        "backlog, so the rate it answered is its capacity, and clients send more"
+    )
+
+
+def saturated_traffic(answered: OpenLoop) -> OpenLoop:
+    """The traffic to advise for when ``answered`` is a saturated model's: SATURATED_RATE
+    times its rate, and Poisson's burstiness unless the answers were burstier (they come at
+    the executions' pace, whatever the clients' pace)."""
+    return OpenLoop(answered.rate_per_s * SATURATED_RATE, max(1.0, answered.cv))
+
+
 def _query(prom_url: str, run: Callable[[PromClient], pd.DataFrame]) -> pd.DataFrame:
     """One read of Prometheus; ValueError (one line) naming what went wrong."""
     try:

@@ -25,9 +25,12 @@ from advisor import costs, handoff, storedrun
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import (
+    SATURATED_RATE,
     batch_times_from_prometheus,
     fit_service_times,
     fit_traffic,
+    saturated_traffic,
+    saturation,
     traffic_from_prometheus,
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
@@ -115,6 +118,9 @@ class Inputs:
     run: storedrun.StoredRun | None = None  # the stored run read, when that was the source
     # Requests per shape, where a stored run or the probe recorded them (None: unknown).
     shapes: dict[str, int] | None = None
+    # Why the server's window shows a saturated model (advisor.fit.saturation; "" if not):
+    # the traffic advised for is then x SATURATED_RATE the rate it answered.
+    saturated: str = ""
 
 
 @dataclass
@@ -291,15 +297,27 @@ def from_server(
         raise InputError(
             f"model {opts.model!r} has never executed: send load first or give --calibration"
         )
+    saturated = ""
     if traffic is None:
         try:
-            traffic = fit_traffic(window.samples)
+            answered = fit_traffic(window.samples)
         except ValueError as exc:
             raise InputError(
                 f"{exc}; give the traffic with --rate or --concurrency instead"
             ) from None
-        notes.append(f"traffic fitted from the window: {traffic.describe()}")
+        saturated = saturation(delta, config.delay_s)
+        traffic = saturated_traffic(answered) if saturated else answered
+        notes.append(
+            f"traffic fitted from the window: {answered.describe()}"
+            + (
+                f"; the model is saturated ({saturated}): advised for {traffic.describe()}, "
+                f"x{SATURATED_RATE:g} the rate it answered"
+                if saturated
+                else ""
+            )
+        )
     inputs = Inputs(config, service, traffic, notes, opts.url, opts.model, triton_version(client))
+    inputs.saturated = saturated
     if window.cpu is not None and window.cores is not None:
         source = f"the local Triton's CPU over the {window.seconds:.0f} s window"
         try:

@@ -12,7 +12,12 @@ Each step (one ``--interval-s``):
 2. **The traffic**: the model's statistics watched for the interval, and the rate and
    burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
    :func:`advisor.fit.fit_traffic`).
-3. **Shifted?** Compared with the traffic the current config was chosen for (the last advice
+3. **Saturated?** When the model's requests waited behind a backlog
+   (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
+   clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the
+   baseline; the advice (:func:`advisor.inputs.from_server`, as ``advise --url`` and the
+   doctor have it) is for x:data:`advisor.fit.SATURATED_RATE` that rate.
+   **Shifted?** Compared with the traffic the current config was chosen for (the last advice
    of this run; none yet at the first step, which advises): a rate beyond x:data:`RATE_RATIO`
    either way, or a burstiness (CV of inter-arrival) moved by more than :data:`CV_CHANGE`, in
    :data:`SUSTAINED` consecutive intervals. After a change is kept, the first interval under
@@ -39,7 +44,7 @@ from pathlib import Path
 from advisor import advice, autopilot
 from advisor.advice import SearchOptions
 from advisor.config import from_model_config
-from advisor.fit import fit_traffic
+from advisor.fit import SATURATED_RATE, fit_traffic, saturated_traffic, saturation
 from advisor.inputs import InputError, Options, ServerWindow, watch
 from advisor.model import OpenLoop
 from advisor.policy import Policy
@@ -160,6 +165,7 @@ class Pilot:
         # A config just kept changes what Triton's counts show of the same clients: a
         # backlog drains, executions stop stalling. Its first interval is its baseline.
         self.rebaseline = False
+        self.saturated = 0  # consecutive intervals in which the model was saturated
 
     # ---- 1. the kept config after a restart ---------------------------------------------
 
@@ -253,6 +259,8 @@ class Pilot:
         except (InputError, ValueError) as exc:
             self.say(f"{model}: traffic not measured over {opts.interval_s:g} s ({exc})")
             return
+        if self.saturated_step(window, traffic):
+            return
         if self.rebaseline:
             self.baseline, self.shifted, self.rebaseline = traffic, 0, False
             self.say(
@@ -276,6 +284,36 @@ class Pilot:
                 return
             self.say(f"{base}: shifted ({why}) for {SUSTAINED} intervals: advising")
         self.advise(window, traffic)
+
+    def saturated_step(self, window: ServerWindow, traffic: OpenLoop) -> bool:
+        """Whether the model was saturated in ``window`` (:func:`advisor.fit.saturation`);
+        then the step ends here, advising (for SATURATED_RATE times the rate it answered)
+        once it has been so for SUSTAINED intervals. A saturated model is advised on whatever
+        the baseline says: the traffic its counts show is its capacity, not a shift. After a
+        kept change, the first interval that is not saturated becomes the baseline (one
+        still draining the old config's backlog is not)."""
+        try:
+            served = from_model_config(self.client.model_config_json(self.opts.model))
+        except TritonError:
+            self.saturated = 0
+            return False
+        why = saturation(window.delta, served.delay_s)
+        if not why:
+            self.saturated = 0
+            return False
+        self.saturated += 1
+        head = f"{self.opts.model}: traffic {traffic_text(traffic)} answered, saturated ({why})"
+        if self.saturated < SUSTAINED:
+            self.say(f"{head}: interval {self.saturated} of {SUSTAINED}")
+            return True
+        asked = saturated_traffic(traffic)  # what the advice, from the same window, asks for
+        self.say(
+            f"{head} for {SUSTAINED} intervals: advising for {traffic_text(asked)}, "
+            f"x{SATURATED_RATE:g} the rate it answered"
+        )
+        self.saturated = 0
+        self.advise(window, asked)
+        return True
 
     def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
         opts, model = self.opts, self.opts.model

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from advisor.config import BatcherConfig, from_model_config
-from advisor.fit import batch_times, fit_service_times, fit_traffic
-from tritonapi.stats import parse_statistics
+from advisor.fit import (
+    batch_times,
+    fit_service_times,
+    fit_traffic,
+    saturated_traffic,
+    saturation,
+)
+from advisor.model import OpenLoop
+from tritonapi.stats import Duration, ModelStats, parse_statistics
 
 DATA = Path(__file__).parent / "data"
 
@@ -137,3 +144,30 @@ def test_traffic_needs_samples_and_requests() -> None:
         fit_traffic([(t, 7.0) for t in range(10)])
     with pytest.raises(ValueError, match="backwards"):
         fit_traffic([(t, 100.0 - t) for t in range(10)])
+
+
+def _stats(count: int, queue_ms: float, execution_ms: float) -> ModelStats:
+    """``count`` requests answered, each having waited ``queue_ms`` and run ``execution_ms``
+    (Triton's per-request phase sums, as its statistics API gives them)."""
+    ns = int(count * 1e6)
+    phases = {
+        "success": Duration(count, ns * int(queue_ms + execution_ms)),
+        "queue": Duration(count, int(ns * queue_ms)),
+        "compute_infer": Duration(count, int(ns * execution_ms)),
+    }
+    return ModelStats("m", "1", count, count, phases)
+
+
+def test_a_backlog_is_saturation_and_a_busy_queue_is_not() -> None:
+    # 6 ms executions, 500 us delay: saturated past 0.5 + 20 * 6 + 10 = 130.5 ms of waiting.
+    assert saturation(_stats(600, 1500.0, 6.0), 0.0005).startswith(
+        "its requests waited 1,500.0 ms in Triton's queue on average, past 20 executions"
+    )
+    assert saturation(_stats(600, 131.0, 6.0), 0.0005)
+    assert saturation(_stats(600, 130.0, 6.0), 0.0005) == ""
+    # A long delay is waited on purpose, not behind a backlog.
+    assert saturation(_stats(600, 100.0, 1.0), 0.1) == ""
+    assert saturation(ModelStats("m", "1", 0, 0), 0.0) == ""
+    # Advised for twice the rate answered, with Poisson's burstiness unless burstier.
+    assert saturated_traffic(OpenLoop(160.0, 0.15)) == OpenLoop(320.0, 1.0)
+    assert saturated_traffic(OpenLoop(160.0, 2.5)) == OpenLoop(320.0, 2.5)
