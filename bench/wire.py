@@ -203,12 +203,44 @@ class GapStats:
     under_half: float  # share of gaps under half the ideal
     ks: float | None  # Kolmogorov-Smirnov statistic against Exp(rate); None unless poisson
     ks_p: float | None
+    # The gaps outside the sender's stalls and the catch-ups after them (stalled_gaps), and
+    # the share of those under half the ideal: the spacing the pacer chose, where the
+    # machine let it keep the schedule.
+    stalled_share: float = 0.0
+    under_half_on_schedule: float = 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
+
+
+# A gap this long is a stall of the sender's machine: 40 ideal gaps at 2,000/s. A stamp the
+# capture dropped makes two ideal gaps into one; it never makes one this long.
+STALL_S = 0.020
+
+
+def stalled_gaps(gaps: list[float], ideal: float, stall_s: float = STALL_S) -> list[bool]:
+    """Which gaps are a stall (one of at least ``stall_s``) or the catch-up after it.
+
+    A sender stalled for 150 ms sends the requests due meanwhile as fast as it can when it
+    wakes, as it must (each is already late): a run of short gaps the pacer did not choose.
+    Each gap after a stall pays back ``ideal - gap`` of the time lost (a long one adds to
+    it); the catch-up ends when the time is paid back to within one ideal gap. A sender that
+    never catches up has every gap after its stall counted here."""
+    flagged = [False] * len(gaps)
+    owed = 0.0
+    for i, gap in enumerate(gaps):
+        if gap >= stall_s:
+            owed += gap - ideal
+            flagged[i] = True
+        elif owed > ideal:
+            owed -= ideal - gap
+            flagged[i] = True
+        else:
+            owed = 0.0
+    return flagged
 
 
 def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
@@ -218,6 +250,8 @@ def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
         raise CaptureError("fewer than two requests seen on the wire")
     ideal = 1.0 / rate
     errors = [abs(g - ideal) for g in gaps]
+    flagged = stalled_gaps(gaps, ideal)
+    kept = [g for g, stalled in zip(gaps, flagged, strict=True) if not stalled]
     ks = ks_p = None
     if poisson:
         ks, ks_p = ks_exponential(gaps, rate)
@@ -228,6 +262,8 @@ def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
         under_half=sum(g < ideal / 2 for g in gaps) / len(gaps),
         ks=ks,
         ks_p=ks_p,
+        stalled_share=sum(flagged) / len(gaps),
+        under_half_on_schedule=sum(g < ideal / 2 for g in kept) / len(kept) if kept else 1.0,
     )
 
 

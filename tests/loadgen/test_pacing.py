@@ -6,7 +6,8 @@ generator does not control, stamps every HTTP POST that reaches Triton's port on
 Sends that left on asyncio's millisecond tick went in pairs at 2,000/s (36 % of the gaps
 under half the ideal on an idle machine, 54 % on a loaded one); the bound here, 25 %, is what
 the new pacer keeps while the suite's other worker loads the second core (16.6 % seen there,
-0.1-0.2 % with the machine to itself): the tick breaks it, the machine's load does not.
+0.1-0.2 % with the machine to itself): the tick breaks it, the machine's load does not. A
+stall of the machine, and the catch-up after it, are told apart on the wire and left out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bench.wire import Capture, gap_stats
+from bench.wire import Capture, gap_stats, stalled_gaps
 from loadgen.clients.slots import OK, Client
 from loadgen.engine import pacing, scenarios
 from loadgen.engine.runner import RunParams, run
@@ -101,6 +102,26 @@ def test_open_loop_starts_at_the_origin_it_is_given() -> None:
     ]
 
 
+def test_a_stall_and_its_catch_up_are_told_from_a_ticking_sender() -> None:
+    ideal = 0.0005
+    # On schedule, then a 150 ms stall, the 300 requests due in it back to back, then on
+    # schedule again: the stall and its catch-up are flagged (to within one ideal gap of
+    # the time paid back: the last send of the burst is not), nothing else.
+    gaps = [ideal] * 100 + [0.150] + [0.0] * 299 + [ideal] * 100
+    flagged = stalled_gaps(gaps, ideal)
+    assert flagged == [False] * 100 + [True] * 299 + [False] * 101
+    stats = gap_stats([sum(gaps[:i]) for i in range(len(gaps) + 1)], 2000, poisson=False)
+    assert stats.under_half > 0.5 and stats.under_half_on_schedule == pytest.approx(1 / 201)
+    assert stats.stalled_share == pytest.approx(299 / 500)
+    # Sends on a 1 ms tick go in pairs: never a stall, so every short gap counts.
+    ticking = [0.0, 0.001] * 500
+    assert not any(stalled_gaps(ticking, ideal))
+    stats = gap_stats([sum(ticking[:i]) for i in range(len(ticking) + 1)], 2000, poisson=False)
+    assert stats.under_half_on_schedule == stats.under_half == 0.5
+    # A sender that never catches up: every gap after its stall is flagged.
+    assert stalled_gaps([0.05] + [0.0004] * 50, ideal) == [True] * 51
+
+
 @pytest.mark.integration
 @pytest.mark.alone  # a CI run beside another worker's test: a 250 ms stall, 25 % of gaps short
 def test_sends_at_2000_per_second_are_spaced_on_the_wire(running_stack: Settings) -> None:
@@ -116,4 +137,10 @@ def test_sends_at_2000_per_second_are_spaced_on_the_wire(running_stack: Settings
     # The observer saw nearly every request, each once. A stamp tcpdump dropped on a busy
     # machine only merges two gaps into a longer one: it never makes a short gap.
     assert c.sent >= stats.requests >= 0.95 * c.sent, stats
-    assert stats.under_half < UNDER_HALF_BOUND, (stats, c.send_lateness_s, os.getloadavg())
+    # A stall of the machine (150 ms in one CI run, the load average 3.5 on 2 cores) is
+    # followed by the requests due in it, sent back to back as they must be: those gaps
+    # are not the pacer's choice. They are told apart on the wire (bench.wire.stalled_gaps)
+    # and must leave most of the run to judge; the tick's pairs never look like a stall.
+    why = (stats, c.send_lateness_s, os.getloadavg())
+    assert stats.stalled_share < 0.5, why
+    assert stats.under_half_on_schedule < UNDER_HALF_BOUND, why
