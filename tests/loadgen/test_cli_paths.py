@@ -122,8 +122,10 @@ def test_compare_runs_both_scenarios_and_prints_b_over_a(
     assert delta.phase("success").count == 6
     ratios = {r["measure"]: r for r in out["ratios"]}
     row = ratios["model executions"]
-    # Three serial requests cost three executions; three at once fewer (Triton's count).
-    assert row["a"] == 3 and 1 <= row["b"] <= 2 and row["b_over_a"] == row["b"] / 3
+    # Three serial requests cost three executions, and the ratio is Triton's count of each.
+    # That three at once cost fewer is the spec's case (tests/loadgen/test_runs.py); here,
+    # in a CI run at a busy moment, the three reached the queue over 500 us apart once.
+    assert row["a"] == 3 and 1 <= row["b"] <= 3 and row["b_over_a"] == row["b"] / 3
     assert row["a"] + row["b"] == delta.execution_count
 
 
