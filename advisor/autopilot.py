@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.config import BatcherConfig, from_model_config
+from advisor.fit import queue_and_execution
 from advisor.predict import MIN_GAIN, Prediction, quantile
 from advisor.verify import scratch_config
 from loadgen.store.changes import Change
@@ -397,15 +398,11 @@ class Observer:
         while True:
             self.sleep(POLL_S)
             now = self._stats()
-            delta = now.minus(last)
-            queued = delta.phase("queue")
-            if queued.count:
+            means = queue_and_execution(now.minus(last))
+            if means is not None:
                 last, answered_at = now, time.monotonic()
-                waits.append(queued.ns / queued.count / 1e9)
-                phases = [delta.phase(p) for p in ("compute_input", "compute_infer")]
-                phases.append(delta.phase("compute_output"))
-                execution = sum(p.ns for p in phases) / queued.count / 1e9
-                floor = drain_floor(delay_s, execution)
+                waits.append(means[0])
+                floor = drain_floor(delay_s, means[1])
                 if waits[-1] <= floor:
                     return ended(True, f"drained to a wait within {floor * 1e3:.2f} ms")
             elif time.monotonic() - answered_at >= DRAIN_IDLE_S:

@@ -151,6 +151,16 @@ SATURATED_FLOOR_S = 0.010
 SATURATED_RATE = 2.0
 
 
+def queue_and_execution(delta: ModelStats) -> tuple[float, float] | None:
+    """The mean wait in Triton's queue and the mean execution (each request's share of its
+    batch's compute phases), in seconds per request answered in ``delta``; None with none."""
+    queued = delta.phase("queue")
+    if not queued.count:
+        return None
+    execution = sum(delta.phase(p).ns for p in EXECUTION_PHASES)
+    return queued.ns / queued.count / 1e9, execution / queued.count / 1e9
+
+
 def saturation(delta: ModelStats, delay_s: float) -> str:
     """Why the window's requests waited behind a backlog ("" when they did not).
 
@@ -158,11 +168,10 @@ def saturation(delta: ModelStats, delay_s: float) -> str:
     at its capacity, and a rate fitted from those counts is what it served, not what clients
     sent: a floor. The sign is the mean wait in Triton's queue against the mean execution
     (each request's share of its batch's compute phases) and the config's delay."""
-    queued = delta.phase("queue")
-    if not queued.count:
+    means = queue_and_execution(delta)
+    if means is None:
         return ""
-    wait = queued.ns / queued.count / 1e9
-    execution = sum(delta.phase(p).ns for p in EXECUTION_PHASES) / queued.count / 1e9
+    wait, execution = means
     bound = delay_s + SATURATED_EXECUTIONS * execution + SATURATED_FLOOR_S
     if wait <= bound:
         return ""

@@ -118,9 +118,6 @@ class Inputs:
     run: storedrun.StoredRun | None = None  # the stored run read, when that was the source
     # Requests per shape, where a stored run or the probe recorded them (None: unknown).
     shapes: dict[str, int] | None = None
-    # Why the server's window shows a saturated model (advisor.fit.saturation; "" if not):
-    # the traffic advised for is then x SATURATED_RATE the rate it answered.
-    saturated: str = ""
 
 
 @dataclass
@@ -297,7 +294,6 @@ def from_server(
         raise InputError(
             f"model {opts.model!r} has never executed: send load first or give --calibration"
         )
-    saturated = ""
     if traffic is None:
         try:
             answered = fit_traffic(window.samples)
@@ -317,7 +313,6 @@ def from_server(
             )
         )
     inputs = Inputs(config, service, traffic, notes, opts.url, opts.model, triton_version(client))
-    inputs.saturated = saturated
     if window.cpu is not None and window.cores is not None:
         source = f"the local Triton's CPU over the {window.seconds:.0f} s window"
         try:
