@@ -27,6 +27,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -203,10 +204,11 @@ class GapStats:
     under_half: float  # share of gaps under half the ideal
     ks: float | None  # Kolmogorov-Smirnov statistic against Exp(rate); None unless poisson
     ks_p: float | None
-    # The gaps outside the sender's stalls and the catch-ups after them (stalled_gaps), and
-    # the share of those under half the ideal: the spacing the pacer chose, where the
-    # machine let it keep the schedule.
-    stalled_share: float = 0.0
+    # Of a constant-rate run: the share of gaps sent while the sender was behind its schedule
+    # (behind_schedule), how many gaps it sent on schedule, and the share of those under half
+    # the ideal: the spacing the pacer chose, where the machine let it keep the schedule.
+    behind_share: float = 0.0
+    on_schedule: int = 0
     under_half_on_schedule: float = 0.0
 
 
@@ -216,31 +218,39 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-# A gap this long is a stall of the sender's machine: 40 ideal gaps at 2,000/s. A stamp the
-# capture dropped makes two ideal gaps into one; it never makes one this long.
-STALL_S = 0.020
+# A sender this far behind its schedule (judged on the wire, below) is catching up: 4 ideal
+# gaps at 2,000/s. A pacer on a 1 ms tick is never more than a tick behind.
+BEHIND_S = 0.002
+# How far back the wire looks for the sender's best moment. Longer than any stall seen here
+# (250 ms); short enough that stamps the capture dropped (each makes the sender look one ideal
+# gap later from then on) cannot add up to BEHIND_S unless a handful go in one second.
+ANCHOR_S = 1.0
 
 
-def stalled_gaps(gaps: list[float], ideal: float, stall_s: float = STALL_S) -> list[bool]:
-    """Which gaps are a stall (one of at least ``stall_s``) or the catch-up after it.
+def behind_schedule(
+    stamps: list[float], ideal: float, behind_s: float = BEHIND_S, anchor_s: float = ANCHOR_S
+) -> list[bool]:
+    """For each gap of a constant-rate sender's stamps, whether the sender was more than
+    ``behind_s`` late on its schedule at either end of it, as the wire sees it.
 
-    A sender stalled for 150 ms sends the requests due meanwhile as fast as it can when it
-    wakes, as it must (each is already late): a run of short gaps the pacer did not choose.
-    Each gap after a stall pays back ``ideal - gap`` of the time lost (a long one adds to
-    it); the catch-up ends when the time is paid back to within one ideal gap. A sender that
-    never catches up has every gap after its stall counted here."""
-    flagged = [False] * len(gaps)
-    owed = 0.0
-    for i, gap in enumerate(gaps):
-        if gap >= stall_s:
-            owed += gap - ideal
-            flagged[i] = True
-        elif owed > ideal:
-            owed -= ideal - gap
-            flagged[i] = True
-        else:
-            owed = 0.0
-    return flagged
+    Request k is due at t0 + k * ideal. The wire does not know t0, but a sender is never
+    early, so its best moment bounds it: request k left at least
+    (s_k - k * ideal) - min_j (s_j - j * ideal) late, j over the requests in the
+    ``anchor_s`` before it. A sender behind by more than a few gaps sends what is due back to
+    back, as it must (each is already late): short gaps the pacer did not choose. A machine
+    that stalls the sender for 150 ms makes one such run; one that keeps it 40 ms behind for
+    a whole run (a CI run at load average 2.5) makes most of them."""
+    late = [0.0] * len(stamps)
+    window: deque[tuple[float, float]] = deque()  # (stamp, offset), offsets increasing
+    for k, stamp in enumerate(stamps):
+        offset = stamp - k * ideal
+        while window and window[-1][1] >= offset:
+            window.pop()
+        window.append((stamp, offset))
+        while window[0][0] < stamp - anchor_s:
+            window.popleft()
+        late[k] = offset - window[0][1]
+    return [max(a, b) > behind_s for a, b in zip(late, late[1:], strict=False)]
 
 
 def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
@@ -250,8 +260,9 @@ def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
         raise CaptureError("fewer than two requests seen on the wire")
     ideal = 1.0 / rate
     errors = [abs(g - ideal) for g in gaps]
-    flagged = stalled_gaps(gaps, ideal)
-    kept = [g for g, stalled in zip(gaps, flagged, strict=True) if not stalled]
+    # Lateness on the wire means something only against a constant schedule.
+    flagged = [False] * len(gaps) if poisson else behind_schedule(stamps, ideal)
+    kept = [g for g, behind in zip(gaps, flagged, strict=True) if not behind]
     ks = ks_p = None
     if poisson:
         ks, ks_p = ks_exponential(gaps, rate)
@@ -262,7 +273,8 @@ def gap_stats(stamps: list[float], rate: float, poisson: bool) -> GapStats:
         under_half=sum(g < ideal / 2 for g in gaps) / len(gaps),
         ks=ks,
         ks_p=ks_p,
-        stalled_share=sum(flagged) / len(gaps),
+        behind_share=sum(flagged) / len(gaps),
+        on_schedule=len(kept),
         under_half_on_schedule=sum(g < ideal / 2 for g in kept) / len(kept) if kept else 1.0,
     )
 
