@@ -187,7 +187,8 @@ def rollback_rule(seconds: float) -> str:
         f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (and "
         "lies outside the 95% interval of the one before, or Triton's mean per request "
         "agrees), or Triton's mean gets worse by as much while the p99 does not improve by "
-        f"as much, or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
+        "as much (or improves in a few seconds before only, the median second's p99 worse "
+        f"by as much), or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
         "agreeing; a p99 worse in a few seconds only, while the median second's p99 and "
         "Triton's mean both did better, is a pause of the clients' machine and is kept"
     )
@@ -250,6 +251,22 @@ def clients_stalled(before: Window, after: Window) -> bool:
     )
 
 
+def stalled_before(before: Window, after: Window) -> bool:
+    """The mirror of clients_stalled: the clients' p99 got better only because the window
+    before held a pause of the clients' machine. Triton's mean per request got worse beyond
+    noise, and so did the median second's p99: every typical second says the config is
+    worse, and only the top 1 % of the window before (a few seconds' late sends) says
+    otherwise."""
+    typical_before = before.client_p99_median_second_s
+    typical_after = after.client_p99_median_second_s
+    return (
+        typical_before is not None
+        and typical_after is not None
+        and worse(typical_after, typical_before)
+        and triton_worse(before, after)
+    )
+
+
 def _means(before: Window, after: Window) -> str:
     assert before.server_mean_s is not None and after.server_mean_s is not None
     return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
@@ -304,6 +321,17 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
             "rolled_back",
             f"{_means(before, after)}, worse beyond noise, and the client p99 did not improve "
             f"({against})",
+        )
+    if slower and name == "client p99" and stalled_before(before, after):
+        assert before.client_p99_median_second_s is not None
+        assert after.client_p99_median_second_s is not None
+        return Verdict(
+            "rolled_back",
+            f"{_means(before, after)} and the median second's client p99 "
+            f"{before.client_p99_median_second_s * 1e3:.2f} -> "
+            f"{after.client_p99_median_second_s * 1e3:.2f} ms, both worse beyond noise; the "
+            f"client p99 improved from a few seconds before only (client p99 {against}: a "
+            "stall of the clients' machine before the change)",
         )
     fell = before.throughput_per_s > 0 and (
         after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
