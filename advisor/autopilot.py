@@ -187,10 +187,11 @@ def rollback_rule(seconds: float) -> str:
         f"x{NOISE_RATIO:g} the {seconds:g} s before plus {NOISE_FLOOR_S * 1e3:g} ms (and "
         "lies outside the 95% interval of the one before, or Triton's mean per request "
         "agrees), or Triton's mean gets worse by as much while the p99 does not improve by "
-        "as much (or improves in a few seconds before only, the median second's p99 worse "
-        f"by as much), or the throughput falls below 1/{NOISE_RATIO:g} of it with Triton's mean "
-        "agreeing; a p99 worse in a few seconds only, while the median second's p99 and "
-        "Triton's mean both did better, is a pause of the clients' machine and is kept"
+        "as much (or improves in a few seconds before only, the median second's p99 not "
+        "improving by as much), or the throughput falls below "
+        f"1/{NOISE_RATIO:g} of it with Triton's mean agreeing; a p99 worse in a few seconds "
+        "only, while the median second's p99 and Triton's mean both did better, is a pause "
+        "of the clients' machine and is kept"
     )
 
 
@@ -254,15 +255,16 @@ def clients_stalled(before: Window, after: Window) -> bool:
 def stalled_before(before: Window, after: Window) -> bool:
     """The mirror of clients_stalled: the clients' p99 got better only because the window
     before held a pause of the clients' machine. Triton's mean per request got worse beyond
-    noise, and so did the median second's p99: every typical second says the config is
-    worse, and only the top 1 % of the window before (a few seconds' late sends) says
-    otherwise."""
+    noise, and the median second's p99 did not get better beyond noise: the typical second
+    does not show the improvement that the top 1 % of the window before (a few seconds'
+    late sends) shows. A config that really serves the tail better improves it in every
+    second it is loaded, not only in the seconds the window before was stalled."""
     typical_before = before.client_p99_median_second_s
     typical_after = after.client_p99_median_second_s
     return (
         typical_before is not None
         and typical_after is not None
-        and worse(typical_after, typical_before)
+        and not worse(typical_before, typical_after)
         and triton_worse(before, after)
     )
 
@@ -327,11 +329,11 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
         assert after.client_p99_median_second_s is not None
         return Verdict(
             "rolled_back",
-            f"{_means(before, after)} and the median second's client p99 "
-            f"{before.client_p99_median_second_s * 1e3:.2f} -> "
-            f"{after.client_p99_median_second_s * 1e3:.2f} ms, both worse beyond noise; the "
-            f"client p99 improved from a few seconds before only (client p99 {against}: a "
-            "stall of the clients' machine before the change)",
+            f"{_means(before, after)}, worse beyond noise, and the median second's client "
+            f"p99 did not improve ({before.client_p99_median_second_s * 1e3:.2f} -> "
+            f"{after.client_p99_median_second_s * 1e3:.2f} ms); the client p99 improved from "
+            f"a few seconds before only (client p99 {against}: a stall of the clients' "
+            "machine before the change)",
         )
     fell = before.throughput_per_s > 0 and (
         after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
