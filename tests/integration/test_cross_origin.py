@@ -55,28 +55,42 @@ async ({url, method, body, type, mode}) => {
 }
 """
 # Opens the dashboard's websocket, sends frames (base64), collects what comes back.
+# Opens the dashboard's websocket from ``page``'s origin, sends ``frames``, and gathers what
+# comes back: until one of the ``until`` texts has arrived and nothing more for ``quietMs``
+# (the script's run is over), or ``waitMs`` in all. A page that never shows the text waits
+# the whole ``waitMs``, so whatever else it would show is in the answer.
 WEBSOCKET = """
-async ({url, frames, waitMs}) => {
-  const b64 = buf => {
+async ({url, frames, waitMs, until, quietMs}) => {
+  const latin1 = buf => {
     const bytes = new Uint8Array(buf); let s = '';
     for (let i = 0; i < bytes.length; i += 8192)
       s += String.fromCharCode(...bytes.subarray(i, i + 8192));
-    return btoa(s);
+    return s;
   };
   const ws = new WebSocket(url, ['streamlit']);
   ws.binaryType = 'arraybuffer';
   const received = [];
-  ws.onmessage = e => received.push(typeof e.data === 'string' ? btoa(e.data) : b64(e.data));
+  let seen = false, last = Date.now();
+  ws.onmessage = e => {
+    const text = typeof e.data === 'string' ? e.data : latin1(e.data);
+    received.push(btoa(text));
+    last = Date.now();
+    seen = seen || until.some(u => text.includes(u));
+  };
   const opened = await new Promise(done => {
     ws.onopen = () => done(true); ws.onerror = () => done(false); ws.onclose = () => done(false);
   });
   if (!opened) return {opened, received};
   for (const f of frames) ws.send(Uint8Array.from(atob(f), c => c.charCodeAt(0)));
-  await new Promise(done => setTimeout(done, waitMs));
+  const start = Date.now();
+  while (Date.now() - start < waitMs && !(seen && Date.now() - last >= quietMs))
+    await new Promise(done => setTimeout(done, 100));
   ws.close();
   return {opened, received};
 }
 """
+# The answer is over once its text came and the socket was quiet this long.
+QUIET_MS = 1500
 
 
 class ForeignSite:
@@ -317,10 +331,17 @@ def rerun_as(frame: bytes, view: str) -> bytes:
     return msg.SerializeToString()
 
 
-def socket(page: Page, settings: Settings, frames: list[bytes]) -> tuple[bool, bytes]:
+def socket(
+    page: Page, settings: Settings, frames: list[bytes], until: tuple[str, ...]
+) -> tuple[bool, bytes]:
+    """What the dashboard answers ``frames`` sent from ``page``'s origin: everything until
+    one of ``until`` came and the socket was quiet for QUIET_MS, or 8 s."""
     url = settings.url("dashboard").replace("http://", "ws://") + "/_stcore/stream"
     encoded = [base64.b64encode(f).decode() for f in frames]
-    got = page.evaluate(WEBSOCKET, {"url": url, "frames": encoded, "waitMs": 8000})
+    got = page.evaluate(
+        WEBSOCKET,
+        {"url": url, "frames": encoded, "waitMs": 8000, "until": until, "quietMs": QUIET_MS},
+    )
     return got["opened"], b"".join(base64.b64decode(m) for m in got["received"])
 
 
@@ -360,14 +381,18 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
     wait_for("the run's end", lambda: idle(settings))
 
     # Replayed from the dashboard's own origin, the messages start a run: the replay works.
-    opened, answer = socket(own, settings, click)
+    opened, answer = socket(own, settings, click, ("Start run",))
     assert opened and b"Start run" in answer
     wait_for("the replayed run", lambda: stored_runs(settings) == runs + 2, 60)
     wait_for("the run's end", lambda: idle(settings))
     # ... and the advisor's button and the trace switch are offered to it.
-    _, runs_view = socket(own, settings, [rerun_as(reruns[0], "Load runs")])
+    _, runs_view = socket(
+        own, settings, [rerun_as(reruns[0], "Load runs")], ("Ask the advisor about this run",)
+    )
     assert b"Ask the advisor about this run" in runs_view
-    _, timeline_view = socket(own, settings, [rerun_as(reruns[0], "Batch timeline")])
+    _, timeline_view = socket(
+        own, settings, [rerun_as(reruns[0], "Batch timeline")], ("Trace the next",)
+    )
     assert b"Trace the next" in timeline_view
 
     # From the other origin: refused before any widget exists, nothing started.
@@ -377,7 +402,8 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
         [rerun_as(reruns[0], "Load runs")],
         [rerun_as(reruns[0], "Batch timeline")],
     ):
-        _, answer = socket(foreign, settings, frames)
+        # Waits for the refusal; a page that shows no refusal is read for the whole 8 s.
+        _, answer = socket(foreign, settings, frames, ("Refused: the page at ",))
         assert b"Refused: the page at " in answer
         for widget in (b"Start run", b"Ask the advisor", b"Trace the next"):
             assert widget not in answer
