@@ -84,3 +84,19 @@ ensure_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
+
+# at_once STEP...: run each step (a command line of the functions above) at the same time,
+# each in its own subshell, and fail if any failed (each says why above). The steps touch
+# different things (Debian's packages, the Triton venv, the stack's venv), and on a fresh
+# machine they are mostly downloads: together they take as long as the longest, not the sum.
+at_once() {
+  local pids=() step pid failed=0
+  for step in "$@"; do
+    (eval "$step") &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+  done
+  [ "$failed" -eq 0 ] || die "a step above failed; run the same command again once it is fixed"
+}
