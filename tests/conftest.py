@@ -13,6 +13,8 @@ import pytest
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.helpers import RERUN_CAUSES
+from tests.module_seconds import group_seconds
+from tests.module_seconds import load as module_seconds
 
 # Reruns are for Triton 2.51's tracing bug only (tests/helpers.TritonCrashes). A session
 # where more tests than this needed one fails: a crash that frequent is worth a look, and a
@@ -85,16 +87,42 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
     """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker, so
     its module fixtures (a Triton of its own) start once; modules that share something of
     the machine name one group (the fleet's network namespaces). The marks go on before
-    xdist reads them (before the yield)."""
+    xdist reads them (before the yield).
+
+    After the shuffle (pytest-randomly's hook runs inside this one), under loadgroup the
+    groups are put longest first by their seconds in tests/module_seconds.json, each group's
+    tests staying in their shuffled order: xdist deals the groups out in this order
+    (stack/test turns off its own reordering by test count), so no long module starts last
+    and keeps one worker busy after the rest ran dry. A run without xdist keeps the shuffled
+    order of the modules too."""
+    groups: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
         if item.get_closest_marker("xdist_group") is None and module is not None:
             item.add_marker(pytest.mark.xdist_group(module.__name__))
+        group = item.get_closest_marker("xdist_group")
+        if group is not None and module is not None:
+            groups.setdefault(_group_name(group), set()).add(module.__name__)
     yield
+    if config.getoption("dist", default="no") != "loadgroup":
+        return
+    seconds = group_seconds(groups, module_seconds())
+    items.sort(key=lambda item: -seconds.get(_item_group(item), 0.0))
+
+
+def _group_name(mark: pytest.Mark) -> str:
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+def _item_group(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return _group_name(mark) if mark is not None else ""
 
 
 @pytest.hookimpl(optionalhook=True)

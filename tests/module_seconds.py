@@ -1,0 +1,53 @@
+"""The seconds each test module took in a whole run, which ``--dist loadgroup`` uses to start
+the longest modules first (tests/conftest.py): a long module dealt out last keeps one worker
+busy after the others ran out of work.
+
+Refresh it from a run's JUnit report (the figures only order the modules, so an old file
+slows the suite at worst; a module missing from it counts as a middling one)::
+
+    ./stack/test --junitxml=/tmp/junit.xml -n 4 --dist loadgroup
+    .venv/bin/python -m tests.module_seconds /tmp/junit.xml > tests/module_seconds.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FILE = Path(__file__).with_name("module_seconds.json")
+
+
+def module_of(classname: str) -> str:
+    """``tests.pkg.test_mod`` from a JUnit classname, which ends in the test's class if any."""
+    return ".".join(part for part in classname.split(".") if not part[:1].isupper())
+
+
+def from_junit(path: str) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for case in ET.parse(path).iter("testcase"):
+        module = module_of(case.get("classname", ""))
+        seconds[module] = seconds.get(module, 0.0) + float(case.get("time", 0))
+    return {module: round(s, 1) for module, s in sorted(seconds.items())}
+
+
+def load() -> dict[str, float]:
+    return json.loads(FILE.read_text()) if FILE.exists() else {}
+
+
+def group_seconds(groups: dict[str, set[str]], seconds: dict[str, float]) -> dict[str, float]:
+    """Each xdist group's seconds: the sum of its modules', a module not in ``seconds``
+    taken as the median module."""
+    typical = statistics.median(seconds.values()) if seconds else 0.0
+    return {
+        group: sum(seconds.get(module, typical) for module in modules)
+        for group, modules in groups.items()
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tests.module_seconds JUNIT_XML > tests/module_seconds.json")
+    print(json.dumps(from_junit(sys.argv[1]), indent=1))
