@@ -95,12 +95,12 @@ def pytest_collection_modifyitems(
     the machine name one group (the fleet's network namespaces). The marks go on before
     xdist reads them (before the yield).
 
-    After the shuffle (pytest-randomly's hook runs inside this one), under loadgroup the
-    groups are put longest first by their seconds in tests/module_seconds.json, each group's
-    tests staying in their shuffled order: xdist deals the groups out in this order
-    (stack/test turns off its own reordering by test count), so no long module starts last
-    and keeps one worker busy after the rest ran dry. A run without xdist keeps the shuffled
-    order of the modules too."""
+    After the shuffle (pytest-randomly shuffles before its wrapper yields, so before this
+    code runs), under loadgroup the groups are put longest first by their seconds in
+    tests/module_seconds.json, each group's tests staying in their shuffled order: xdist
+    deals the groups out in this order (stack/test turns off its own reordering by test
+    count), so no long module starts last and keeps one worker busy after the rest ran dry.
+    A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
@@ -110,8 +110,10 @@ def pytest_collection_modifyitems(
         if group is not None and module is not None:
             groups.setdefault(_group_name(group), set()).add(module.__name__)
     yield
-    if config.getoption("dist", default="no") != "loadgroup":
-        return
+    # On xdist's workers, which collect what runs, `dist` reads "no" and `loadgroup` is set.
+    if not getattr(config.option, "loadgroup", False):
+        if config.getoption("dist", default="no") != "loadgroup":
+            return
     seconds = group_seconds(groups, module_seconds())
     items.sort(key=lambda item: -seconds.get(_item_group(item), 0.0))
 
