@@ -8,11 +8,13 @@ same ``STACK_*`` variables through :func:`from_env`, so both agree on where thin
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import math
 import os
 import secrets
 import socket
+import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -360,9 +362,6 @@ def free_ports(count: int) -> list[int]:
             for sock in socks:
                 sock.bind(("127.0.0.1", 0))
             return [sock.getsockname()[1] for sock in socks]
-    import fcntl
-    import tempfile
-
     pool = end - _PORT_POOL_START
     with open(Path(tempfile.gettempdir()) / _PORT_COUNTER, "a+") as counter:
         fcntl.flock(counter, fcntl.LOCK_EX)

@@ -111,9 +111,9 @@ def pytest_collection_modifyitems(
             groups.setdefault(_group_name(group), set()).add(module.__name__)
     yield
     # On xdist's workers, which collect what runs, `dist` reads "no" and `loadgroup` is set.
-    if not getattr(config.option, "loadgroup", False):
-        if config.getoption("dist", default="no") != "loadgroup":
-            return
+    loadgroup = config.getoption("dist", default="no") == "loadgroup"
+    if not (loadgroup or getattr(config.option, "loadgroup", False)):
+        return
     seconds = group_seconds(groups, module_seconds())
     items.sort(key=lambda item: -seconds.get(_item_group(item), 0.0))
 
