@@ -142,6 +142,9 @@ def test_distribution_adds_up_to_tritons_counts_under_concurrent_load(
 
 
 def test_prometheus_has_scraped_the_exporters_series(running_stack: Settings) -> None:
+    # Traffic of its own: the executions series exists once the model has executed, and this
+    # test may run first on a worker's stack (a four-worker CI run did, and failed).
+    concurrent_load(running_stack, threads=2, per_thread=5)
     prometheus = running_stack.url("prometheus")
     query = f'triton_batching_batch_executions_total{{job="exporter",model="{MODEL}"}}'
     up_query = 'triton_batching_target_up{job="exporter"}'
