@@ -1,0 +1,57 @@
+"""``bench/advisor_regret.py``'s accounting, on known measurements: the grid's regret, and the
+head-to-head one that judges the best and the pick on the same fresh runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from advisor.config import BatcherConfig
+from bench.advisor_regret import Measured, best_of_grid, report_one
+
+
+def entry(
+    delay_us: int, roles: str, p99s_ms: Sequence[float], confirmed_ms: Sequence[float] = ()
+) -> Measured:
+    return Measured(
+        BatcherConfig(4, (), delay_us),
+        "m",
+        roles.split("/"),
+        [v / 1e3 for v in p99s_ms],
+        [v / 1e3 for v in confirmed_ms],
+    )
+
+
+def test_the_grid_regret_is_against_the_lowest_mean_and_the_head_to_head_one_against_its_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lucky = entry(100, "grid", [4.0, 6.0], confirmed_ms=[6.0, 6.0, 6.0])  # mean 5.0 in the grid
+    pick = entry(0, "pick/grid", [5.5, 6.5], confirmed_ms=[5.4, 5.4, 5.4])  # mean 6.0
+    own = entry(3000, "own/grid", [9.0, 11.0])
+    entries = [own, pick, lucky]
+    assert best_of_grid(entries) is lucky
+    found = report_one("m", 100.0, entries, "a verdict", 10.0, 200.0)
+    assert found["regret"] == pytest.approx(6.0 / 5.0)
+    # Run again side by side, the grid's best was the worse of the two.
+    assert found["confirmed"] == pytest.approx(5.4 / 6.0)
+    assert found["ratio"] == pytest.approx(0.05)
+    assert not found["miss"]
+    assert "head to head, 3 more runs each on fresh seeds" in capsys.readouterr().out
+
+
+def test_a_pick_that_is_the_grids_best_has_regret_one_without_more_runs() -> None:
+    best = entry(100, "pick/grid", [4.0, 4.2])
+    own = entry(3000, "own/grid", [9.0, 11.0])
+    found = report_one("m", 100.0, [own, best], "a verdict", 10.0, 200.0)
+    assert found["regret"] == found["confirmed"] == 1.0
+
+
+def test_a_pick_worse_than_the_own_config_beyond_its_range_is_a_miss_and_unconfirmed_is_none() -> (
+    None
+):
+    own = entry(0, "own/grid", [4.0, 4.4])
+    pick = entry(3000, "pick/grid", [9.0, 11.0])
+    found = report_one("m", 100.0, [own, pick], "a verdict", 10.0, 200.0)
+    assert found["miss"] and found["regret"] == pytest.approx(10.0 / 4.2)
+    assert found["confirmed"] is None  # no head-to-head runs were made
