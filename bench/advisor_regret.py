@@ -351,8 +351,8 @@ def main() -> int:
         f"  median regret {statistics.median(regrets):.2f} (goal <= 1.10), worst "
         f"{regrets[-1]:.2f} (goal <= 1.25), over {len(regrets)} model-rates"
     )
-    confirmed = sorted(float(r["confirmed"]) for r in results if r["confirmed"] is not None)  # type: ignore[arg-type]
-    if confirmed:
+    confirmed = sorted(r["confirmed"] for r in results if isinstance(r["confirmed"], float))
+    if confirmed and args.confirm:
         print(
             f"  head to head (the best and the pick again, fresh seeds): median regret "
             f"{statistics.median(confirmed):.2f}, worst {confirmed[-1]:.2f}, over "

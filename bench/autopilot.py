@@ -54,7 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from advisor import autopilot as rule  # noqa: E402
 from advisor import pilot  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from bench.advisor_regret import Measured, grid_for, measure, print_grid  # noqa: E402
+from bench.advisor_regret import (  # noqa: E402
+    Measured,
+    best_of_grid,
+    grid_for,
+    measure,
+    print_grid,
+)
 from bench.advisor_validation import HELDOUT, RATES, SHAPES, repository  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
@@ -294,7 +300,7 @@ def report(
             f"worse beyond noise: {'yes' if st.worse else 'no'}; served worse: {served}"
         )
     print_grid("grid at the shifted rate", entries)
-    best = min((e for e in entries if "grid" in e.roles), key=lambda e: e.mean)
+    best = best_of_grid(entries)
     final = next(e for e in entries if "final" in e.roles)
     start = next(e for e in entries if "start" in e.roles)
     regret = final.mean / best.mean
