@@ -237,9 +237,16 @@ def best_of_grid(entries: list[Measured]) -> Measured:
 
 
 def confirm_runs(
-    s: Settings, model: str, rate: float, entries: list[Measured], seconds: float, runs: int
+    s: Settings,
+    model: str,
+    rate: float,
+    entries: list[Measured],
+    seconds: float,
+    runs: int,
+    role: str = "pick",
 ) -> None:
-    """The grid's best and the pick measured again, alternating, on seeds the grid never used.
+    """The grid's best and the pick (the entry with ``role``: bench/autopilot.py's "final")
+    measured again, alternating, on seeds the grid never used.
 
     The best of 15 configs by their means is partly the best by luck: each mean is a few
     noisy p99s, and the lowest of 15 is low by chance, so the best config's own next run is
@@ -247,13 +254,34 @@ def confirm_runs(
     blind, shows a regret above 1. Measured again side by side, the best and the pick are
     judged alike (a winner's-curse correction); the grid's regret is printed too."""
     best = best_of_grid(entries)
-    pick = next((e for e in entries if "pick" in e.roles), None)
+    pick = next((e for e in entries if role in e.roles), None)
     if pick is None or pick is best:
         return
     pair = [best, pick]
     for k in range(runs):
         for entry in pair if k % 2 == 0 else reversed(pair):
             entry.confirmed.append(client_p99(s, entry.served, model, rate, seconds, 51 + k))
+
+
+def head_to_head(pick: Measured, best: Measured) -> float | None:
+    """The pick's regret from the head-to-head runs: 1 when the pick is the grid's best
+    (however measured), None when there were no such runs."""
+    if pick is best:
+        return 1.0
+    if pick.confirmed and best.confirmed:
+        return statistics.fmean(pick.confirmed) / statistics.fmean(best.confirmed)
+    return None
+
+
+def print_head_to_head(pick: Measured, best: Measured, name: str, regret: float) -> None:
+    print(
+        f"  head to head, {len(pick.confirmed)} more runs each on fresh seeds: {name} "
+        f"{statistics.fmean(pick.confirmed) * 1e3:.2f} ms "
+        f"({min(pick.confirmed) * 1e3:.2f}-{max(pick.confirmed) * 1e3:.2f}), best "
+        f"{statistics.fmean(best.confirmed) * 1e3:.2f} ms "
+        f"({min(best.confirmed) * 1e3:.2f}-{max(best.confirmed) * 1e3:.2f}): "
+        f"regret {regret:.2f}"
+    )
 
 
 def report_one(
@@ -269,14 +297,7 @@ def report_one(
     pick = next(e for e in entries if "pick" in e.roles)
     own = next(e for e in entries if "own" in e.roles)
     regret = pick.mean / best.mean
-    # The pick is the best: regret 1 however measured; else the head-to-head runs, if any.
-    confirmed = (
-        1.0
-        if pick is best
-        else statistics.fmean(pick.confirmed) / statistics.fmean(best.confirmed)
-        if pick.confirmed and best.confirmed
-        else None
-    )
+    confirmed = head_to_head(pick, best)
     inside = pick.low <= best.high
     miss = pick.low > own.high
     print(
@@ -286,14 +307,7 @@ def report_one(
         + ("; MISS: worse than the own config beyond noise" if miss else "")
     )
     if pick is not best and confirmed is not None:
-        print(
-            f"  head to head, {len(pick.confirmed)} more runs each on fresh seeds: pick "
-            f"{statistics.fmean(pick.confirmed) * 1e3:.2f} ms "
-            f"({min(pick.confirmed) * 1e3:.2f}-{max(pick.confirmed) * 1e3:.2f}), best "
-            f"{statistics.fmean(best.confirmed) * 1e3:.2f} ms "
-            f"({min(best.confirmed) * 1e3:.2f}-{max(best.confirmed) * 1e3:.2f}): "
-            f"regret {confirmed:.2f}"
-        )
+        print_head_to_head(pick, best, "pick", confirmed)
     print(
         f"  wall time: advisor {advisor_s:.0f} s, grid {grid_s:.0f} s "
         f"(ratio {advisor_s / grid_s:.2f}, goal <= 0.10)"

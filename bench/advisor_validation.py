@@ -8,8 +8,11 @@ Per model, at its rate r (``RATES``):
 * **fit**: one traced run of the model's own config (seed 7), from which the advisor learns
   what ``advise`` learns from a stored traced run: service times (statistics delta), costs
   (the server process's CPU), traffic (the run's send times), the batcher's hand-offs and the
-  time outside Triton (the run's traces). Then the recommendation (objective p99 latency,
-  bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the own config.
+  time outside Triton (the run's traces). With ``--fit-window S`` the service times and
+  costs come instead from an untraced run of S seconds at r just before (seed 8), as
+  ``advise --url URL --window S --traces EXPORTER`` reads them. Then the recommendation
+  (objective p99 latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the
+  own config.
 * **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r, each
   ``--repeats`` times, untraced, for the own config and the pick (a scratch copy loaded
   through the repository API). Each point's measured average batch (statistics delta) and
@@ -207,20 +210,52 @@ def measure_own(
     seconds: float,
     seed: int,
     handoffs: bool = True,
+    window_s: float = 0.0,
 ) -> tuple[RunResult, ServiceModel, CpuModel, OpenLoop, str]:
-    """The own config's traced run, and what the advisor learns from watching it."""
+    """The own config's traced run, and what the advisor learns from watching it.
+
+    ``window_s`` > 0: the service times and costs come from an untraced window of that
+    length at the same rate (what ``advise --url URL --window S --traces EXPORTER`` reads),
+    run first with its own seed; the traced run then gives the traffic, the hand-offs and
+    the time outside Triton only. A 3 s traced run's fit moved between runs (docs/validation.md),
+    and tracing adds its own cost to every execution; the judged runs are untraced."""
     url = settings.url("triton_http")
     client = TritonClient(url)
     pid = costs.local_server_pid(url)
     assert pid is not None, "the private Triton's process is not visible"
     meter = costs.CpuMeter(pid)
-    before = client.model_stats(model)
-    meter.start()
-    result = traced_run(settings, model, rate, seconds, seed)
-    cpu_used = meter.stop()
-    delta = client.model_stats(model).minus(before)
+    if window_s > 0:
+        params = RunParams(
+            "rate",
+            model=model,
+            url=url,
+            rate=rate,
+            poisson=True,
+            duration_s=window_s,
+            seed=seed + 1,
+            shapes=SHAPES.get(model.split(verify.SUFFIX)[0], ()),
+            label="advisor validation (fit window)",
+        )
+        run(replace(params, duration_s=WARM_UP_S, seed=seed + 2000))
+        before = client.model_stats(model)
+        meter.start()
+        window = run(params)
+        cpu_used = meter.stop()
+        delta = client.model_stats(model).minus(before)
+        lost = window.summary.client.failed + window.summary.client.timed_out
+        if lost:
+            raise RunFault(f"{lost} of {window.summary.client.sent} failed in the fit window")
+        source = f"the {window_s:g} s untraced window"
+        result = traced_run(settings, model, rate, seconds, seed)
+    else:
+        before = client.model_stats(model)
+        meter.start()
+        result = traced_run(settings, model, rate, seconds, seed)
+        cpu_used = meter.stop()
+        delta = client.model_stats(model).minus(before)
+        source = "the traced run"
     service = fit_service_times(delta)
-    calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, "the run")
+    calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, source)
     due = sorted(float(r[1]) for r in result.records())
     traffic = storedrun.traffic_from_run(result.params, due)
     assert isinstance(traffic, OpenLoop)
@@ -242,7 +277,7 @@ def measure_own(
             cpu, measured = outside.apply(cpu), f"{measured}; {outside.describe()}"
     note = (
         f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item "
-        f"(measured sizes {len(service.measured)}), "
+        f"(measured sizes {len(service.measured)}; from {source}), "
         f"{calibration.request_s * 1e6:.0f} us CPU/request on {calibration.cores:g} cores, "
         f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f} (Triton pid {pid}: "
         f"{cpu_used.own_s:.2f} s own CPU, {cpu_used.children_s:.2f} s in its stubs, "
@@ -271,6 +306,13 @@ def main() -> int:
         type=int,
         default=3000,
         help="requests in the traced fit run at least (default 3,000)",
+    )
+    parser.add_argument(
+        "--fit-window",
+        type=float,
+        default=0.0,
+        help="seconds of an untraced run at r to fit service times and costs from "
+        "(default 0: from the traced run)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per judged point (3)")
     parser.add_argument("--models", default=",".join(HELDOUT))
@@ -358,7 +400,9 @@ def one_model(
     """Fit on one traced run at r; judge the own config and the pick on fresh runs."""
     rate = RATES[model]
     seconds = max(args.seconds, args.fit_traced / rate)
-    _, service, cpu, traffic, note = measure_own(s, model, config, rate, seconds, seed=7)
+    _, service, cpu, traffic, note = measure_own(
+        s, model, config, rate, seconds, seed=7, window_s=args.fit_window
+    )
     print(f"{model} fitted at {rate:g}/s: {note}", flush=True)
     rec = recommend(
         config, traffic, service, args.p99_ms / 1e3, cpu, requests=args.requests, seeds=3
