@@ -196,13 +196,15 @@ def measure(
     live: str = "own",
     apart: bool = False,
     confirm: int = 0,
+    confirm_role: str = "pick",
 ) -> tuple[list[Measured], float]:
     """Each distinct config of ``wanted`` (role, config) measured ``passes`` times at ``rate``,
     the order reversed every pass; the one whose roles hold ``live`` is the model itself, the
     others scratch copies (loaded first, unloaded after). ``apart``: the ``live`` one is
     measured apart from a scratch copy of the same config (a control of the copies).
-    ``confirm``: then the grid's best and the pick, when they differ, ``confirm`` more times
-    each, head to head with fresh seeds (:func:`confirm_runs`). Also the wall time of it all."""
+    ``confirm``: then the grid's best and the pick (the entry with ``confirm_role``), when
+    they differ, ``confirm`` more times each, head to head with fresh seeds
+    (:func:`confirm_runs`), before the scratch copies go. Also the wall time of it all."""
     entries: dict[tuple[tuple[int, tuple[int, ...], int, int], bool], Measured] = {}
     for role, config in wanted:
         entry = entries.setdefault((key(config), apart and role == live), Measured(config, ""))
@@ -224,7 +226,7 @@ def measure(
             for entry in order if k % 2 == 0 else reversed(order):
                 entry.p99s.append(client_p99(s, entry.served, model, rate, seconds, 11 + k))
         if confirm:
-            confirm_runs(s, model, rate, order, seconds, confirm)
+            confirm_runs(s, model, rate, order, seconds, confirm, confirm_role)
     finally:
         for name in loaded:
             with contextlib.suppress(TritonError):

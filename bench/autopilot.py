@@ -60,7 +60,6 @@ from advisor.config import BatcherConfig, from_model_config  # noqa: E402
 from bench.advisor_regret import (  # noqa: E402
     Measured,
     best_of_grid,
-    confirm_runs,
     grid_for,
     head_to_head,
     measure,
@@ -458,9 +457,18 @@ def main() -> int:
         wanted += [("final", final)] + [("grid", c) for c in grid_for(start)]
         print(f"measuring the grid at {high:g}/s", flush=True)
         entries, grid_s = measure(
-            s, admin, model, high, wanted, args.seconds, args.passes, "live", apart=True
+            s,
+            admin,
+            model,
+            high,
+            wanted,
+            args.seconds,
+            args.passes,
+            "live",
+            apart=True,
+            confirm=args.confirm,
+            confirm_role="final",
         )
-        confirm_runs(s, model, high, entries, args.seconds, args.confirm, role="final")
         met = report(steps, end_s, entries, decisions_of(lines, model), args.for_s)
     loads["end"] = os.getloadavg()[0]
     print(
