@@ -30,10 +30,9 @@ kept, to the first decision that left the config as it was) under 300 s; the fin
 client p99 over the grid's best (the regret) <= 1.10, and beside it the same ratio from
 ``--confirm`` more runs of the two side by side on fresh seeds (the head-to-head regret,
 bench/advisor_regret.confirm_runs: the grid's lowest mean is low partly by luck); no change
-that made the clients worse
-for longer than one watch window (a worse change undone at the end of its window is one
-window, the seconds to settle, judge and reload shown beside it; a worse change kept is
-longer).
+that made the clients worse for longer than one watch window (a worse change undone at the
+end of its window is one window, the seconds to settle, judge and reload shown beside it; a
+worse change kept is longer).
 
 ``--quick`` (under about 8 minutes): 20 s before the shift instead of 60, 15 s autopilot
 intervals instead of the command's 30, 120 s of autopilot instead of 300, and the grid in 2
