@@ -57,14 +57,29 @@ def test_spec_case_one_three_serial_requests_cost_three_executions(
 def test_spec_case_two_three_concurrent_requests_are_batched(
     triton_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The CLI's burst of three, judged by Triton's own statistics (read by the test).
+
+    preferred_batch_size [2, 4]: a batch of 2 at once, the third after the queue delay; on
+    a loaded machine the batcher may wake late and take all three as one batch. A stall of
+    Triton's front end longer than the 500 us delay between two of the three (seen once in
+    a CI run of the suite on 2 cores beside 3 other workers) leaves each to be executed
+    alone, after waiting out the delay for a partner: then each request's queue time shows
+    the batcher waited (as tests/integration/test_experiment.py judges five bursts). A
+    model that does not batch executes each at once, and fails."""
     db = tmp_path / "runs.sqlite3"
+    before = model_stats(triton_url, "batch_add_model")
     code, out = cli(capsys, "concurrent", "-n", "3", "--url", triton_url, "--db", str(db))
+    delta = model_stats(triton_url, "batch_add_model").minus(before)
     assert code == 0
     assert out["client"]["ok"] == 3
-    # preferred_batch_size [2, 4]: a batch of 2 at once, the third after the queue delay;
-    # on a loaded machine the batcher may wake late and take all three as one batch.
-    assert out["server"]["executions"] < 3
-    assert out["server"]["executions_by_batch_size"] in ({"1": 1, "2": 1}, {"3": 1})
+    assert delta.inference_count == 3
+    assert out["server"]["executions"] == delta.execution_count
+    sizes = out["server"]["executions_by_batch_size"]
+    if delta.execution_count < 3:
+        assert sizes in ({"1": 1, "2": 1}, {"3": 1})
+    else:
+        queue_us = delta.phase("queue").ns / 1000 / 3
+        assert queue_us >= 0.8 * 500, f"executed alone without waiting: {sizes}, {queue_us} us"
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
