@@ -365,7 +365,14 @@ def test_a_pause_of_the_clients_machine_does_not_undo_a_good_change(
     assert change.after["client_p99_s"] > 0.2, change.after
     # ... and is told from the config: kept, and the line says why.
     assert change.outcome == "kept", result.line()
-    assert "a stall of the clients' machine, not the config" in change.reason
+    # The stall rule is what keeps it when the window before was clean (the 20 ms wait:
+    # tens of ms). In a CI run on 2 loaded cores the window before held its own stall of
+    # the clients (p99 282 ms before, 320 ms after): then the after window is not worse
+    # beyond noise and the plain comparison keeps the change, which the reason says.
+    if change.before["client_p99_s"] < 0.1:
+        assert "a stall of the clients' machine, not the config" in change.reason
+    else:
+        assert change.reason.startswith("client p99"), change.reason
     assert change.after["server_mean_s"] < change.before["server_mean_s"]
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
 
