@@ -7,7 +7,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -71,8 +71,8 @@ class FailedRequests(AssertionError):
 def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()) -> None:
     """Fail the test if a traced run had failed requests.
 
-    ``wire``: the TCP payloads a capture saw during the run (``bench.wire.Capture``): over
-    HTTP what Triton's port sent, over gRPC what the client sent to it. The rerun condition
+    ``wire``: the TCP payloads a capture saw during the run (:func:`wire_seen`): over HTTP
+    both ways, over gRPC what the client sent to Triton. The rerun condition
     (:class:`TritonCrashes`) looks at Triton's log, and at these errors only for an answer
     tracing corrupted, proven so on the wire (:func:`corrupted_by_triton`). Every other
     failed request (connection lost with Triton alive, a wrong sum, the ids tracing patches
@@ -86,22 +86,30 @@ def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()
 @contextmanager
 def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes]]:
     """The segments tcpdump saw inside the block (the list is filled when it ends): over
-    HTTP what Triton's port sent, over gRPC what was sent to Triton's port. The witness of
-    :func:`served_whole` for a failure that is Triton's corruption; the block must send
-    requests, and the witness must have seen them (else it could prove nothing)."""
+    HTTP both ways (what Triton's port sent, then what was sent to it), over gRPC what was
+    sent to Triton's port. The witness of :func:`served_whole` for a failure that is
+    Triton's corruption; the block must send requests, and the witness must have seen them
+    (else it could prove nothing)."""
     seen: list[bytes] = []
     if protocol == "http":
-        wire = Capture(settings.port("triton_http"), "http", direction="from")
+        port = settings.port("triton_http")
+        wires = [Capture(port, "http", direction="from"), Capture(port, "http", direction="to")]
     else:
-        wire = Capture(settings.port("triton_grpc"), "grpc", direction="to")
+        wires = [Capture(settings.port("triton_grpc"), "grpc", direction="to")]
     try:
-        with wire:
+        with ExitStack() as stack:
+            for wire in wires:
+                stack.enter_context(wire)
             yield seen
-        seen.extend(wire.payloads())
+        for wire in wires:
+            seen.extend(wire.payloads())
     finally:
-        wire.close()
+        for wire in wires:
+            wire.close()
     if protocol == "http":
         saw = sum(segment.count(b"HTTP/1.1 200 OK\r\n") for segment in seen)
+        sent = sum(requests_in(segment, "http") for segment in seen)
+        saw = min(saw, sent)
     else:
         saw = sum(requests_in(segment, "grpc") for segment in seen)
     assert saw > 0, f"the capture of Triton's {protocol} port saw none of the run"
@@ -111,11 +119,13 @@ def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes
 # request without killing the server; each seen in CI, never untraced:
 # - a whole "HTTP/1.1 200 OK" head whose header line where Content-Length belongs has no
 #   name (2 of 6 runs in session 27, on the traced test with the largest window);
-# - a gRPC INVALID_ARGUMENT saying the request lacks an input (once, session 25).
+# - a gRPC INVALID_ARGUMENT saying the request lacks an input (once, session 25), and the
+#   same over HTTP, a 400 (once, session 37).
 UNREADABLE = "unreadable response: no Content-Length and not chunked: "
 NAMELESS_HEADER = re.compile(rb"^HTTP/1\.1 200 OK(\r\n[^:\r\n]+:[^\r\n]*)*\r\n:")
 MISSING_INPUT = re.compile(
-    r"^gRPC INVALID_ARGUMENT: \[request id: ([\w-]+)\] input '(\w+)' does not exist in request"
+    r"^(gRPC INVALID_ARGUMENT|HTTP 400): \[request id: ([\w-]+)\] input '(\w+)' does not exist"
+    r" in request"
 )
 MAX_CORRUPTED = 2  # more in one run is something else
 
@@ -125,8 +135,9 @@ def proven_on_the_wire(text: str, wire: Sequence[bytes]) -> bool:
 
     - an unreadable HTTP answer: its head is among the bytes Triton sent, and has a nameless
       header line (so the client did not lose its place, and Triton's memory was wrong);
-    - a gRPC request "lacking" an input: the client's request with that id, read from its
-      HTTP/2 DATA frame and parsed as protobuf, holds that input and its bytes."""
+    - a request "lacking" an input: the client's request with that id holds that input and
+      its bytes: over gRPC read from its HTTP/2 DATA frame and parsed as protobuf, over HTTP
+      its JSON header parsed, with each input's binary bytes after it."""
     if text.startswith(UNREADABLE):
         try:
             head = ast.literal_eval(text[len(UNREADABLE) :])
@@ -140,12 +151,32 @@ def proven_on_the_wire(text: str, wire: Sequence[bytes]) -> bool:
     missing = MISSING_INPUT.match(text)
     if missing is None:
         return False
-    ident, name = missing.groups()
+    protocol, ident, name = missing.groups()
+    if protocol.startswith("HTTP"):
+        return any(name in inputs for inputs in _http_requests(wire, ident))
     for request in _grpc_requests(wire, ident.encode()):
         names = [t.name for t in request.inputs]
         if request.id == ident and name in names:
             return len(request.raw_input_contents) == len(names)
     return False
+
+
+def _http_requests(wire: Sequence[bytes], ident: str) -> Iterator[set[str]]:
+    """The input names of each HTTP inference request with id ``ident`` whose JSON header
+    and every input's binary bytes (``binary_data_size``) sit whole in one captured segment."""
+    start = re.compile(rb'\{"id":\s*' + re.escape(json.dumps(ident).encode()))
+    decoder = json.JSONDecoder()
+    for segment in wire:
+        for found in start.finditer(segment):
+            text = segment[found.start() :].decode("latin-1")
+            try:
+                header, end = decoder.raw_decode(text)
+                inputs = header["inputs"]
+                sizes = [int(t["parameters"]["binary_data_size"]) for t in inputs]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if len(text) - end >= sum(sizes):
+                yield {str(t["name"]) for t in inputs}
 
 
 def _grpc_requests(wire: Sequence[bytes], ident: bytes) -> Iterator[Any]:

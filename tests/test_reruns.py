@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.clients import http2
 from loadgen.clients.grpc_client import GrpcClient
-from loadgen.clients.http_client import UnreadableResponse, next_response
+from loadgen.clients.http_client import HttpClient, UnreadableResponse, next_response, request_head
 from loadgen.clients.payloads import Payloads
 from loadgen.clients.target import ModelSpec, TensorSpec
 from stacksettings import ROOT, Settings, isolated
@@ -139,6 +139,48 @@ def test_a_grpc_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
     assert "request id: lg5329ccb8-0000000102" in RERUN_CAUSES["t::earlier"]
 
 
+def http_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> bytes:
+    """A segment the load generator's HTTP client would send for request ``ident`` (index 0
+    of its token): its head and JSON header from the client's own encoder, then the bytes."""
+    model = ModelSpec(
+        "batch_add_model",
+        "1",
+        4,
+        tuple(TensorSpec(name, "FP32", (1,)) for name in inputs),
+        (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
+    )
+    client = client_of(HttpClient, 8000, model, 5.0, id_token=ident.rsplit("-", 1)[0])
+    return request_head(client) + b"\0" * 4 * len(inputs)
+
+
+def tritonclient_wire(ident: str, sizes: tuple[int, int] = (4, 4)) -> bytes:
+    """A request body as tritonclient.http writes it (json.dumps' default separators)."""
+    header = {
+        "id": ident,
+        "inputs": [
+            {"name": n, "shape": [1, 1], "datatype": "FP32", "parameters": {"binary_data_size": k}}
+            for n, k in zip(("INPUT_A", "INPUT_B"), sizes, strict=True)
+        ],
+        "outputs": [{"name": "OUTPUT_SUM", "parameters": {"binary_data": True}}],
+    }
+    return json.dumps(header).encode() + b"\0" * 8
+
+
+HTTP_IDENT = "lg5329ccb8-0000000000"
+# The error CI saw once over HTTP (session 37), in the load generator's words.
+HTTP_LACKS_B = f"HTTP 400: [request id: {HTTP_IDENT}] input 'INPUT_B' does not exist in request"
+
+
+def test_an_http_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
+    watched: tuple[TritonCrashes, Settings],
+) -> None:
+    crashes, _ = watched
+    other = http_wire("lg11111111-0000000000")
+    assert crashes.crashed(failure({HTTP_LACKS_B: 1}, [other, http_wire(HTTP_IDENT)]))
+    assert f"request id: {HTTP_IDENT}" in RERUN_CAUSES["t::earlier"]
+    assert crashes.crashed(failure({HTTP_LACKS_B: 1}, [tritonclient_wire(HTTP_IDENT)]))
+
+
 @pytest.mark.parametrize(
     ("errors", "answers"),
     [
@@ -156,6 +198,12 @@ def test_a_grpc_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
         # the request really lacked INPUT_B, or is not on the wire: the client's own fault
         ({LACKS_B: 1}, [grpc_wire(IDENT, ("INPUT_A",))]),
         ({LACKS_B: 1}, [grpc_wire("lg5329ccb8-0000000101")]),
+        ({HTTP_LACKS_B: 1}, [http_wire(HTTP_IDENT, ("INPUT_A",))]),
+        ({HTTP_LACKS_B: 1}, [http_wire("lg11111111-0000000000")]),
+        # the header says 4 bytes of INPUT_B follow, but the segment ends before them
+        ({HTTP_LACKS_B: 1}, [tritonclient_wire(HTTP_IDENT, (4, 12))]),
+        # the gRPC proof is no HTTP proof
+        ({HTTP_LACKS_B: 1}, [grpc_wire(HTTP_IDENT)]),
         ({"wrong sum": 1}, WIRE),
     ],
 )

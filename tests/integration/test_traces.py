@@ -23,10 +23,11 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
 
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
-from tests.helpers import TritonCrashes
+from tests.helpers import TritonCrashes, served_whole, wire_seen
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats
 from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window, window_left
@@ -81,7 +82,11 @@ def triton_back(traced_stack: Settings, request: pytest.FixtureRequest) -> None:
 
 
 def load(settings: Settings, model: str, clients: int, each: int, widths: list[int]) -> None:
-    errors: list[str] = []
+    """``clients`` threads, each sending ``each`` requests of its width in turn; every sum
+    checked. A request Triton failed is counted and the client goes on; the failures are
+    judged with the wire's witness (:func:`served_whole`)."""
+    wrong: list[str] = []
+    failed: Counter[str] = Counter()
 
     def one(i: int) -> None:
         client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
@@ -92,16 +97,22 @@ def load(settings: Settings, model: str, clients: int, each: int, widths: list[i
                 tensor = httpclient.InferInput(name, [1, width], "FP32")
                 tensor.set_data_from_numpy(np.full((1, width), float(k), dtype=np.float32))
                 inputs.append(tensor)
-            result = client.infer(model, inputs, request_id=f"{model}-{i}-{k}")
+            try:
+                result = client.infer(model, inputs, request_id=f"{model}-{i}-{k}")
+            except InferenceServerException as exc:  # the load generator's words for it
+                failed[f"HTTP {exc.status()}: {exc.message()}"[:200]] += 1
+                continue
             if result.as_numpy("OUTPUT_SUM").tolist() != [[2.0 * k] * width]:
-                errors.append(f"{model} {i}-{k}: wrong sum")
+                wrong.append(f"{model} {i}-{k}: wrong sum")
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors[:3]
+    with wire_seen(settings) as wire:
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    served_whole(sum(failed.values()), dict(failed), wire)
+    assert not wrong, wrong[:3]
 
 
 def traced_requests(settings: Settings, model: str, expected: int) -> list[TracedRequest]:
