@@ -14,8 +14,10 @@ import contextlib
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from advisor import autopilot
 from advisor.autopilot import Predicted, Window, judge
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
-from loadgen.engine.runner import RunParams, run
+from loadgen.engine.runner import RunParams
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
 from stack.supervisor import running
@@ -255,18 +257,72 @@ def from_repository(client: TritonClient, deadline: float) -> TritonClient:
 
 @contextlib.contextmanager
 def poisson_traffic(params: RunParams, db: Path) -> Iterator[Path]:
-    """``params``' run (150/s Poisson to the model) in a thread, recorded in ``db``, until
-    the block ends."""
-    stop = threading.Event()
-    sender = threading.Thread(target=run, args=(params,), kwargs={"db": str(db), "stop": stop})
-    sender.start()
-    time.sleep(2.0)  # the run's clients started, and the reloaded model warmed up
+    """``params``' run (Poisson to the model) recorded in ``db`` until the block ends, then
+    stopped as Ctrl-C stops it (SIGTERM: the partial run is stored).
+
+    Run by the load generator's CLI in a process of its own, as a user runs it: the clients'
+    latencies are what the autopilot judges a change by, and the test's own work beside them
+    (the advice, a Streamlit page rerun every half second) held their interpreter in the
+    same process, which made a window's client p99 the test's doing (CI, session 37: 226 ms
+    before and 331 ms after at 150/s on the add model, and a good change rolled back)."""
+    plain = RunParams(
+        "rate",
+        model=params.model,
+        url=params.url,
+        rate=params.rate,
+        poisson=True,
+        duration_s=params.duration_s,
+        timeout_s=params.timeout_s,
+        seed=params.seed,
+    )
+    assert params == plain, "poisson_traffic passes only these parameters to the CLI"
+    argv = [
+        *(sys.executable, "-m", "loadgen", "rate", "--poisson", "--rate", str(params.rate)),
+        *("--duration", str(params.duration_s), "--model", params.model, "--url", params.url),
+        *("--timeout", str(params.timeout_s), "--db", str(db)),
+        *(("--seed", str(params.seed)) if params.seed is not None else ()),
+    ]
+    began = time.time()
+    err = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would stop the sender
+    sender = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+
+    def said() -> str:
+        err.seek(0)
+        return err.read().decode(errors="replace")[-2000:]
+
     try:
+        # The run's clients answered (the store holds their first second), and the reloaded
+        # model warmed up.
+        deadline = time.monotonic() + 60
+        while not (db.is_file() and answered_since(db, params.model, began)):
+            assert sender.poll() is None, said()
+            assert time.monotonic() < deadline, "the load run stored no answer in 60 s"
+            time.sleep(0.2)
+        time.sleep(1.0)
         yield db
     finally:
-        stop.set()
-        sender.join(timeout=30)
-    assert not sender.is_alive()
+        if sender.poll() is None:
+            sender.send_signal(signal.SIGTERM)
+        try:
+            sender.wait(timeout=60)
+        finally:
+            if sender.poll() is None:
+                sender.kill()
+                sender.wait()
+    # 0: the run ended by its duration; 130: stopped, its partial run stored.
+    assert sender.returncode in (0, 130), said()
+    err.close()
+
+
+def answered_since(db: Path, model: str, began: float) -> bool:
+    """Whether the store holds an answered request of ``model`` since ``began`` (False while
+    the load generator is still creating it)."""
+    try:
+        with RunStore(db) as store:
+            rows = store.window_outcomes(model, began, time.time())
+    except sqlite3.OperationalError:  # its tables are not there yet
+        return False
+    return any(outcome == "ok" for _, _, outcome in rows)
 
 
 @pytest.fixture

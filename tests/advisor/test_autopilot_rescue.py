@@ -143,18 +143,20 @@ def test_a_shift_into_saturation_leads_to_one_kept_change_and_no_oscillation(
         steps.step()
         last = client.model_stats(MODEL)
     shifted = lines[before_shift:]
+    # Every line whole in a failure's message (a list's repr is cut short).
+    said = "\n".join(shifted)
     # Saturated, by Triton's queue, for two intervals, then advised for twice what it answered.
-    assert "saturated (its requests waited" in shifted[0], shifted
-    assert "advising for" in shifted[1] and "x2 the rate it answered" in shifted[1], shifted
+    assert "saturated (its requests waited" in shifted[0], said
+    assert "advising for" in shifted[1] and "x2 the rate it answered" in shifted[1], said
     with RunStore(db) as store:
         changes = store.list_changes(MODEL)
-    assert [c.outcome for c in changes] == ["kept"], (shifted, [c.reason for c in changes])
+    assert [c.outcome for c in changes] == ["kept"], said
     kept = from_model_config(changes[0].new_config)
     assert kept.max_batch_size > 1 and from_model_config(client.model_config_json(MODEL)) == kept
     # Then the baseline, and no advice that changes anything: no oscillation.
     after = shifted[shifted.index(next(x for x in shifted if x.startswith("KEPT"))) + 1 :]
-    assert any("the baseline for it from now on" in line for line in after), after
-    assert not any(line.startswith(("DRY RUN", "WAIT", "KEPT", "ROLLED")) for line in after)
+    assert any("the baseline for it from now on" in line for line in after), said
+    assert not any(line.startswith(("DRY RUN", "WAIT", "KEPT", "ROLLED")) for line in after), said
     # Triton's own statistics, over the last interval: the offered rate served, from a
     # queue that is no backlog.
     delta = last.minus(first)
