@@ -1,0 +1,33 @@
+"""``bench/advisor_validation.py --ceiling``'s accounting, on known measurements: the
+criteria applied to a second measurement of each point, as if it were the prediction."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from advisor.config import BatcherConfig
+from advisor.predict import Prediction
+from bench.advisor_validation import Point, ceiling_line
+
+
+def point(first: tuple[float, float], again: tuple[float, float] | None) -> Point:
+    """A point whose first and second measurements have these (average batch, p99 ms)."""
+    measured = Point("m", 100.0, "own", BatcherConfig(4, (), 0), cast(Prediction, None), [], [])
+    measured.batches, measured.client_p99s = [first[0]], [first[1] / 1e3]
+    if again is not None:
+        measured.again_batches, measured.again_p99s = [again[0]], [again[1] / 1e3]
+    return measured
+
+
+def test_the_second_measurement_is_judged_by_the_criteria_against_the_first() -> None:
+    points = [
+        point((1.50, 10.0), (1.60, 12.4)),  # +7 % and +24 %: both within
+        point((1.50, 10.0), (1.70, 7.4)),  # +13 % and -26 %: neither
+        point((1.50, 10.0), None),  # measured once: not counted
+    ]
+    line = ceiling_line(points)
+    assert "average batch at 1/2" in line and "client p99 at 1/2" in line, line
+
+
+def test_without_a_second_measurement_there_is_no_ceiling_line() -> None:
+    assert ceiling_line([point((1.5, 10.0), None)]) == ""
