@@ -10,7 +10,9 @@ Per model, at its rate r (``RATES``):
   (the server process's CPU), traffic (the run's send times), the batcher's hand-offs and the
   time outside Triton (the run's traces). With ``--fit-window S`` the service times and
   costs come instead from an untraced run of S seconds at r just before (seed 8), as
-  ``advise --url URL --window S --traces EXPORTER`` reads them. Then the recommendation
+  ``advise --url URL --window S --traces EXPORTER`` reads them. With ``--fit-runs N`` the
+  fit pools N traced runs at r (other seeds), each within Triton 2.51's trace window: one
+  short traced run's fit moves from run to run. Then the recommendation
   (objective p99 latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the
   own config.
 * **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r, each
@@ -44,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -210,6 +213,15 @@ def observed(result: RunResult) -> tuple[float | None, float | None, float | Non
     )
 
 
+def outside_samples(result: RunResult) -> Iterator[tuple[float, float, float]]:
+    """(client latency, queue wait, compute) of each traced request of one run."""
+    latency = {int(r[0]): float(r[2]) for r in result.records()}  # by record seq
+    seq_of = result.recorder.seq_of or {}  # a request's index -> its record's seq
+    for t in result.traced or []:
+        if (seq := seq_of.get(t.index)) is not None and seq in latency:
+            yield latency[seq], t.queue_wait_s, t.compute_s
+
+
 def measure_own(
     settings: Settings,
     model: str,
@@ -219,6 +231,7 @@ def measure_own(
     seed: int,
     handoffs: bool = True,
     window_s: float = 0.0,
+    runs: int = 1,
 ) -> tuple[RunResult, ServiceModel, CpuModel, OpenLoop, str]:
     """The own config's traced run, and what the advisor learns from watching it.
 
@@ -226,7 +239,12 @@ def measure_own(
     length at the same rate (what ``advise --url URL --window S --traces EXPORTER`` reads),
     run first with its own seed; the traced run then gives the traffic, the hand-offs and
     the time outside Triton only. A 3 s traced run's fit moved between runs (docs/validation.md),
-    and tracing adds its own cost to every execution; the judged runs are untraced."""
+    and tracing adds its own cost to every execution; the judged runs are untraced.
+
+    ``runs`` > 1: that many traced runs back to back (seeds ``seed``, ``seed`` + 10, ...),
+    each within Triton 2.51's safe trace window, pooled: the service times and costs over
+    all of them, the hand-offs and the time outside Triton from all their traces (a pause
+    of a second or more between runs is no arrival gap). The traffic is the first run's."""
     url = settings.url("triton_http")
     client = TritonClient(url)
     pid = costs.local_server_pid(url)
@@ -254,14 +272,15 @@ def measure_own(
         if lost:
             raise RunFault(f"{lost} of {window.summary.client.sent} failed in the fit window")
         source = f"the {window_s:g} s untraced window"
-        result = traced_run(settings, model, rate, seconds, seed)
+        results = [traced_run(settings, model, rate, seconds, seed + 10 * k) for k in range(runs)]
     else:
         before = client.model_stats(model)
         meter.start()
-        result = traced_run(settings, model, rate, seconds, seed)
+        results = [traced_run(settings, model, rate, seconds, seed + 10 * k) for k in range(runs)]
         cpu_used = meter.stop()
         delta = client.model_stats(model).minus(before)
-        source = "the traced run"
+        source = "the traced run" if runs == 1 else f"{runs} traced runs"
+    result = results[0]
     service = fit_service_times(delta)
     calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, source)
     due = sorted(float(r[1]) for r in result.records())
@@ -270,17 +289,12 @@ def measure_own(
     cpu = calibration.cpu
     measured = ""
     if handoffs:  # the batcher's hand-offs, from this run's own traces
-        found = handoff.measure(result.traced_requests or [], config, handoff.timer_slack(pid))
+        traced = [t for one in results for t in one.traced_requests or []]
+        found = handoff.measure(traced, config, handoff.timer_slack(pid))
         cpu, measured = found.apply(cpu), f"; {found.describe()}"
         # What the client waits beyond Triton's queue and execution, less the CPU the
         # simulator already charges there: waiting that costs no server CPU.
-        latency = {int(r[0]): float(r[2]) for r in result.records()}  # by record seq
-        seq_of = result.recorder.seq_of or {}  # a request's index -> its record's seq
-        outside = handoff.outside(
-            (latency[seq], t.queue_wait_s, t.compute_s)
-            for t in result.traced or []
-            if (seq := seq_of.get(t.index)) is not None and seq in latency
-        )
+        outside = handoff.outside(sample for one in results for sample in outside_samples(one))
         if outside is not None:
             cpu, measured = outside.apply(cpu), f"{measured}; {outside.describe()}"
     note = (
@@ -327,6 +341,12 @@ def main() -> int:
     parser.add_argument("--p99-ms", type=float, default=20.0, help="the recommendations' bound")
     parser.add_argument("--requests", type=int, default=4000, help="simulated per config")
     parser.add_argument(
+        "--fit-runs",
+        type=int,
+        default=1,
+        help="traced runs at r pooled into the fit (default 1)",
+    )
+    parser.add_argument(
         "--ceiling",
         action="store_true",
         help="measure every point twice and judge the second measurement by the criteria "
@@ -334,6 +354,8 @@ def main() -> int:
     )
     args = parser.parse_args()
 
+    if args.fit_runs < 1:
+        parser.error("--fit-runs: at least 1")
     models = args.models.split(",")
     unknown = [m for m in models if m not in RATES]
     if unknown:
@@ -415,7 +437,7 @@ def one_model(
     rate = RATES[model]
     seconds = max(args.seconds, args.fit_traced / rate)
     _, service, cpu, traffic, note = measure_own(
-        s, model, config, rate, seconds, seed=7, window_s=args.fit_window
+        s, model, config, rate, seconds, seed=7, window_s=args.fit_window, runs=args.fit_runs
     )
     print(f"{model} fitted at {rate:g}/s: {note}", flush=True)
     rec = recommend(
