@@ -288,7 +288,7 @@ def measure_own(
     assert isinstance(traffic, OpenLoop)
     cpu = calibration.cpu
     measured = ""
-    if handoffs:  # the batcher's hand-offs, from this run's own traces
+    if handoffs:  # the batcher's hand-offs, from these runs' own traces
         traced = [t for one in results for t in one.traced_requests or []]
         found = handoff.measure(traced, config, handoff.timer_slack(pid))
         cpu, measured = found.apply(cpu), f"; {found.describe()}"

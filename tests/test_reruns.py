@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,16 +109,21 @@ def test_an_answer_tracing_corrupted_seen_on_the_wire_is_a_rerun(
     assert crashes.crashed(failure({NAMELESS: 2}, WIRE))
 
 
-def grpc_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> bytes:
-    """A segment the load generator's gRPC client would send for request ``ident``: its
-    HEADERS and DATA frames, the message from the client's own encoder."""
-    model = ModelSpec(
+def add_spec(inputs: tuple[str, ...]) -> ModelSpec:
+    """The add model with these FP32 inputs of one value each."""
+    return ModelSpec(
         "batch_add_model",
         "1",
         4,
         tuple(TensorSpec(name, "FP32", (1,)) for name in inputs),
         (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
     )
+
+
+def grpc_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> bytes:
+    """A segment the load generator's gRPC client would send for request ``ident``: its
+    HEADERS and DATA frames, the message from the client's own encoder."""
+    model = add_spec(inputs)
     token, index = ident.rsplit("-", 1)
     client = client_of(GrpcClient, 8001, model, 5.0, id_token=token)
     message = client.encode(int(index), Payloads(model, client.tensors, seed=1).take(0)[0])
@@ -130,25 +136,10 @@ IDENT = "lg5329ccb8-0000000102"
 LACKS_B = f"gRPC INVALID_ARGUMENT: [request id: {IDENT}] input 'INPUT_B' does not exist in request"
 
 
-def test_a_grpc_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
-    watched: tuple[TritonCrashes, Settings],
-) -> None:
-    crashes, _ = watched
-    other = grpc_wire("lg5329ccb8-0000000101")
-    assert crashes.crashed(failure({LACKS_B: 1}, [other, other + grpc_wire(IDENT)]))
-    assert "request id: lg5329ccb8-0000000102" in RERUN_CAUSES["t::earlier"]
-
-
 def http_wire(ident: str, inputs: tuple[str, ...] = ("INPUT_A", "INPUT_B")) -> bytes:
     """A segment the load generator's HTTP client would send for request ``ident`` (index 0
     of its token): its head and JSON header from the client's own encoder, then the bytes."""
-    model = ModelSpec(
-        "batch_add_model",
-        "1",
-        4,
-        tuple(TensorSpec(name, "FP32", (1,)) for name in inputs),
-        (TensorSpec("OUTPUT_SUM", "FP32", (1,)),),
-    )
+    model = add_spec(inputs)
     client = client_of(HttpClient, 8000, model, 5.0, id_token=ident.rsplit("-", 1)[0])
     return request_head(client) + b"\0" * 4 * len(inputs)
 
@@ -171,13 +162,28 @@ HTTP_IDENT = "lg5329ccb8-0000000000"
 HTTP_LACKS_B = f"HTTP 400: [request id: {HTTP_IDENT}] input 'INPUT_B' does not exist in request"
 
 
-def test_an_http_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
+@pytest.mark.parametrize(
+    ("wire", "ident", "other", "lacks"),
+    [
+        (grpc_wire, IDENT, "lg5329ccb8-0000000101", LACKS_B),
+        (http_wire, HTTP_IDENT, "lg11111111-0000000000", HTTP_LACKS_B),
+    ],
+)
+def test_a_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
     watched: tuple[TritonCrashes, Settings],
+    wire: Callable[[str], bytes],
+    ident: str,
+    other: str,
+    lacks: str,
 ) -> None:
     crashes, _ = watched
-    other = http_wire("lg11111111-0000000000")
-    assert crashes.crashed(failure({HTTP_LACKS_B: 1}, [other, http_wire(HTTP_IDENT)]))
-    assert f"request id: {HTTP_IDENT}" in RERUN_CAUSES["t::earlier"]
+    another = wire(other)
+    assert crashes.crashed(failure({lacks: 1}, [another, another + wire(ident)]))
+    assert f"request id: {ident}" in RERUN_CAUSES["t::earlier"]
+
+
+def test_tritonclients_http_request_is_read_too(watched: tuple[TritonCrashes, Settings]) -> None:
+    crashes, _ = watched
     assert crashes.crashed(failure({HTTP_LACKS_B: 1}, [tritonclient_wire(HTTP_IDENT)]))
 
 
