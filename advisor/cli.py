@@ -104,6 +104,20 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _run_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a run id or a comma-separated list of them (e.g. 3 or 3,4,5)"
+        )
+    if len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"{text!r} names a run twice: each run is pooled once")
+    return ids
+
+
 def _instance_counts(text: str) -> tuple[int, ...]:
     try:
         counts = tuple(sorted({int(s) for s in text.split(",") if s.strip()}))
@@ -236,7 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
     advise.add_argument(
-        "--run", type=_positive(int, "--run"), help="run id in --store (batchscope load runs)"
+        "--run",
+        type=_run_ids,
+        help="run id in --store (batchscope load runs); several of one model, config and "
+        "traffic, comma-separated (3,4,5), are pooled: one short traced run's fit moves "
+        "from run to run",
     )
     advise.add_argument(
         "--probe",
@@ -428,7 +446,7 @@ def options_from(args: argparse.Namespace) -> Options:
         window_s=args.window,
         prometheus=args.prometheus or "",
         store=args.store,
-        run=args.run,
+        runs=args.run or (),
         rate=args.rate,
         cv=args.cv,
         concurrency=args.concurrency,

@@ -64,8 +64,8 @@ class Options:
     model: str = ""
     window_s: float = 10.0  # seconds of the server's traffic (or of Prometheus) to read
     prometheus: str = ""  # fit from the exporter's counters in this Prometheus instead
-    store: Path | None = None  # the load generator's store, with ``run``
-    run: int | None = None
+    store: Path | None = None  # the load generator's store, with ``runs``
+    runs: tuple[int, ...] = ()  # pooled when several (storedrun.load_runs)
     # Traffic given instead of fitted.
     rate: float | None = None
     cv: float | None = None
@@ -395,12 +395,17 @@ def first_probe(
 
 def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic | None) -> Inputs:
     """Service times, traffic, the time outside Triton, the hand-offs and (for runs stored
-    since it is kept) the config and Triton version from one stored load run, read once;
-    a closed-loop run's throughput gives the costs."""
-    if opts.store is None or opts.run is None:
+    since it is kept) the config and Triton version from stored load runs (several of one
+    traffic pooled), each read once; a closed-loop run's throughput gives the costs. The
+    timer slack of the server's threads is read when it runs on this machine."""
+    if opts.store is None or not opts.runs:
         raise InputError("--store needs --run ID (batchscope load runs lists them)")
     try:
-        run = storedrun.load(opts.store, opts.run)
+        run = storedrun.load_runs(
+            opts.store,
+            opts.runs,
+            lambda url: handoff.timer_slack(costs.local_server_pid(opts.url or url)),
+        )
     except ValueError as exc:
         raise InputError(str(exc)) from None
     except sqlite3.DatabaseError as exc:
@@ -426,11 +431,12 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
     notes.append(
         "service times from the calibration capture"
         if calibrated
-        else "service times fitted from the run's statistics"
+        else f"service times fitted from the {run.whose} statistics"
     )
     if traffic is None:
         traffic = run.traffic
-        notes.append(f"traffic of the run: {traffic.describe()}")
+        source = "run" if len(run.run_ids) < 2 else f"{len(run.run_ids)} runs' arrival gaps"
+        notes.append(f"traffic of the {source}: {traffic.describe()}")
     if run.measured_batch_size:
         notes.append(f"measured average batch size in the run: {run.measured_batch_size:.2f}")
     inputs = Inputs(
@@ -448,7 +454,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
     if run.handoff is not None:
         inputs.handoffs = (
             run.handoff,
-            f"{run.handoff.describe()} (the run's {run.traced_requests:,} traced requests)",
+            f"{run.handoff.describe()} (the {run.whose} {run.traced_requests:,} traced requests)",
         )
     if run.concurrency and run.measured_throughput_per_s:
         cores = opts.cores or costs.local_cores(run.server)

@@ -5,12 +5,15 @@ and the server's statistics delta for the window (``loadgen.results.summary.Serv
 From those:
 
 * service times: per batch size, the executions and the mean ``compute_infer``
-  seconds per execution, fitted as usual (compute_input/output are not stored per
-  size, so they are left out);
+  seconds per execution, fitted as usual; compute_input and compute_output are stored as
+  totals, not per size, and are spread evenly over the executions;
 * traffic: a ``rate`` run is open loop, with rate and burstiness from the records'
   due times; a ``concurrency`` run is closed loop at its concurrency; a ``serial``
   run is one client with its gap as think time. ``concurrent`` (one burst) and
   ``steps`` (changing rates) have no steady state to model, and are refused.
+
+Several runs of one model, server, config and traffic can be pooled (``load_runs``): one
+short traced run's fit moves from run to run, and the pooled one holds steadier.
 
 Runs stored since the store kept them carry the model's config and the Triton version as
 the server reported them when the run began (``RunStore.load_server``); an older run
@@ -19,21 +22,42 @@ has neither, and the caller reads the config from the server or takes it from th
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from advisor.config import BatcherConfig, from_model_config
 from advisor.costs import Calibration, fit_request_cost
 from advisor.fit import fit_service_times
-from advisor.handoff import MIN_REQUESTS, HandOff, Outside, measure, outside
+from advisor.handoff import (
+    LINUX_DEFAULT_SLACK,
+    MIN_REQUESTS,
+    HandOff,
+    Outside,
+    TimerSlack,
+    measure,
+    outside,
+)
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
+from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
-from loadgen.results.summary import ServerSummary
+from loadgen.results.summary import LoadRun, ServerSummary
 from loadgen.store.runstore import RunStore
+from tritonapi.traces import TracedRequest
+
+# The timer slack of a run's server, by its URL (advisor.handoff.timer_slack reads a local
+# one's); Linux's default unless the caller can read it.
+Lateness = Callable[[str], TimerSlack]
+
+
+def _default_slack(url: str) -> TimerSlack:
+    return LINUX_DEFAULT_SLACK
 
 
 @dataclass(frozen=True)
@@ -63,6 +87,12 @@ class StoredRun:
     traced_requests: int = 0
     shapes: dict[str, int] | None = None  # requests per shape sent (loadgen's record)
     inputs: InputOptions | None = None  # what the run's requests held, to replay them alike
+    run_ids: tuple[int, ...] = ()  # the runs pooled (``run_id`` is the first)
+
+    @property
+    def whose(self) -> str:
+        """ "run's", or "3 runs'" for pooled runs: whose statistics or traces a figure is."""
+        return "run's" if len(self.run_ids) < 2 else f"{len(self.run_ids)} runs'"
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -74,24 +104,19 @@ def stored_config(model_config: dict | None) -> BatcherConfig | None:
         return None
 
 
-def service_from_summary(server: ServerSummary) -> ServiceModel:
-    means = server.compute_infer_s_per_execution_by_batch_size
-    points = {
-        size: (n, n * mean)
-        for size, n in server.executions_by_batch_size.items()
-        if (mean := means.get(size)) is not None
-    }
-    return fit_service_times(points)
-
-
 def traffic_from_run(params: RunParams, due_s: list[float]) -> Traffic:
+    return traffic_from_gaps(params, [b - a for a, b in zip(due_s, due_s[1:], strict=False)])
+
+
+def traffic_from_gaps(params: RunParams, gaps: list[float]) -> Traffic:
+    """The traffic of a run (or of runs of one traffic) from its scenario and, for a rate
+    run, the gaps between its requests' due times."""
     scenario = params.scenario
     if scenario == "concurrency":
         return ClosedLoop(params.concurrency)
     if scenario == "serial":
         return ClosedLoop(1, think_s=float(params.gap_s))
     if scenario == "rate":
-        gaps = [b - a for a, b in zip(due_s, due_s[1:], strict=False)]
         if len(gaps) < 10 or statistics.mean(gaps) <= 0:
             return OpenLoop(float(params.rate), 1.0 if params.poisson else 0.0)
         mean = statistics.mean(gaps)
@@ -101,53 +126,206 @@ def traffic_from_run(params: RunParams, due_s: list[float]) -> Traffic:
     )
 
 
-def load(db: str | Path, run_id: int) -> StoredRun:
-    """Read run ``run_id``, all the advisor uses of it, in one place (callers read a run
-    once); ValueError (one line) if it cannot be used."""
+@dataclass(frozen=True)
+class _Read:
+    """One stored run as the store holds it: read once."""
+
+    run_id: int
+    run: LoadRun
+    server: ServerSummary
+    due_s: list[float]
+    latencies_s: list[float]  # of the answered requests
+    traced: list[TracedRequest]
+    samples: list[tuple[float, float, float]]
+
+
+def _read(runs: RunStore, run_id: int) -> _Read:
+    run = runs.load_run(run_id)
+    records = runs.load_records(run_id)
+    traced = runs.load_traced_requests(run_id, run.params.model)
     try:
-        with RunStore(db) as runs:
-            run = runs.load_run(run_id)
-            records = runs.load_records(run_id)
-            traced = runs.load_traced_requests(run_id, run.params.model)
-            try:
-                samples = runs.load_traced_latencies(run_id)
-            except LoadgenError:  # a store without the traced tables: no time outside
-                samples = []
-    except LoadgenError as exc:
-        raise ValueError(str(exc)) from None
-    server, client = run.summary.server, run.summary.client
+        samples = runs.load_traced_latencies(run_id)
+    except LoadgenError:  # a store without the traced tables: no time outside
+        samples = []
+    server = run.summary.server
     if server is None or not server.executions:
         raise ValueError(
             f"run {run_id} has no server-side statistics to fit service times from "
             f"({run.summary.server_error or 'the model executed nothing'})"
         )
-    due = sorted(float(r["start_s"]) for r in records)
+    return _Read(
+        run_id,
+        run,
+        server,
+        sorted(float(r["start_s"]) for r in records),
+        [float(r["latency_s"]) for r in records if r["outcome"] == "ok"],
+        traced,
+        samples,
+    )
+
+
+def _traffic_key(run: LoadRun) -> tuple[object, ...]:
+    """What must agree for runs to be one traffic: the scenario, its pace and the requests'
+    contents (seeds and lengths may differ)."""
+    p = run.params
+    return (
+        p.scenario,
+        p.rate if p.scenario == "rate" else None,
+        p.poisson if p.scenario == "rate" else None,
+        p.concurrency if p.scenario == "concurrency" else None,
+        p.gap_s if p.scenario == "serial" else None,
+        *(getattr(p, f.name) for f in fields(InputOptions)),
+    )
+
+
+def _config_text(r: _Read) -> str:
+    config = stored_config(r.run.model_config)
+    return config.describe() if config else "not stored"
+
+
+# What must agree for runs to be pooled: (what, its key, how it is shown).
+_AGREE: tuple[tuple[str, Callable[[_Read], object], Callable[[_Read], str]], ...] = (
+    ("model", lambda r: r.run.params.model, lambda r: r.run.params.model),
+    ("server", lambda r: r.run.params.url, lambda r: r.run.params.url),
+    ("config", lambda r: stored_config(r.run.model_config), _config_text),
+    ("traffic", lambda r: _traffic_key(r.run), lambda r: r.run.params.describe()),
+)
+
+
+def _same(reads: list[_Read]) -> None:
+    """ValueError (one line) unless the runs can be pooled: one model on one server, one
+    config, one traffic."""
+    first = reads[0]
+    for what, key, shown in _AGREE:
+        for other in reads[1:]:
+            if key(other) != key(first):
+                raise ValueError(
+                    f"runs {first.run_id} and {other.run_id} differ in their {what} "
+                    f"({shown(first)} vs {shown(other)}): pool only runs of one model, "
+                    "server, config and traffic"
+                )
+
+
+def _pooled_service(servers: list[ServerSummary]) -> ServiceModel:
+    """Service times over several runs' statistics: per batch size, the executions and
+    compute_infer seconds summed. compute_input and compute_output are stored as totals
+    over the requests (Triton counts a batch's time once per request in it), not per size:
+    their mean per request is added to every execution, as the server-window fit, which
+    reads them per size, would count them."""
+    requests = sum(s.requests_success for s in servers)
+    in_out = sum(
+        s.compute_s_by_phase.get(phase, 0.0)
+        for s in servers
+        for phase in ("compute_input", "compute_output")
+    )
+    per_execution = in_out / requests if requests else 0.0
+    points: dict[int, tuple[int, float]] = {}
+    for s in servers:
+        means = s.compute_infer_s_per_execution_by_batch_size
+        for size, n in s.executions_by_batch_size.items():
+            if (mean := means.get(size)) is None:
+                continue
+            count, seconds = points.get(size, (0, 0.0))
+            points[size] = (count + n, seconds + n * (mean + per_execution))
+    return fit_service_times(points)
+
+
+def _p99(latencies_s: list[float]) -> float | None:
+    hist = Histogram()
+    for latency in latencies_s:
+        hist.add(latency)
+    return hist.quantile(0.99) if hist.n else None
+
+
+def load(db: str | Path, run_id: int, lateness: Lateness = _default_slack) -> StoredRun:
+    """Read run ``run_id``, all the advisor uses of it, in one place (callers read a run
+    once); ValueError (one line) if it cannot be used."""
+    return load_runs(db, (run_id,), lateness)
+
+
+def load_runs(
+    db: str | Path, run_ids: Sequence[int], lateness: Lateness = _default_slack
+) -> StoredRun:
+    """Read runs ``run_ids`` of one model, server, config and traffic, pooled: service times
+    over all their statistics, the traffic over all their arrival gaps (none between runs),
+    the hand-offs over all their traces and the time outside Triton over all their traced
+    requests. One short traced run's fit moves from run to run (docs/validation.md); several
+    hold it steadier. ``lateness``: the timer slack of the runs' server (by its URL), for the
+    hand-offs. ValueError (one line) if they cannot be used or pooled."""
+    if not run_ids:
+        raise ValueError("give at least one run id")
+    if len(set(run_ids)) != len(run_ids):
+        raise ValueError(f"runs {', '.join(map(str, run_ids))}: a run is named twice")
+    try:
+        with RunStore(db) as runs:
+            reads = [_read(runs, run_id) for run_id in run_ids]
+    except LoadgenError as exc:
+        raise ValueError(str(exc)) from None
+    _same(reads)
+    first = reads[0]
+    run, params = first.run, first.run.params
+    servers = [r.server for r in reads]
+    sizes: Counter[int] = Counter()
+    for server in servers:
+        sizes.update(server.executions_by_batch_size)
+    executions = sum(s.executions for s in servers)
+    sent = sum(r.run.summary.client.sent for r in reads)
+    samples = [sample for r in reads for sample in r.samples]
+    traced = [t for r in reads for t in r.traced]
     measured_outside = outside(samples)
+    whose = "run's" if len(reads) == 1 else f"{len(reads)} runs'"
     if measured_outside is not None:
-        source = f"the run's {measured_outside.requests:,} traced requests; the spread is simulated"
+        count = f"{measured_outside.requests:,}"
+        source = f"the {whose} {count} traced requests; the spread is simulated"
         measured_outside = replace(measured_outside, source=source)
     config = stored_config(run.model_config)
-    handoff = measure(traced, config) if config and len(traced) >= MIN_REQUESTS else None
+    handoff = (
+        measure(traced, config, lateness(params.url))
+        if config and len(traced) >= MIN_REQUESTS
+        else None
+    )
+    if len(reads) == 1:
+        describe = f"run {first.run_id} ({params.scenario}, {run.status}, {sent} requests)"
+        p99 = run.summary.client.latency_s.p99
+        throughput = run.summary.client.throughput_per_s
+    else:
+        statuses = ", ".join(sorted({r.run.status for r in reads}))
+        ids = ", ".join(str(r.run_id) for r in reads)
+        describe = f"runs {ids} pooled ({params.scenario}, {statuses}, {sent} requests)"
+        p99 = _p99([latency for r in reads for latency in r.latencies_s])
+        # requests over the runs' time together: each run's sent / throughput is its time
+        times: list[float] = [
+            r.run.summary.client.sent / thr
+            for r in reads
+            if (thr := r.run.summary.client.throughput_per_s)
+        ]
+        total_s = math.fsum(times)
+        throughput = sent / total_s if len(times) == len(reads) and total_s > 0 else None
+    gaps = [b - a for r in reads for a, b in zip(r.due_s, r.due_s[1:], strict=False)]
+    shapes: Counter[str] = Counter()
+    for r in reads:
+        shapes.update(r.run.summary.client.shapes or {})
     return StoredRun(
-        run_id=run_id,
-        model=run.params.model,
-        describe=f"run {run_id} ({run.params.scenario}, {run.status}, {client.sent} requests)",
-        service=service_from_summary(server),
-        traffic=traffic_from_run(run.params, due),
-        measured_batch_size=server.average_batch_size,
-        measured_distribution=_shares(server.executions_by_batch_size),
-        measured_client_p99_s=client.latency_s.p99,
-        measured_throughput_per_s=client.throughput_per_s,
+        run_id=first.run_id,
+        model=params.model,
+        describe=describe,
+        service=_pooled_service(servers),
+        traffic=traffic_from_gaps(params, gaps),
+        measured_batch_size=sum(s.inferences for s in servers) / executions,
+        measured_distribution=_shares(dict(sizes)),
+        measured_client_p99_s=p99,
+        measured_throughput_per_s=throughput,
         config=config,
         triton_version=run.triton_version,
-        server=run.params.url,
-        concurrency=run.params.concurrency if run.params.scenario == "concurrency" else None,
-        requests=client.sent,
+        server=params.url,
+        concurrency=params.concurrency if params.scenario == "concurrency" else None,
+        requests=sent,
         outside=measured_outside,
         handoff=handoff,
         traced_requests=len(traced),
-        shapes=client.shapes,
-        inputs=InputOptions(**{f.name: getattr(run.params, f.name) for f in fields(InputOptions)}),
+        shapes=dict(shapes) if any(r.run.summary.client.shapes for r in reads) else None,
+        inputs=InputOptions(**{f.name: getattr(params, f.name) for f in fields(InputOptions)}),
+        run_ids=tuple(r.run_id for r in reads),
     )
 
 

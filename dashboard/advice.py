@@ -61,7 +61,7 @@ def advise(
     found = advisor_advise(
         Options(
             store=db,
-            run=run_id,
+            runs=(run_id,),
             url=triton_url,
             calibrations=calibrations or db.parent / CALIBRATIONS_NAME,
         ),

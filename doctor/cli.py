@@ -354,7 +354,7 @@ def stored(args: argparse.Namespace) -> Diagnosis:
         "stored run (its traces are the advisor's business)",
         check(parse_json(run.model_config), window, run_mix(args.run, run.summary)),
     )
-    opts = Options(store=args.store, run=args.run)
+    opts = Options(store=args.store, runs=(args.run,))
     if not args.json:
         print(f"searching batching configs for {d.model} ...", file=sys.stderr)
     return searched(d, opts, search_options(args))

@@ -55,6 +55,9 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
             ],
             "--try-instances",
         ),
+        (["advise", "--store", "s", "--run", "1,1", "--p99-ms", "5"], "names a run twice"),
+        (["advise", "--store", "s", "--run", "1,x", "--p99-ms", "5"], "comma-separated list"),
+        (["advise", "--store", "s", "--run", "0", "--p99-ms", "5"], "is not a run id"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(

@@ -19,6 +19,7 @@ from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
 from loadgen.results.params import RunParams
+from loadgen.store.runstore import RunStore
 
 DATA = Path(__file__).parent / "data"
 DB = DATA / "loadruns.sqlite3"
@@ -51,6 +52,26 @@ def test_missing_runs_and_stores_are_one_line_errors(tmp_path: Path) -> None:
         storedrun.load(DB, 99)
     with pytest.raises(ValueError, match="no load-run store"):
         storedrun.load(tmp_path / "none.sqlite3", 1)
+
+
+def test_service_times_count_every_phase_of_an_execution() -> None:
+    """Triton counts a batch's compute once per request in it (inference statistics), and
+    per execution by size (batch statistics). The service times, fitted from the second
+    with compute_input and compute_output spread in, give the first's total."""
+    run = storedrun.load(DB, 1)
+    with RunStore(DB) as runs:
+        server = runs.load_run(1).summary.server
+    assert server is not None and server.compute_s_by_phase["compute_input"] > 0
+    by_size = server.executions_by_batch_size
+    fitted = sum(n * size * run.service.time_s(size) for size, n in by_size.items())
+    assert fitted == pytest.approx(server.compute_s_total, rel=0.03)
+
+
+def test_runs_of_another_traffic_are_not_pooled() -> None:
+    with pytest.raises(ValueError, match=r"runs 1 and 2 differ in their traffic \(rate"):
+        storedrun.load_runs(DB, (1, 2))
+    with pytest.raises(ValueError, match="a run is named twice"):
+        storedrun.load_runs(DB, (1, 1))
 
 
 def test_bursts_have_no_steady_traffic() -> None:
@@ -110,6 +131,10 @@ def test_advise_from_a_stored_run(capsys: pytest.CaptureFixture[str], tmp_path: 
         (["--store", str(DB), "--run", "1", "--p99-ms", "5"], "give the config"),
         (["--p99-ms", "5"], "give --url URL --model M"),
         (["--store", str(DB), "--run", "7", "--p99-ms", "5"], "no run 7"),
+        (
+            ["--store", str(DB), "--run", "1,2", "--max-batch-size", "4", "--p99-ms", "5"],
+            "runs 1 and 2 differ in their traffic",
+        ),
     ],
 )
 def test_advise_usage_errors(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from advisor import storedrun
 from advisor.cli import main as advisor_main
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
@@ -219,3 +220,34 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
     assert advisor_main([*argv, "--traces", closed]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--traces: " in err and closed in err
+
+
+def test_the_advisor_pools_several_traced_runs(
+    traced_stack: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`advise --run A,B,C` pools three short traced runs of one traffic: the hand-offs and
+    the time outside Triton over all their traced requests, the service times and batch
+    sizes over all their statistics (Triton's, per run, as stored)."""
+    s = traced_stack
+    db = tmp_path / "runs.sqlite3"
+    ids = [traced_run(s, db, concurrency=4, requests=200) for _ in range(3)]
+    with RunStore(db) as opened:
+        loaded = [opened.load_run(run_id) for run_id in ids]
+    traced = [run.trace.traced for run in loaded if run.trace]
+    servers = [run.summary.server for run in loaded if run.summary.server]
+    assert len(traced) == len(servers) == 3
+    pooled = storedrun.load_runs(db, ids)
+    assert pooled.run_ids == tuple(ids) and pooled.requests == 600
+    assert pooled.traced_requests == sum(traced)
+    assert pooled.outside is not None and pooled.outside.requests == sum(traced)
+    assert pooled.handoff is not None
+    assert pooled.measured_batch_size == pytest.approx(
+        sum(server.inferences for server in servers) / sum(server.executions for server in servers)
+    )
+    argv = ["advise", "--store", str(db), "--run", ",".join(map(str, ids)), "--p99-ms", "20"]
+    assert advisor_main([*argv, "--seeds", "2", "--requests", "1000"]) == 0
+    out = capsys.readouterr().out
+    names = ", ".join(map(str, ids))
+    assert f"from stored runs {names} pooled (concurrency, ok, 600 requests)" in out
+    assert f"(the 3 runs' {sum(traced):,} traced requests)" in out
+    assert f"the 3 runs' {sum(traced):,} traced requests; the spread is simulated" in out
