@@ -5,16 +5,17 @@
 
 Per model, at its rate r (``RATES``):
 
-* **fit**: one traced run of the model's own config (seed 7), from which the advisor learns
-  what ``advise`` learns from a stored traced run: service times (statistics delta), costs
-  (the server process's CPU), traffic (the run's send times), the batcher's hand-offs and the
-  time outside Triton (the run's traces). With ``--fit-window S`` the service times and
-  costs come instead from an untraced run of S seconds at r just before (seed 8), as
-  ``advise --url URL --window S --traces EXPORTER`` reads them. With ``--fit-runs N`` the
-  fit pools N traced runs at r (other seeds), each within Triton 2.51's trace window: one
-  short traced run's fit moves from run to run. Then the recommendation
-  (objective p99 latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the
-  own config.
+* **fit**: one traced run of the model's own config (seed 7), stored and read back through
+  the advisor's own input pipeline (``advisor.inputs.gather``), as ``advise --store DB
+  --run ID --cores N --request-us U`` reads it: service times (the run's statistics),
+  traffic (its send times), the batcher's hand-offs and the time outside Triton (its
+  traces); the costs come from the server process's CPU over it, as a probe measures them.
+  With ``--fit-runs N`` the fit pools N traced runs at r (other seeds), each within Triton
+  2.51's trace window, as ``advise --run A,B,C`` pools them: one short traced run's fit
+  moves from run to run. With ``--fit-window S`` the service times and costs come instead
+  from an untraced run of S seconds at r just before (seed 8), as ``advise --url URL
+  --window S --traces EXPORTER`` reads them. Then the recommendation (objective p99
+  latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the own config.
 * **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r, each
   ``--repeats`` times, untraced, for the own config and the pick (a scratch copy loaded
   through the repository API). Each point's measured average batch (statistics delta) and
@@ -46,15 +47,15 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import costs, handoff, storedrun, verify  # noqa: E402
+from advisor import costs, storedrun, verify  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
 from advisor.fit import fit_service_times  # noqa: E402
+from advisor.inputs import Options, gather  # noqa: E402
 from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
 from bench.common import stack  # noqa: E402
@@ -138,7 +139,10 @@ class Point:
         return statistics.fmean(self.client_p99s) if self.client_p99s else None
 
 
-def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed: int) -> RunResult:
+def traced_run(
+    settings: Settings, model: str, rate: float, seconds: float, seed: int, db: Path
+) -> int:
+    """One traced run of ``model`` at ``rate``, stored in ``db``: its id."""
     version = server_version(TritonClient(settings.url("triton_http")))
     duration = traceable_s(seconds, rate, seed, safe_count(version, None))
     params = RunParams(
@@ -156,7 +160,9 @@ def traced_run(settings: Settings, model: str, rate: float, seconds: float, seed
     )
     warm = replace(params, trace=False, duration_s=WARM_UP_S, seed=seed + 1000)
     run(warm)
-    return checked(run(params))
+    result = checked(run(params, db=str(db)))
+    assert result.run_id is not None
+    return result.run_id
 
 
 def traceable_s(seconds: float, rate: float, seed: int, safe: int) -> float:
@@ -200,28 +206,6 @@ def restart_triton(url: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.5)
 
 
-def observed(result: RunResult) -> tuple[float | None, float | None, float | None, int, int]:
-    server, client = result.summary.server, result.summary.client
-    trace = result.trace
-    p99 = trace.queue_wait_s.get("p99") if trace else None
-    return (
-        server.average_batch_size if server else None,
-        p99,
-        client.latency_s.p99,
-        trace.traced if trace else 0,
-        client.sent,
-    )
-
-
-def outside_samples(result: RunResult) -> Iterator[tuple[float, float, float]]:
-    """(client latency, queue wait, compute) of each traced request of one run."""
-    latency = {int(r[0]): float(r[2]) for r in result.records()}  # by record seq
-    seq_of = result.recorder.seq_of or {}  # a request's index -> its record's seq
-    for t in result.traced or []:
-        if (seq := seq_of.get(t.index)) is not None and seq in latency:
-            yield latency[seq], t.queue_wait_s, t.compute_s
-
-
 def measure_own(
     settings: Settings,
     model: str,
@@ -229,83 +213,88 @@ def measure_own(
     rate: float,
     seconds: float,
     seed: int,
-    handoffs: bool = True,
     window_s: float = 0.0,
     runs: int = 1,
-) -> tuple[RunResult, ServiceModel, CpuModel, OpenLoop, str]:
-    """The own config's traced run, and what the advisor learns from watching it.
+) -> tuple[ServiceModel, CpuModel, OpenLoop, str]:
+    """What the advisor learns from watching the own config: ``runs`` traced runs back to
+    back (seeds ``seed``, ``seed`` + 10, ...; each within Triton 2.51's safe trace window),
+    stored as the load generator stores them and read back through the advisor's own input
+    pipeline, as ``advise --store DB --run A,B,C --cores N --request-us U`` reads them
+    (``advisor.inputs.gather``): service times, traffic, the batcher's hand-offs and the
+    time outside Triton, pooled over the runs. The costs (given as ``--cores`` and
+    ``--request-us``) come from the server process's CPU over the runs, as a probe measures
+    them.
 
     ``window_s`` > 0: the service times and costs come from an untraced window of that
     length at the same rate (what ``advise --url URL --window S --traces EXPORTER`` reads),
-    run first with its own seed; the traced run then gives the traffic, the hand-offs and
-    the time outside Triton only. A 3 s traced run's fit moved between runs (docs/validation.md),
-    and tracing adds its own cost to every execution; the judged runs are untraced.
-
-    ``runs`` > 1: that many traced runs back to back (seeds ``seed``, ``seed`` + 10, ...),
-    each within Triton 2.51's safe trace window, pooled: the service times and costs over
-    all of them, the hand-offs and the time outside Triton from all their traces (a pause
-    of a second or more between runs is no arrival gap). The traffic is the first run's."""
+    run first with its own seed; the traced runs then give the traffic, the hand-offs and
+    the time outside Triton only. Tracing adds its own cost to every execution; the judged
+    runs are untraced."""
     url = settings.url("triton_http")
     client = TritonClient(url)
     pid = costs.local_server_pid(url)
     assert pid is not None, "the private Triton's process is not visible"
     meter = costs.CpuMeter(pid)
-    if window_s > 0:
-        params = RunParams(
-            "rate",
-            model=model,
+    with tempfile.TemporaryDirectory(prefix="advisor-fit-") as folder:
+        db = Path(folder) / "runs.sqlite3"
+        if window_s > 0:
+            params = RunParams(
+                "rate",
+                model=model,
+                url=url,
+                rate=rate,
+                poisson=True,
+                duration_s=window_s,
+                seed=seed + 1,
+                shapes=SHAPES.get(model.split(verify.SUFFIX)[0], ()),
+                label="advisor validation (fit window)",
+            )
+            run(replace(params, duration_s=WARM_UP_S, seed=seed + 2000))
+            before = client.model_stats(model)
+            meter.start()
+            window = run(params)
+            cpu_used = meter.stop()
+            delta = client.model_stats(model).minus(before)
+            lost = window.summary.client.failed + window.summary.client.timed_out
+            if lost:
+                raise RunFault(f"{lost} of {window.summary.client.sent} failed in the fit window")
+            source = f"the {window_s:g} s untraced window"
+            ids = [
+                traced_run(settings, model, rate, seconds, seed + 10 * k, db) for k in range(runs)
+            ]
+        else:
+            before = client.model_stats(model)
+            meter.start()
+            ids = [
+                traced_run(settings, model, rate, seconds, seed + 10 * k, db) for k in range(runs)
+            ]
+            cpu_used = meter.stop()
+            delta = client.model_stats(model).minus(before)
+            source = "the traced run" if runs == 1 else f"{runs} traced runs"
+        stored = storedrun.load_runs(db, ids)
+        service = fit_service_times(delta) if window_s > 0 else stored.service
+        calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, source)
+        opts = Options(
             url=url,
-            rate=rate,
-            poisson=True,
-            duration_s=window_s,
-            seed=seed + 1,
-            shapes=SHAPES.get(model.split(verify.SUFFIX)[0], ()),
-            label="advisor validation (fit window)",
+            store=db,
+            runs=tuple(ids),
+            config=config,
+            cores=calibration.cores,
+            request_us=calibration.request_s * 1e6,
         )
-        run(replace(params, duration_s=WARM_UP_S, seed=seed + 2000))
-        before = client.model_stats(model)
-        meter.start()
-        window = run(params)
-        cpu_used = meter.stop()
-        delta = client.model_stats(model).minus(before)
-        lost = window.summary.client.failed + window.summary.client.timed_out
-        if lost:
-            raise RunFault(f"{lost} of {window.summary.client.sent} failed in the fit window")
-        source = f"the {window_s:g} s untraced window"
-        results = [traced_run(settings, model, rate, seconds, seed + 10 * k) for k in range(runs)]
-    else:
-        before = client.model_stats(model)
-        meter.start()
-        results = [traced_run(settings, model, rate, seconds, seed + 10 * k) for k in range(runs)]
-        cpu_used = meter.stop()
-        delta = client.model_stats(model).minus(before)
-        source = "the traced run" if runs == 1 else f"{runs} traced runs"
-    result = results[0]
-    service = fit_service_times(delta)
-    calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, source)
-    due = sorted(float(r[1]) for r in result.records())
-    traffic = storedrun.traffic_from_run(result.params, due)
+        prepared = gather(opts)
+    traffic = prepared.inputs.traffic
     assert isinstance(traffic, OpenLoop)
-    cpu = calibration.cpu
-    measured = ""
-    if handoffs:  # the batcher's hand-offs, from these runs' own traces
-        traced = [t for one in results for t in one.traced_requests or []]
-        found = handoff.measure(traced, config, handoff.timer_slack(pid))
-        cpu, measured = found.apply(cpu), f"; {found.describe()}"
-        # What the client waits beyond Triton's queue and execution, less the CPU the
-        # simulator already charges there: waiting that costs no server CPU.
-        outside = handoff.outside(sample for one in results for sample in outside_samples(one))
-        if outside is not None:
-            cpu, measured = outside.apply(cpu), f"{measured}; {outside.describe()}"
+    handoffs = next((n for n in prepared.inputs.notes if n.startswith("hand-offs")), "")
     note = (
         f"service {service.base_s * 1e6:.0f} us + {service.per_item_s * 1e6:.1f} us/item "
         f"(measured sizes {len(service.measured)}; from {source}), "
         f"{calibration.request_s * 1e6:.0f} us CPU/request on {calibration.cores:g} cores, "
         f"traffic {traffic.rate_per_s:.0f}/s cv {traffic.cv:.2f} (Triton pid {pid}: "
         f"{cpu_used.own_s:.2f} s own CPU, {cpu_used.children_s:.2f} s in its stubs, "
-        f"{delta.inference_count} requests){measured}"
+        f"{delta.inference_count} requests); {handoffs}; {prepared.outside_line}"
     )
-    return result, service, cpu, traffic, note
+    return service, prepared.cpu, traffic, note
 
 
 def within(predicted: float | None, measured: float | None, tolerance: float) -> bool:
@@ -436,7 +425,7 @@ def one_model(
     """Fit on one traced run at r; judge the own config and the pick on fresh runs."""
     rate = RATES[model]
     seconds = max(args.seconds, args.fit_traced / rate)
-    _, service, cpu, traffic, note = measure_own(
+    service, cpu, traffic, note = measure_own(
         s, model, config, rate, seconds, seed=7, window_s=args.fit_window, runs=args.fit_runs
     )
     print(f"{model} fitted at {rate:g}/s: {note}", flush=True)

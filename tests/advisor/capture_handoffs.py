@@ -18,9 +18,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from advisor.config import from_model_config
-from bench.advisor_validation import TUNING, measure_own, repository
+from advisor import costs
+from advisor.fit import fit_service_times
+from bench.advisor_validation import TUNING, repository, traced_run
 from bench.common import stack
+from loadgen.store.runstore import RunStore
 from stacksettings import PORTS
 from tritonapi.client import TritonClient
 
@@ -38,11 +40,22 @@ def main() -> None:
             os.environ[var] = str(s.port(name))
         admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
         for model, rate in TUNING.items():
-            config = from_model_config(admin.model_config_json(model))
             # As the bench measures its own config: warm-up, then the traced run, with the
             # Triton process's CPU per request over it.
-            result, _, cpu, _, _ = measure_own(s, model, config, rate, 3.0, 8, False)
-            traced = sorted(result.traced_requests or [], key=lambda r: r.queue_start_ns)
+            url = s.url("triton_http")
+            pid = costs.local_server_pid(url)
+            assert pid is not None, "the private Triton's process is not visible"
+            meter = costs.CpuMeter(pid)
+            before = admin.model_stats(model)
+            meter.start()
+            run_id = traced_run(s, model, rate, 3.0, 8, Path(tmp) / "runs.sqlite3")
+            used = meter.stop()
+            delta = admin.model_stats(model).minus(before)
+            cpu = costs.from_process_cpu(
+                used, meter.cores, delta, fit_service_times(delta), "the traced run"
+            ).cpu
+            with RunStore(Path(tmp) / "runs.sqlite3") as runs:
+                traced = runs.load_traced_requests(run_id, model)
             t0 = traced[0].queue_start_ns
             captured[model] = {
                 "config": admin.model_config_json(model),
