@@ -431,7 +431,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
     notes.append(
         "service times from the calibration capture"
         if calibrated
-        else f"service times fitted from the {run.whose} statistics"
+        else f"service times fitted from {service_source(run)}"
     )
     if traffic is None:
         traffic = run.traffic
@@ -468,6 +468,15 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
             except ValueError as exc:
                 notes.append(f"costs not fitted from the run: {exc}")
     return inputs
+
+
+def service_source(run: storedrun.StoredRun) -> str:
+    """Whose statistics the service times are: the untraced runs' when some were traced."""
+    if run.service_runs == run.run_ids or len(run.run_ids) < 2:
+        return f"the {run.whose} statistics"
+    ids = ", ".join(map(str, run.service_runs))
+    plural = "s" if len(run.service_runs) > 1 else ""
+    return f"the statistics of untraced run{plural} {ids} (tracing costs time in every execution)"
 
 
 # ---- Prometheus ----------------------------------------------------------------------------

@@ -88,6 +88,8 @@ class StoredRun:
     shapes: dict[str, int] | None = None  # requests per shape sent (loadgen's record)
     inputs: InputOptions | None = None  # what the run's requests held, to replay them alike
     run_ids: tuple[int, ...] = ()  # the runs pooled (``run_id`` is the first)
+    # The runs the service times came from: the untraced ones, when any were pooled.
+    service_runs: tuple[int, ...] = ()
 
     @property
     def whose(self) -> str:
@@ -247,7 +249,8 @@ def load_runs(
     db: str | Path, run_ids: Sequence[int], lateness: Lateness = _default_slack
 ) -> StoredRun:
     """Read runs ``run_ids`` of one model, server, config and traffic, pooled: service times
-    over all their statistics, the traffic over all their arrival gaps (none between runs),
+    over all their statistics (the untraced runs' alone when there are any: tracing costs
+    time in every execution), the traffic over all their arrival gaps (none between runs),
     the hand-offs over all their traces and the time outside Triton over all their traced
     requests. One short traced run's fit moves from run to run (docs/validation.md); several
     hold it steadier. ``lateness``: the timer slack of the runs' server (by its URL), for the
@@ -265,6 +268,10 @@ def load_runs(
     first = reads[0]
     run, params = first.run, first.run.params
     servers = [r.server for r in reads]
+    # Tracing costs Triton time in every execution (Triton 2.51: var_add's fixed cost 616 us
+    # traced, 293 us untraced, docs/validation.md): untraced runs among those pooled give
+    # the service times alone.
+    timed = [r for r in reads if not r.run.params.trace] or reads
     sizes: Counter[int] = Counter()
     for server in servers:
         sizes.update(server.executions_by_batch_size)
@@ -309,7 +316,7 @@ def load_runs(
         run_id=first.run_id,
         model=params.model,
         describe=describe,
-        service=_pooled_service(servers),
+        service=_pooled_service([r.server for r in timed]),
         traffic=traffic_from_gaps(params, gaps),
         measured_batch_size=sum(s.inferences for s in servers) / executions,
         measured_distribution=_shares(dict(sizes)),
@@ -326,6 +333,7 @@ def load_runs(
         shapes=dict(shapes) if any(r.run.summary.client.shapes for r in reads) else None,
         inputs=InputOptions(**{f.name: getattr(params, f.name) for f in fields(InputOptions)}),
         run_ids=tuple(r.run_id for r in reads),
+        service_runs=tuple(r.run_id for r in timed),
     )
 
 

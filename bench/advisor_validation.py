@@ -54,7 +54,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from advisor import costs, storedrun, verify  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from advisor.fit import fit_service_times  # noqa: E402
 from advisor.inputs import Options, gather  # noqa: E402
 from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
@@ -252,14 +251,15 @@ def measure_own(
             run(replace(params, duration_s=WARM_UP_S, seed=seed + 2000))
             before = client.model_stats(model)
             meter.start()
-            window = run(params)
+            window = run(params, db=str(db))
             cpu_used = meter.stop()
             delta = client.model_stats(model).minus(before)
             lost = window.summary.client.failed + window.summary.client.timed_out
             if lost:
                 raise RunFault(f"{lost} of {window.summary.client.sent} failed in the fit window")
             source = f"the {window_s:g} s untraced window"
-            ids = [
+            assert window.run_id is not None
+            ids = [window.run_id] + [
                 traced_run(settings, model, rate, seconds, seed + 10 * k, db) for k in range(runs)
             ]
         else:
@@ -272,7 +272,7 @@ def measure_own(
             delta = client.model_stats(model).minus(before)
             source = "the traced run" if runs == 1 else f"{runs} traced runs"
         stored = storedrun.load_runs(db, ids)
-        service = fit_service_times(delta) if window_s > 0 else stored.service
+        service = stored.service  # the untraced window's alone, when there is one
         calibration = costs.from_process_cpu(cpu_used, meter.cores, delta, service, source)
         opts = Options(
             url=url,

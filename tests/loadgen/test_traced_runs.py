@@ -225,29 +225,38 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
 def test_the_advisor_pools_several_traced_runs(
     traced_stack: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`advise --run A,B,C` pools three short traced runs of one traffic: the hand-offs and
-    the time outside Triton over all their traced requests, the service times and batch
-    sizes over all their statistics (Triton's, per run, as stored)."""
+    """`advise --run A,B,C,D` pools three short traced runs and an untraced one of one
+    traffic: the hand-offs and the time outside Triton over all the traced requests, the
+    batch sizes over all the runs' statistics (Triton's, per run, as stored), the service
+    times over the untraced run's alone (tracing costs time in every execution)."""
     s = traced_stack
     db = tmp_path / "runs.sqlite3"
     ids = [traced_run(s, db, concurrency=4, requests=200) for _ in range(3)]
+    plain = RunParams("concurrency", url=s.url("triton_http"), concurrency=4, requests=200)
+    untraced = run(plain, db=str(db))
+    assert untraced.status == "ok" and untraced.run_id is not None
+    assert untraced.summary.client.failed == 0
+    ids.append(untraced.run_id)
     with RunStore(db) as opened:
         loaded = [opened.load_run(run_id) for run_id in ids]
     traced = [run.trace.traced for run in loaded if run.trace]
     servers = [run.summary.server for run in loaded if run.summary.server]
-    assert len(traced) == len(servers) == 3
+    assert len(traced) == 3 and len(servers) == 4
     pooled = storedrun.load_runs(db, ids)
-    assert pooled.run_ids == tuple(ids) and pooled.requests == 600
+    assert pooled.run_ids == tuple(ids) and pooled.requests == 800
     assert pooled.traced_requests == sum(traced)
     assert pooled.outside is not None and pooled.outside.requests == sum(traced)
     assert pooled.handoff is not None
     assert pooled.measured_batch_size == pytest.approx(
         sum(server.inferences for server in servers) / sum(server.executions for server in servers)
     )
+    assert pooled.service_runs == (untraced.run_id,)
+    assert pooled.service == storedrun.load(db, untraced.run_id).service
     argv = ["advise", "--store", str(db), "--run", ",".join(map(str, ids)), "--p99-ms", "20"]
     assert advisor_main([*argv, "--seeds", "2", "--requests", "1000"]) == 0
     out = capsys.readouterr().out
     names = ", ".join(map(str, ids))
-    assert f"from stored runs {names} pooled (concurrency, ok, 600 requests)" in out
-    assert f"(the 3 runs' {sum(traced):,} traced requests)" in out
-    assert f"the 3 runs' {sum(traced):,} traced requests; the spread is simulated" in out
+    assert f"from stored runs {names} pooled (concurrency, ok, 800 requests)" in out
+    assert f"service times fitted from the statistics of untraced run {ids[-1]} " in out
+    assert f"(the 4 runs' {sum(traced):,} traced requests)" in out
+    assert f"the 4 runs' {sum(traced):,} traced requests; the spread is simulated" in out
