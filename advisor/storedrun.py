@@ -93,7 +93,7 @@ class StoredRun:
 
     @property
     def whose(self) -> str:
-        """ "run's", or "3 runs'" for pooled runs: whose statistics or traces a figure is."""
+        """Whose statistics or traces a figure is: "run's", or "3 runs'" when pooled."""
         return "run's" if len(self.run_ids) < 2 else f"{len(self.run_ids)} runs'"
 
 
@@ -268,9 +268,9 @@ def load_runs(
     first = reads[0]
     run, params = first.run, first.run.params
     servers = [r.server for r in reads]
-    # Tracing costs Triton time in every execution (Triton 2.51: var_add's fixed cost 616 us
-    # traced, 293 us untraced, docs/validation.md): untraced runs among those pooled give
-    # the service times alone.
+    # Tracing costs Triton time in every execution (measured: docs/validation.md, "Tracing
+    # costs time in every execution"): untraced runs among those pooled give the service
+    # times alone.
     timed = [r for r in reads if not r.run.params.trace] or reads
     sizes: Counter[int] = Counter()
     for server in servers:
