@@ -27,6 +27,7 @@ import pytest
 import requests
 import yaml
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
 from loadgen.store.runstore import RunStore
@@ -345,6 +346,21 @@ def socket(
     return got["opened"], b"".join(base64.b64decode(m) for m in got["received"])
 
 
+def heading(page: Page, name: str, settings: Settings) -> None:
+    """Wait for the page's heading ``name``; on a timeout, fail with what the page and the
+    dashboard's log showed (CI at e3d1d2b once waited 60 s for it in vain)."""
+    try:
+        page.get_by_role("heading", name=name).wait_for(timeout=60_000)
+    except PlaywrightTimeout:
+        log = settings.log_file("dashboard")
+        tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
+        shown = page.inner_text("body")[:800]
+        raise AssertionError(
+            f"no heading {name!r} in 60 s; the page showed {shown!r}; the dashboard's log "
+            f"ends {tail!r}"
+        ) from None
+
+
 def test_the_dashboard_obeys_no_page_of_another_origin(
     stack: tuple[Settings, Supervisor], browser: Browser, foreign: Page
 ) -> None:
@@ -361,7 +377,7 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
 
     own.on("websocket", record)
     own.goto(f"{settings.url('dashboard')}/?view=Load+runs")
-    own.get_by_role("heading", name="Load runs").wait_for(timeout=60_000)
+    heading(own, "Load runs", settings)
     for name, value in (("Concurrency", "1"), ("Duration (s)", "1")):
         own.get_by_label(name).fill(value)
         own.get_by_label(name).press("Enter")
