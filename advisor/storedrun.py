@@ -210,25 +210,29 @@ def _same(reads: list[_Read]) -> None:
 
 def _pooled_service(servers: list[ServerSummary]) -> ServiceModel:
     """Service times over several runs' statistics: per batch size, the executions and
-    compute_infer seconds summed. compute_input and compute_output are stored as totals
-    over the requests (Triton counts a batch's time once per request in it), not per size:
-    their mean per request is added to every execution, as the server-window fit, which
-    reads them per size, would count them."""
-    requests = sum(s.requests_success for s in servers)
-    in_out = sum(
-        s.compute_s_by_phase.get(phase, 0.0)
-        for s in servers
-        for phase in ("compute_input", "compute_output")
-    )
-    per_execution = in_out / requests if requests else 0.0
+    their compute seconds (input, infer and output, as the live fit counts them) summed.
+    A run stored before the per-size total was kept has compute_infer per size and
+    compute_input and compute_output as totals over the requests (Triton counts a batch's
+    time once per request in it): their mean per request is added to every execution."""
+    extra = 0.0
+    if all(s.compute_s_per_execution_by_batch_size for s in servers):
+        per_size = [s.compute_s_per_execution_by_batch_size for s in servers]
+    else:
+        per_size = [s.compute_infer_s_per_execution_by_batch_size for s in servers]
+        requests = sum(s.requests_success for s in servers)
+        in_out = sum(
+            s.compute_s_by_phase.get(phase, 0.0)
+            for s in servers
+            for phase in ("compute_input", "compute_output")
+        )
+        extra = in_out / requests if requests else 0.0
     points: dict[int, tuple[int, float]] = {}
-    for s in servers:
-        means = s.compute_infer_s_per_execution_by_batch_size
-        for size, n in s.executions_by_batch_size.items():
+    for server, means in zip(servers, per_size, strict=True):
+        for size, n in server.executions_by_batch_size.items():
             if (mean := means.get(size)) is None:
                 continue
             count, seconds = points.get(size, (0, 0.0))
-            points[size] = (count + n, seconds + n * (mean + per_execution))
+            points[size] = (count + n, seconds + n * (mean + extra))
     return fit_service_times(points)
 
 

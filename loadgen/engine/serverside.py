@@ -73,4 +73,8 @@ def summarize(delta: ModelStats) -> ServerSummary:
         compute_infer_s_per_execution_by_batch_size={
             k: _per(b.compute_infer_ns, b.executions) for k, b in sorted(delta.batches.items())
         },
+        compute_s_per_execution_by_batch_size={
+            k: _per(b.compute_input_ns + b.compute_infer_ns + b.compute_output_ns, b.executions)
+            for k, b in sorted(delta.batches.items())
+        },
     )

@@ -14,7 +14,7 @@ written before these types existed reads as the same values.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadgen.results.params import RunParams
@@ -131,21 +131,34 @@ class ServerSummary:
     request_s_per_request: float | None
     compute_infer_s_per_execution: float | None
     compute_infer_s_per_execution_by_batch_size: dict[int, float | None]
+    # compute_input + compute_infer + compute_output per execution at each size, as the
+    # live fit counts an execution (advisor.fit.batch_times); empty in a run stored before
+    # it was kept (and then not written).
+    compute_s_per_execution_by_batch_size: dict[int, float | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for key in BY_SIZE:
             data[key] = {str(size): value for size, value in data[key].items()}
+        if not data[LATER_BY_SIZE]:  # the shape a store held before it was kept
+            del data[LATER_BY_SIZE]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerSummary:
-        by_size = {key: {int(size): value for size, value in data[key].items()} for key in BY_SIZE}
+        by_size = {
+            key: {int(size): value for size, value in data.get(key, {}).items()} for key in BY_SIZE
+        }
         return cls(**{**data, **by_size})
 
 
 # Keyed by batch size: JSON object keys are text, so the size is written as text.
-BY_SIZE = ("executions_by_batch_size", "compute_infer_s_per_execution_by_batch_size")
+LATER_BY_SIZE = "compute_s_per_execution_by_batch_size"  # absent from older stores
+BY_SIZE = (
+    "executions_by_batch_size",
+    "compute_infer_s_per_execution_by_batch_size",
+    LATER_BY_SIZE,
+)
 
 
 @dataclass(frozen=True)

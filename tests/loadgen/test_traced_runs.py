@@ -250,6 +250,14 @@ def test_the_advisor_pools_several_traced_runs(
     assert pooled.measured_batch_size == pytest.approx(
         sum(server.inferences for server in servers) / sum(server.executions for server in servers)
     )
+    # Each execution's compute by size (batch statistics, all three phases, as stored) adds
+    # up to Triton's per-request total (inference statistics count a batch once per request).
+    stats = servers[-1]
+    by_size = stats.compute_s_per_execution_by_batch_size
+    assert set(by_size) == set(stats.executions_by_batch_size)
+    sizes = stats.executions_by_batch_size
+    total = sum(n * size * (by_size[size] or 0.0) for size, n in sizes.items())
+    assert total == pytest.approx(stats.compute_s_total, rel=0.02)
     assert pooled.service_runs == (untraced.run_id,)
     assert pooled.service == storedrun.load(db, untraced.run_id).service
     argv = ["advise", "--store", str(db), "--run", ",".join(map(str, ids)), "--p99-ms", "20"]
