@@ -4,9 +4,10 @@ A run stores its scenario and parameters, one record per request (when it was du
 and the server's statistics delta for the window (``loadgen.results.summary.ServerSummary``).
 From those:
 
-* service times: per batch size, the executions and the mean ``compute_infer``
-  seconds per execution, fitted as usual; compute_input and compute_output are stored as
-  totals, not per size, and are spread evenly over the executions;
+* service times: per batch size, the executions and the mean compute seconds per
+  execution (input, infer and output, as the live fit counts them), fitted as usual; a
+  run stored before those were kept per size has compute_infer per size and the other
+  two as totals, spread evenly over the executions;
 * traffic: a ``rate`` run is open loop, with rate and burstiness from the records'
   due times; a ``concurrency`` run is closed loop at its concurrency; a ``serial``
   run is one client with its gap as think time. ``concurrent`` (one burst) and
@@ -94,7 +95,11 @@ class StoredRun:
     @property
     def whose(self) -> str:
         """Whose statistics or traces a figure is: "run's", or "3 runs'" when pooled."""
-        return "run's" if len(self.run_ids) < 2 else f"{len(self.run_ids)} runs'"
+        return _whose(len(self.run_ids))
+
+
+def _whose(runs: int) -> str:
+    return "run's" if runs < 2 else f"{runs} runs'"
 
 
 def stored_config(model_config: dict | None) -> BatcherConfig | None:
@@ -284,10 +289,9 @@ def load_runs(
     samples = [sample for r in reads for sample in r.samples]
     traced = [t for r in reads for t in r.traced]
     measured_outside = outside(samples)
-    whose = "run's" if len(reads) == 1 else f"{len(reads)} runs'"
     if measured_outside is not None:
         count = f"{measured_outside.requests:,}"
-        source = f"the {whose} {count} traced requests; the spread is simulated"
+        source = f"the {_whose(len(reads))} {count} traced requests; the spread is simulated"
         measured_outside = replace(measured_outside, source=source)
     config = stored_config(run.model_config)
     handoff = (
