@@ -349,6 +349,9 @@ class Pilot:
                 f"({rec.gain_line()}); --apply does it"
             )
             return
+        self.say(
+            f"APPLY {model}: {change}; predicted {rec.best.latency_line()} ({rec.gain_line()})"
+        )
         self.apply(rec.best)
 
     def too_soon(self) -> str:

@@ -252,6 +252,10 @@ def test_apply_keeps_within_the_policy(
     assert served == (applied if change.outcome == "kept" else SLOW)
     assert code == (0 if change.outcome == "kept" else 1), err
     assert out[-1].startswith(("KEPT", "ROLLED BACK"))
+    # What it applies is said before the watch begins, with its prediction.
+    (applying,) = [line for line in out if line.startswith("APPLY")]
+    assert applying.startswith(f"APPLY {MODEL}: {SLOW.describe()} -> {applied.describe()}; "), out
+    assert "predicted client p99 " in applying, out
 
 
 @pytest.mark.integration
