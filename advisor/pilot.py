@@ -38,7 +38,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from advisor import advice, autopilot
@@ -98,7 +98,7 @@ class Refused(Exception):
 class PilotOptions:
     url: str
     model: str
-    policy: Policy
+    policy: Policy  # the bounds every search is cut to (search.policy is set from it)
     search: SearchOptions
     inputs: Options  # the advisor's inputs (url, model, costs given) for each advice
     apply: bool = False
@@ -318,7 +318,9 @@ class Pilot:
     def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
         opts, model = self.opts, self.opts.model
         try:
-            found = advice.advise(opts.inputs, opts.search, window)
+            # The policy given is the one searched within, whatever ``search`` held.
+            search = replace(opts.search, policy=opts.policy)
+            found = advice.advise(opts.inputs, search, window)
         except InputError as exc:
             self.say(f"NO ADVICE {model}: {exc}")
             return
