@@ -45,6 +45,7 @@ from advisor.predict import (
     Recommendation,
     predict,
 )
+from advisor.storedrun import run_ids
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from loadgen.store.schema import check_writable
@@ -102,20 +103,6 @@ def _sizes(text: str) -> tuple[int, ...]:
             f"preferred sizes: {text!r} is not a comma-separated list of integers"
         ) from None
     return sizes
-
-
-def _run_ids(text: str) -> tuple[int, ...]:
-    try:
-        ids = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        ids = ()
-    if not ids or min(ids) < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a run id or a comma-separated list of them (e.g. 3 or 3,4,5)"
-        )
-    if len(set(ids)) != len(ids):
-        raise argparse.ArgumentTypeError(f"{text!r} names a run twice: each run is pooled once")
-    return ids
 
 
 def _instance_counts(text: str) -> tuple[int, ...]:
@@ -251,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
     advise.add_argument(
         "--run",
-        type=_run_ids,
+        type=run_ids,
         help="run id in --store (batchscope load runs); several of one model, config and "
         "traffic, comma-separated (3,4,5), are pooled: one short traced run's fit moves "
         "from run to run",

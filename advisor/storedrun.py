@@ -23,6 +23,7 @@ has neither, and the caller reads the config from the server or takes it from th
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -185,29 +186,30 @@ def _traffic_key(run: LoadRun) -> tuple[object, ...]:
     )
 
 
-def _config_text(r: _Read) -> str:
-    config = stored_config(r.run.model_config)
+def _config_text(run: LoadRun) -> str:
+    config = stored_config(run.model_config)
     return config.describe() if config else "not stored"
 
 
 # What must agree for runs to be pooled: (what, its key, how it is shown).
-_AGREE: tuple[tuple[str, Callable[[_Read], object], Callable[[_Read], str]], ...] = (
-    ("model", lambda r: r.run.params.model, lambda r: r.run.params.model),
-    ("server", lambda r: r.run.params.url, lambda r: r.run.params.url),
-    ("config", lambda r: stored_config(r.run.model_config), _config_text),
-    ("traffic", lambda r: _traffic_key(r.run), lambda r: r.run.params.describe()),
+_AGREE: tuple[tuple[str, Callable[[LoadRun], object], Callable[[LoadRun], str]], ...] = (
+    ("model", lambda r: r.params.model, lambda r: r.params.model),
+    ("server", lambda r: r.params.url, lambda r: r.params.url),
+    ("config", lambda r: stored_config(r.model_config), _config_text),
+    ("traffic", _traffic_key, lambda r: r.params.describe()),
 )
 
 
-def _same(reads: list[_Read]) -> None:
-    """ValueError (one line) unless the runs can be pooled: one model on one server, one
-    config, one traffic."""
-    first = reads[0]
+def check_poolable(runs: Sequence[tuple[int, LoadRun]]) -> None:
+    """ValueError (one line) unless the runs, (id, run) as the store holds them, can be
+    pooled: one model on one server, one config, one traffic. The doctor checks with it
+    before its checks read the runs' statistics summed; the advisor's fit with it too."""
+    first_id, first = runs[0]
     for what, key, shown in _AGREE:
-        for other in reads[1:]:
+        for other_id, other in runs[1:]:
             if key(other) != key(first):
                 raise ValueError(
-                    f"runs {first.run_id} and {other.run_id} differ in their {what} "
+                    f"runs {first_id} and {other_id} differ in their {what} "
                     f"({shown(first)} vs {shown(other)}): pool only runs of one model, "
                     "server, config and traffic"
                 )
@@ -254,6 +256,22 @@ def load(db: str | Path, run_id: int, lateness: Lateness = _default_slack) -> St
     return load_runs(db, (run_id,), lateness)
 
 
+def run_ids(text: str) -> tuple[int, ...]:
+    """``--run``'s value, "3" or "3,4,5", as an argparse type: one line on misuse (the CLIs
+    of the advisor and the doctor exit 2 with it)."""
+    try:
+        ids = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a run id or a comma-separated list of them (e.g. 3 or 3,4,5)"
+        )
+    if len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"{text!r} names a run twice: each run is pooled once")
+    return ids
+
+
 def load_runs(
     db: str | Path, run_ids: Sequence[int], lateness: Lateness = _default_slack
 ) -> StoredRun:
@@ -273,7 +291,7 @@ def load_runs(
             reads = [_read(runs, run_id) for run_id in run_ids]
     except LoadgenError as exc:
         raise ValueError(str(exc)) from None
-    _same(reads)
+    check_poolable([(r.run_id, r.run) for r in reads])
     first = reads[0]
     run, params = first.run, first.run.params
     servers = [r.server for r in reads]

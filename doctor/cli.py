@@ -16,11 +16,12 @@ from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
 from advisor.inputs import Options, ServerWindow
+from advisor.storedrun import check_poolable, run_ids
 from doctor import report
 from doctor.checks import ShapeMix, check
 from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
 from doctor.prescribe import searched
-from doctor.window import Window, from_summary
+from doctor.window import Window, from_summary, summed
 from loadgen.errors import LoadgenError
 from loadgen.results.params import default_db
 from loadgen.results.summary import RunSummary
@@ -115,7 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
         "shape mix, the same inputs as `advisor advise --store DB --run ID` (a live "
         "diagnosis reads the shape mix from LOADGEN_DB or .stack/loadgen.sqlite3)",
     )
-    parser.add_argument("--run", type=int, metavar="ID", help="the run in --store")
+    parser.add_argument(
+        "--run",
+        type=run_ids,
+        metavar="ID[,ID...]",
+        help="the run in --store; several of one model, config and traffic, comma-separated "
+        "(3,4,5), are diagnosed together: their statistics summed, the search pooled as "
+        "`advise --run 3,4,5` pools them",
+    )
     parser.add_argument(
         "--p99-ms",
         type=float,
@@ -330,31 +338,40 @@ def shape_mix(model: str) -> tuple[ShapeMix | None, list[str]]:
 
 
 def stored(args: argparse.Namespace) -> Diagnosis:
-    """The checks and the search on one stored load run (``--store --run``)."""
+    """The checks and the search on stored load runs (``--store --run A[,B...]``): one run's
+    statistics, or several runs' summed (runs that cannot be pooled are refused, as the
+    advisor refuses them)."""
     if args.run is None:
         raise UsageError("--store needs --run ID (batchscope load runs lists them)")
+    ids: tuple[int, ...] = args.run
     try:
-        with RunStore(args.store) as runs:
-            run = runs.load_run(args.run)
-    except LoadgenError as exc:
+        with RunStore(args.store) as store:
+            runs = [(run_id, store.load_run(run_id)) for run_id in ids]
+        check_poolable(runs)
+    except (LoadgenError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    if run.model_config is None or run.summary.server is None:
-        raise UsageError(
-            f"run {args.run} was stored without its model config or the server's statistics: "
-            "diagnose the live server instead (--url)"
-        )
-    seconds = max(run.finished_at - run.started_at, 1e-3)
-    window = from_summary(
-        run.summary.server, seconds, f"stored run {args.run} of {args.store} ({seconds:.1f} s)"
-    )
+    windows = []
+    for run_id, run in runs:
+        if run.model_config is None or run.summary.server is None:
+            raise UsageError(
+                f"run {run_id} was stored without its model config or the server's "
+                "statistics: diagnose the live server instead (--url)"
+            )
+        seconds = max(run.finished_at - run.started_at, 1e-3)
+        windows.append(from_summary(run.summary.server, seconds, ""))
+    seconds = sum(w.seconds for w in windows)
+    named = f"run {ids[0]}" if len(ids) == 1 else f"runs {', '.join(map(str, ids))}"
+    window = summed(windows, f"stored {named} of {args.store} ({seconds:.1f} s)")
+    run_id, run = runs[0]
+    config = parse_json(run.model_config or "{}")
     d = Diagnosis(
         run.params.model,
-        parse_json(run.model_config),
+        config,
         window,
         "stored run (its traces are the advisor's business)",
-        check(parse_json(run.model_config), window, run_mix(args.run, run.summary)),
+        check(config, window, run_mix(run_id, run.summary)),
     )
-    opts = Options(store=args.store, runs=(args.run,))
+    opts = Options(store=args.store, runs=ids)
     if not args.json:
         print(f"searching batching configs for {d.model} ...", file=sys.stderr)
     return searched(d, opts, search_options(args))

@@ -137,3 +137,24 @@ def from_summary(server: ServerSummary, seconds: float, source: str) -> Window:
         compute_s=server.compute_s_total,
         executions_by_size={s: float(n) for s, n in server.executions_by_batch_size.items()},
     )
+
+
+def summed(windows: list[Window], source: str) -> Window:
+    """Several stored runs' windows as one: counts, seconds and times added (the runs are
+    of one traffic: ``advisor.storedrun.check_poolable``). Gaps between the runs are not
+    part of it, so the arrival rate is the runs' own."""
+    sizes: dict[int, float] = {}
+    for w in windows:
+        for size, n in w.executions_by_size.items():
+            sizes[size] = sizes.get(size, 0.0) + n
+    return Window(
+        seconds=sum(w.seconds for w in windows),
+        source=source,
+        requests_ok=sum(w.requests_ok for w in windows),
+        requests_failed=sum(w.requests_failed for w in windows),
+        inferences=sum(w.inferences for w in windows),
+        executions=sum(w.executions for w in windows),
+        queue_s=sum(w.queue_s for w in windows),
+        compute_s=sum(w.compute_s for w in windows),
+        executions_by_size=sizes,
+    )

@@ -7,6 +7,7 @@ The runs stay small and at concurrency 4 for the same reason."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections import Counter
@@ -21,8 +22,10 @@ from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.store.runstore import RunStore
+from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
+from tests.doctor.test_agreement import advisor_config
 from tests.helpers import TritonCrashes, served_whole, wire_seen
 
 CRASHES = TritonCrashes()
@@ -268,3 +271,17 @@ def test_the_advisor_pools_several_traced_runs(
     assert f"service times fitted from the statistics of untraced run {ids[-1]} " in out
     assert f"(the 4 runs' {sum(traced):,} traced requests)" in out
     assert f"the 4 runs' {sum(traced):,} traced requests; the spread is simulated" in out
+    # The doctor on the same runs: their statistics summed for its checks, and the same
+    # search on the same pooled inputs, so the same proposal (one answer to one question).
+    searched = [*argv[1:], "--seeds", "2", "--requests", "1000", "--json"]
+    assert advisor_main(["advise", *searched]) == 0
+    advised = advisor_config(capsys.readouterr().out)
+    assert stack_main(["doctor", *searched]) in (0, 1)
+    [diagnosis] = json.loads(capsys.readouterr().out)
+    requests = sum(server.requests_success + server.requests_failure for server in servers)
+    window = next(line for line in diagnosis["facts"] if line.startswith("window: "))
+    assert window.startswith(f"window: stored runs {names} of {db} ("), window
+    assert f": {requests:,} requests (" in window, window
+    p = diagnosis["prescription"]
+    assert p is not None, diagnosis["notes"]
+    assert (p["verdict"], p["config"]) == advised, (diagnosis, advised)
