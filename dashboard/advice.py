@@ -51,17 +51,19 @@ class Advice:
 
 def advise(
     db: Path,
-    run_id: int,
+    run_ids: int | tuple[int, ...],
     triton_url: str,
     p99_bound_s: float = P99_BOUND_S,
     calibrations: Path | None = None,
 ) -> Advice:
-    """ValueError (one line) when the run cannot be modelled (a one-burst run, no statistics),
-    or a run stored without its config cannot have it read from ``triton_url``."""
+    """The advice on one stored run, or on several of one traffic pooled (as ``advise --run
+    A,B,C``). ValueError (one line) when the runs cannot be modelled (a one-burst run, no
+    statistics) or pooled, or a run stored without its config cannot have it read from
+    ``triton_url``."""
     found = advisor_advise(
         Options(
             store=db,
-            runs=(run_id,),
+            runs=(run_ids,) if isinstance(run_ids, int) else run_ids,
             url=triton_url,
             calibrations=calibrations or db.parent / CALIBRATIONS_NAME,
         ),

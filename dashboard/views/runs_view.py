@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from advisor import autopilot
+from advisor.storedrun import check_poolable
 from dashboard import access, advice, apply, charts, fmt, runs
 from dashboard import data as cached
 from dashboard.live import LiveData
@@ -65,7 +66,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     run = runs.load(cfg.store, run_id)
     render_result(cfg, run)
     if unlocked:
-        render_advice(cfg, run)
+        render_advice(cfg, run, ids)
     render_compare(cfg, ids, names)
 
 
@@ -330,11 +331,26 @@ def server_data(cfg: DashboardSettings, run: LoadRun, window: Range) -> tuple[Li
 
 
 @st.cache_data(ttl=600, max_entries=16, show_spinner=False)
-def cached_advice(db: str, run_id: int, triton_url: str) -> advice.Advice:
-    return advice.advise(Path(db), run_id, triton_url)
+def cached_advice(db: str, run_ids: tuple[int, ...], triton_url: str) -> advice.Advice:
+    return advice.advise(Path(db), run_ids, triton_url)
 
 
-def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
+def poolable(cfg: DashboardSettings, run: LoadRun, ids: list[int]) -> list[int]:
+    """The other listed runs that ``advise --run`` would pool with ``run``: one model,
+    server, config and traffic (``advisor.storedrun.check_poolable``)."""
+    found = []
+    for other_id in ids:
+        if other_id == run.run_id:
+            continue
+        try:
+            check_poolable([(run.run_id or 0, run), (other_id, runs.load(cfg.store, other_id))])
+        except (ValueError, LoadgenError):
+            continue
+        found.append(other_id)
+    return found
+
+
+def render_advice(cfg: DashboardSettings, run: LoadRun, ids: list[int]) -> None:
     st.subheader("Advisor: predicted vs measured, and a recommendation")
     scenario = run.params.scenario
     if scenario not in ("concurrency", "rate", "serial"):
@@ -343,6 +359,18 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
             "about a concurrency or rate run."
         )
         return
+    others = poolable(cfg, run, ids)
+    pooled: list[int] = []
+    if others:
+        pooled = st.multiselect(
+            "Pool with other runs of this model, server, config and traffic",
+            others,
+            key=f"pool_{run.run_id}",
+            help="As `batchscope advise --run A,B,C` and `batchscope doctor --run A,B,C`: "
+            "the service times, traffic, hand-offs and time outside Triton over all of them. "
+            "One short run's fit moves from run to run; several hold it steadier.",
+        )
+    run_ids = (run.run_id or 0, *sorted(pooled))
     key = f"advise_{run.run_id}"
     if not st.session_state.get(key):
         st.caption(
@@ -357,11 +385,12 @@ def render_advice(cfg: DashboardSettings, run: LoadRun) -> None:
             return
     try:
         with st.spinner("Simulating the batcher..."):
-            a = cached_advice(str(cfg.store), run.run_id or 0, cfg.triton_url)
+            a = cached_advice(str(cfg.store), run_ids, cfg.triton_url)
     except (ValueError, TritonError) as exc:
         st.error(f"The advisor cannot model this run: {exc}", icon=":material/error:")
         return
     st.markdown(f"Current config: **{a.current}** ({a.config_source}), under {a.traffic}.")
+    st.caption(f"Fitted on {a.describe}.")
     if a.capacity_known:
         st.caption(f"Costs outside the model: {a.costs}.")
     else:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from advisor.cli import main as advisor_main
 from loadgen.engine.runner import RunParams, run
 from stack.supervisor import running
 from stacksettings import Settings, isolated
@@ -89,3 +92,52 @@ def test_the_panel_shows_costs_noise_and_a_verification(
     assert checked["config"].iloc[0] == "current"
     batch = checked[checked["measure"] == "average batch size"]
     assert 1.0 <= float(batch["measured"].iloc[0]) <= 4.0
+
+
+def test_runs_of_one_traffic_are_pooled_as_advise_run_pools_them(
+    make_app: Callable[..., AppTest],
+    lone_triton: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The panel offers the other runs `advise --run A,B` would pool with the one shown (not
+    a run of another traffic), and with one chosen, shows what `advise --run 1,2` says: the
+    same runs fitted, the average batch measured over both, the same verdict."""
+    url = lone_triton.url("triton_http")
+    db = tmp_path / "runs.sqlite3"
+    params = RunParams(
+        "concurrency", model="batch_add_model", url=url, concurrency=4, duration_s=1.5
+    )
+    servers = [run(params, db=str(db)).summary.server for _ in range(2)]
+    run(replace(params, concurrency=2), db=str(db))  # another traffic: not offered
+    at = make_app(closed_url(), url, store=str(db))
+    at.session_state["view"] = "Load runs"
+    at.session_state["run"] = 1
+    at.run()
+    pool = at.multiselect(key="pool_1")
+    assert list(pool.options) == ["2"]
+    pool.set_value([2]).run()
+    at.button(key="ask_1").click().run(timeout=400)
+    errors = [e.value for e in at.error if not e.value.startswith("Prometheus at")]
+    assert not at.exception and not errors
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Fitted on runs 1, 2 pooled (concurrency, ") for c in captions), (
+        captions
+    )
+    (table,) = [d.value for d in at.dataframe if "predicted" in d.value.columns]
+    measured = table.set_index("measure").loc["average batch size", "measured"]
+    assert all(s is not None for s in servers)
+    both = sum(s.inferences for s in servers if s) / sum(s.executions for s in servers if s)
+    assert measured == f"{both:,.2f}"
+    # The CLI on the same runs, with the dashboard's bound and calibration file.
+    calibrations = db.parent / "advisor-calibrations.json"
+    argv = ["advise", "--store", str(db), "--run", "1,2", "--p99-ms", "10", "--json"]
+    assert advisor_main([*argv, "--calibrations", str(calibrations)]) == 0
+    said = json.loads(capsys.readouterr().out)
+    if said["keep"]:
+        assert any(m.value.startswith("Keep it") for m in at.success), [i.value for i in at.info]
+    elif said["recommended"] is None:
+        assert any(w.value.startswith("No config") for w in at.warning)
+    else:
+        config = said["recommended"]["config"]
+        assert any(f"**{config}**" in i.value for i in at.info), [i.value for i in at.info]
