@@ -65,6 +65,13 @@ CV_CHANGE = 0.5
 # ... and in two intervals running in under 1 in 1,000. One odd interval (a client's retry
 # burst, a pause of the sender) is not a shift: two in a row are.
 SUSTAINED = 2
+# After a kept change, the baseline is the mean of this many intervals under it. At 2,000/s
+# under batches of 15 to 30 the burstiness read from Triton's counts moves more than the
+# 0.16 above (0.65 to 1.73 under one config and the same Poisson clients here: a standard
+# error near 0.28); one low first interval made the next two read as a shift and brought a
+# second change (docs/validation.md, "The autopilot at 200/s then 2,000/s, on a model whose
+# cost is time"). Two intervals halve the baseline's share of that noise.
+BASELINE_INTERVALS = 2
 DEFAULT_INTERVAL_S = 30.0
 # What a change that was made (or tried) counts against min_minutes_between_changes; a
 # re-applied kept config is a restore, not a new change.
@@ -163,8 +170,10 @@ class Pilot:
         self.failed_reapply: set[int] = set()  # kept changes whose re-apply failed
         self.results: list[autopilot.Result] = []
         # A config just kept changes what Triton's counts show of the same clients: a
-        # backlog drains, executions stop stalling. Its first interval is its baseline.
+        # backlog drains, executions stop stalling. Its first BASELINE_INTERVALS intervals
+        # (not saturated) are its baseline.
         self.rebaseline = False
+        self.settling: list[OpenLoop] = []
         self.saturated = 0  # consecutive intervals in which the model was saturated
 
     # ---- 1. the kept config after a restart ---------------------------------------------
@@ -262,10 +271,23 @@ class Pilot:
         if self.saturated_step(window, traffic):
             return
         if self.rebaseline:
-            self.baseline, self.shifted, self.rebaseline = traffic, 0, False
+            self.settling.append(traffic)
+            head = f"{model}: traffic {traffic_text(traffic)} under the config just kept"
+            if len(self.settling) < BASELINE_INTERVALS:
+                self.say(
+                    f"{head}: baseline interval {len(self.settling)} of {BASELINE_INTERVALS}; "
+                    "no advice"
+                )
+                return
+            n = len(self.settling)
+            mean = OpenLoop(
+                sum(t.rate_per_s for t in self.settling) / n,
+                sum(t.cv for t in self.settling) / n,
+            )
+            self.baseline, self.shifted, self.rebaseline, self.settling = mean, 0, False, []
             self.say(
-                f"{model}: traffic {traffic_text(traffic)} under the config just kept: the "
-                "baseline for it from now on; no advice"
+                f"{head}: the baseline for it from now on, {traffic_text(mean)} (the mean of "
+                f"{n} intervals); no advice"
             )
             return
         if self.baseline is None:
@@ -403,7 +425,7 @@ class Pilot:
             self.say(f"NOT APPLIED {model}: {exc}; nothing was changed")
             return
         self.results.append(result)
-        self.rebaseline = result.change.outcome == "kept"
+        self.rebaseline, self.settling = result.change.outcome == "kept", []
         self.say(result.line())
 
 
