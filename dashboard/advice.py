@@ -51,7 +51,7 @@ class Advice:
 
 def advise(
     db: Path,
-    run_ids: int | tuple[int, ...],
+    run_ids: tuple[int, ...],
     triton_url: str,
     p99_bound_s: float = P99_BOUND_S,
     calibrations: Path | None = None,
@@ -63,7 +63,7 @@ def advise(
     found = advisor_advise(
         Options(
             store=db,
-            runs=(run_ids,) if isinstance(run_ids, int) else run_ids,
+            runs=run_ids,
             url=triton_url,
             calibrations=calibrations or db.parent / CALIBRATIONS_NAME,
         ),

@@ -363,7 +363,8 @@ def stored(args: argparse.Namespace) -> Diagnosis:
     named = f"run {ids[0]}" if len(ids) == 1 else f"runs {', '.join(map(str, ids))}"
     window = summed(windows, f"stored {named} of {args.store} ({seconds:.1f} s)")
     run_id, run = runs[0]
-    config = parse_json(run.model_config or "{}")
+    assert run.model_config is not None  # checked above
+    config = parse_json(run.model_config)
     d = Diagnosis(
         run.params.model,
         config,

@@ -320,7 +320,7 @@ def test_dashboard_advice_splits_by_shape_and_replays_the_runs_inputs(
     assert stored.summary.client.failed == 0 and stored.run_id is not None
     sent = stored.summary.client.shapes
     assert sent is not None and len(sent) > 1
-    a = advice.advise(db, stored.run_id, url, calibrations=tmp_path / "calibrations.json")
+    a = advice.advise(db, (stored.run_id,), url, calibrations=tmp_path / "calibrations.json")
     assert a.inputs == opts  # rebuilt from the run's stored parameters
     assert a.shapes is not None
     assert {s.shape for s in a.shapes.shares} == set(sent)
