@@ -1,7 +1,7 @@
 """Validate the advisor out of sample against the real Triton: fit on one run, judge others.
 
     STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation [--models ho_tokens,...]
-        [--repeats 3] [--seconds 3] [--fit-traced 3000]
+        [--repeats 3] [--seconds 3] [--fit-traced 3000] [--judged-at 0.5,1,1.5]
 
 Per model, at its rate r (``RATES``):
 
@@ -16,7 +16,8 @@ Per model, at its rate r (``RATES``):
   from an untraced run of S seconds at r just before (seed 8), as ``advise --url URL
   --window S --traces EXPORTER`` reads them. Then the recommendation (objective p99
   latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the own config.
-* **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r, each
+* **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r (other
+  multiples of r with ``--judged-at``: with 3 points, ">= 80 %" means all 3), each
   ``--repeats`` times, untraced, for the own config and the pick (a scratch copy loaded
   through the repository API). Each point's measured average batch (statistics delta) and
   client p99 (the load generator) are the repeats' mean, with their range.
@@ -309,6 +310,17 @@ def pct(predicted: float | None, measured: float | None) -> str:
     return f"{(predicted - measured) / measured:+.0%}"
 
 
+def factors(text: str) -> tuple[float, ...]:
+    """``--judged-at``: positive multiples of r, 1 among them (the pick is judged at r)."""
+    try:
+        found = tuple(sorted({float(f) for f in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers, e.g. 0.5,1,1.5") from None
+    if not found or min(found) <= 0 or 1.0 not in found:
+        raise argparse.ArgumentTypeError(f"{text!r}: positive multiples of r, 1 among them")
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per judged run (default 3)")
@@ -340,6 +352,14 @@ def main() -> int:
         action="store_true",
         help="measure every point twice and judge the second measurement by the criteria "
         "(the machine's repeatability)",
+    )
+    parser.add_argument(
+        "--judged-at",
+        type=factors,
+        default=JUDGED_AT,
+        metavar="F,F,...",
+        help="the multiples of r each config is judged at (default 0.5,1,1.5; r itself "
+        "must be among them)",
     )
     args = parser.parse_args()
 
@@ -450,7 +470,7 @@ def one_model(
     points = []
     try:
         for which, served, cfg in configs:
-            for factor in JUDGED_AT:
+            for factor in args.judged_at:
                 r = rate * factor
                 predicted = predict(
                     cfg, OpenLoop(r, traffic.cv), service, cpu, args.requests, with_limit=False

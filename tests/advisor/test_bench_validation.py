@@ -3,11 +3,14 @@ criteria applied to a second measurement of each point, as if it were the predic
 
 from __future__ import annotations
 
+import argparse
 from typing import cast
+
+import pytest
 
 from advisor.config import BatcherConfig
 from advisor.predict import Prediction
-from bench.advisor_validation import Point, ceiling_line
+from bench.advisor_validation import Point, ceiling_line, factors
 
 
 def point(first: tuple[float, float], again: tuple[float, float] | None) -> Point:
@@ -31,3 +34,10 @@ def test_the_second_measurement_is_judged_by_the_criteria_against_the_first() ->
 
 def test_without_a_second_measurement_there_is_no_ceiling_line() -> None:
     assert ceiling_line([point((1.5, 10.0), None)]) == ""
+
+
+def test_judged_at_takes_multiples_of_r_with_r_among_them() -> None:
+    assert factors("1.5,0.5,1,0.75,1.25") == (0.5, 0.75, 1.0, 1.25, 1.5)
+    for bad in ("0.5,1.5", "0,1", "1,x", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            factors(bad)
