@@ -97,6 +97,7 @@ class ServerWindow:
     seconds: float
     cpu: costs.ServerCpu | None = None
     cores: int | None = None
+    slow_reads: int = 0  # counts left out of ``samples`` (``SLOW_READ_S``)
 
 
 @dataclass
@@ -223,6 +224,32 @@ def meter(url: str) -> costs.CpuMeter | None:
         return None
 
 
+# A request count whose read took longer than this is left out of the traffic's fit. The
+# count is stamped at the middle of its read and Triton took it somewhere in between: while
+# Triton loads or unloads a model a statistics read here takes 1.3 s (2 ms otherwise), and
+# one such count read Poisson traffic at 300/s as a burstiness of 3.4
+# (docs/validation.md, "Advisor regret, head to head with 5 runs each, once more").
+SLOW_READ_S = 0.025
+
+
+def count_sample(asked: float, answered: float, count: float) -> tuple[float, float] | None:
+    """A read of the request count as a ``(time, count)`` sample stamped at the middle of
+    the read; None when the read took over ``SLOW_READ_S`` (its time is not known)."""
+    if answered - asked > SLOW_READ_S:
+        return None
+    return (asked + answered) / 2, count
+
+
+def slow_reads_note(slow: int) -> str:
+    """What the window's fit left out ("" when nothing)."""
+    if not slow:
+        return ""
+    return (
+        f"{slow} read(s) of Triton's request count took over {SLOW_READ_S * 1e3:.0f} ms and "
+        "were left out of the traffic's fit (Triton busy, e.g. loading or unloading a model)"
+    )
+
+
 def sample_step(window_s: float) -> float:
     """Seconds between reads of the request count: 20 bins per window, enough to estimate
     burstiness, at most 1 s each. The doctor reads at the same step, so that one window
@@ -237,17 +264,23 @@ def watch(url: str, model: str, window_s: float) -> ServerWindow:
     step_s = sample_step(window_s)
     if cpu_meter is not None:
         cpu_meter.start()
+    samples: list[tuple[float, float]] = []
+    slow = 0
     try:
-        asked = time.monotonic()
+        started = asked = time.monotonic()
         first = last = client.model_stats(model)
-        # Each count is stamped at the middle of its read: Triton took it somewhere between.
-        samples = [((asked + time.monotonic()) / 2, float(first.inference_count))]
         deadline = asked + window_s
-        while time.monotonic() < deadline:
+        while True:
+            sample = count_sample(asked, time.monotonic(), float(last.inference_count))
+            if sample is None:
+                slow += 1
+            else:
+                samples.append(sample)
+            if time.monotonic() >= deadline:
+                break
             time.sleep(step_s)
             asked = time.monotonic()
             last = client.model_stats(model)
-            samples.append(((asked + time.monotonic()) / 2, float(last.inference_count)))
     except TritonError as exc:
         raise InputError(triton_problem(exc, model)) from None
     used = cpu_meter.stop() if cpu_meter is not None else None
@@ -255,9 +288,10 @@ def watch(url: str, model: str, window_s: float) -> ServerWindow:
         last.minus(first),
         samples,
         last,
-        samples[-1][0] - samples[0][0],
+        time.monotonic() - started,
         used,
         cpu_meter.cores if cpu_meter is not None else None,
+        slow_reads=slow,
     )
 
 
@@ -298,11 +332,15 @@ def from_server(
         try:
             answered = fit_traffic(window.samples)
         except ValueError as exc:
+            slow = slow_reads_note(window.slow_reads)
             raise InputError(
-                f"{exc}; give the traffic with --rate or --concurrency instead"
+                f"{exc}{f' ({slow})' if slow else ''}; give the traffic with --rate or "
+                "--concurrency instead"
             ) from None
         saturated = saturation(delta, config.delay_s)
         traffic = saturated_traffic(answered) if saturated else answered
+        if window.slow_reads:
+            notes.append(slow_reads_note(window.slow_reads))
         notes.append(
             f"traffic fitted from the window: {answered.describe()}"
             + (

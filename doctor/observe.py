@@ -153,6 +153,7 @@ class StatisticsSampler:
         self.counts: dict[str, list[tuple[float, float]]] = {}
         self._after: dict[str, ModelStats] = {}
         self._seconds = 0.0
+        self._slow: dict[str, int] = {}  # model -> counts left out (slow reads)
 
     def _stats(self) -> dict[str, ModelStats]:
         all_stats = parse_statistics(self.client.statistics_json())
@@ -165,24 +166,32 @@ class StatisticsSampler:
         return newest
 
     def start(self) -> None:
+        asked = self.clock()
         self._before = self._stats()
         self._t0 = self.clock()
-        self._track(self._before)
+        self._track(self._before, asked)
         self._poll_metrics()
 
     def poll(self) -> None:
         """Between start and finish: which models are busy, pending requests, GPUs."""
         try:
-            self._track(self._stats())
+            asked = self.clock()
+            self._track(self._stats(), asked)
         except (TritonError, ValueError):
             pass  # finish() reads the statistics again, and says so if it cannot
         self._poll_metrics()
 
-    def _track(self, stats: dict[str, ModelStats]) -> None:
-        """Add the time since the previous read to a model's busy time if requests came."""
+    def _track(self, stats: dict[str, ModelStats], asked: float) -> None:
+        """Add the time since the previous read to a model's busy time if requests came,
+        and each model's request count to its samples, as the advisor samples it (a slow
+        read's count left out: ``inputs.count_sample``)."""
         now = self.clock()
         for model, s in stats.items():
-            self.counts.setdefault(model, []).append((now, float(s.inference_count)))
+            sample = inputs.count_sample(asked, now, float(s.inference_count))
+            if sample is None:
+                self._slow[model] = self._slow.get(model, 0) + 1
+            else:
+                self.counts.setdefault(model, []).append(sample)
             total = s.phase("success").count + s.phase("fail").count
             last = self._last.get(model)
             if last is not None and total > last[1]:
@@ -215,8 +224,9 @@ class StatisticsSampler:
 
     def finish(self) -> dict[str, Window]:
         self._poll_metrics()
+        asked = self.clock()
         after = self._stats()
-        self._track(after)
+        self._track(after, asked)
         seconds = max(self.clock() - self._t0, 1e-3)
         self._after, self._seconds = after, seconds
         # Busy time needs reads in between; with only the two ends it is the whole window.
@@ -246,7 +256,13 @@ class StatisticsSampler:
             return None
         before = self._before.get(model) or _empty(after)
         return ServerWindow(
-            after.minus(before), self.counts.get(model, []), after, self._seconds, cpu, cores
+            after.minus(before),
+            self.counts.get(model, []),
+            after,
+            self._seconds,
+            cpu,
+            cores,
+            slow_reads=self._slow.get(model, 0),
         )
 
 
