@@ -227,8 +227,9 @@ def meter(url: str) -> costs.CpuMeter | None:
 # A request count whose read took longer than this is left out of the traffic's fit. The
 # count is stamped at the middle of its read and Triton took it somewhere in between: while
 # Triton loads or unloads a model a statistics read here takes 1.3 s (2 ms otherwise), and
-# one such count read Poisson traffic at 300/s as a burstiness of 3.4
-# (docs/validation.md, "Advisor regret, head to head with 5 runs each, once more").
+# one such count makes Poisson traffic at 300/s read as a burstiness near 4
+# (tests/advisor/test_fit.py; docs/validation.md, "Advisor regret, head to head with 5 runs
+# each, once more").
 SLOW_READ_S = 0.025
 
 
