@@ -690,7 +690,8 @@ def running(
     """The stack's services (``only`` those named, less ``exclude``) up for a with-block.
 
     For tests and benchmarks: everything started is stopped on the way out, whatever
-    happens inside. With ``supervise`` a thread restarts services that die, as `up` does.
+    happens inside. With ``supervise`` a thread restarts services that die, as `up` does,
+    and serves `batchscope restart` (the state names this process as the supervisor).
     """
     from stack.services import service_table
 
@@ -700,6 +701,8 @@ def running(
         if (only is None or s.name in only) and s.name not in exclude
     ]
     supervisor = Supervisor(settings, services, log=log)
+    # Recorded as the stack's supervising process, so `restart` requests reach the thread.
+    supervisor.supervising = supervise
     running_ = supervisor.up()
     keeper = threading.Thread(target=supervisor.supervise, args=(running_,), daemon=True)
     if supervise:

@@ -3,7 +3,10 @@ it, every rerun is listed with its cause, and more than a few fail the session."
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,7 +19,8 @@ from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.http_client import HttpClient, UnreadableResponse, next_response, request_head
 from loadgen.clients.payloads import Payloads
 from loadgen.clients.target import ModelSpec, TensorSpec
-from stacksettings import ROOT, Settings, isolated
+from stack.supervisor import running
+from stacksettings import ROOT, Settings, isolated, procstat
 from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
 from tests.loadgen.test_grpc_wire import client_of
 
@@ -67,6 +71,40 @@ def test_the_supervisors_record_of_a_crash_signal_is_a_rerun(
     record(3, "killed by SIGABRT at 10:00:09")
     assert crashes.crashed(AssertionError("x"))
     assert "the supervisor recorded 'killed by SIGABRT" in RERUN_CAUSES["t::supervised"]
+
+
+@pytest.mark.integration
+def test_a_triton_that_logged_a_crash_and_serves_nothing_is_restarted(tmp_path: Path) -> None:
+    """What a CI run met once (fresh92): Triton logged "Signal (11) received.", did not
+    exit, answered ready and executed nothing, and every later test of its module failed.
+    Here the same Triton: its python stubs stopped (ready, executing nothing), and the
+    crash line in its log."""
+    settings = isolated(tmp_path)
+    with running(settings, only={"triton"}, supervise=True) as supervisor:
+        crashes = TritonCrashes()
+        crashes.watch(settings)
+        (triton,) = supervisor.read_state()
+        stubs = [
+            pid
+            for pid in procstat.descendants(triton.pid)
+            if "triton_python_backend_stub" in " ".join(procstat.cmdline(pid) or [])
+        ]
+        assert stubs, "no python backend stub below Triton"
+        try:
+            for pid in stubs:
+                os.kill(pid, signal.SIGSTOP)
+            crashes.serving(settings)  # it never crashed: not restarted (its test will fail)
+            assert supervisor.read_state()[0].pid == triton.pid
+            with settings.log_file("triton").open("a") as log:
+                log.write("Signal (11) received.\n")
+            crashes.serving(settings)
+        finally:
+            for pid in stubs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        (after,) = supervisor.read_state()
+        assert after.pid != triton.pid and after.restarts == 1
+        assert all(procstat.start_time(pid) is None for pid in stubs), "a stopped stub lives on"
 
 
 def test_failed_requests_alone_fail_the_test() -> None:
@@ -160,6 +198,9 @@ def tritonclient_wire(ident: str, sizes: tuple[int, int] = (4, 4)) -> bytes:
 HTTP_IDENT = "lg5329ccb8-0000000000"
 # The error CI saw once over HTTP (session 37), in the load generator's words.
 HTTP_LACKS_B = f"HTTP 400: [request id: {HTTP_IDENT}] input 'INPUT_B' does not exist in request"
+# The backend's phrasing over HTTP (stop 47's CI), and the same over gRPC.
+HTTP_UNKNOWN_B = f"HTTP 400: [request id: {HTTP_IDENT}] unknown request input name INPUT_B"
+UNKNOWN_B = f"gRPC INVALID_ARGUMENT: [request id: {IDENT}] unknown request input name INPUT_B"
 
 
 @pytest.mark.parametrize(
@@ -167,6 +208,8 @@ HTTP_LACKS_B = f"HTTP 400: [request id: {HTTP_IDENT}] input 'INPUT_B' does not e
     [
         (grpc_wire, IDENT, "lg5329ccb8-0000000101", LACKS_B),
         (http_wire, HTTP_IDENT, "lg11111111-0000000000", HTTP_LACKS_B),
+        (grpc_wire, IDENT, "lg5329ccb8-0000000101", UNKNOWN_B),
+        (http_wire, HTTP_IDENT, "lg11111111-0000000000", HTTP_UNKNOWN_B),
     ],
 )
 def test_a_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
@@ -206,6 +249,10 @@ def test_tritonclients_http_request_is_read_too(watched: tuple[TritonCrashes, Se
         ({LACKS_B: 1}, [grpc_wire("lg5329ccb8-0000000101")]),
         ({HTTP_LACKS_B: 1}, [http_wire(HTTP_IDENT, ("INPUT_A",))]),
         ({HTTP_LACKS_B: 1}, [http_wire("lg11111111-0000000000")]),
+        ({HTTP_UNKNOWN_B: 1}, [http_wire(HTTP_IDENT, ("INPUT_A",))]),
+        ({UNKNOWN_B: 1}, [grpc_wire(IDENT, ("INPUT_A",))]),
+        # a name that goes on is not the name Triton said
+        ({HTTP_UNKNOWN_B + "_X": 1}, [http_wire(HTTP_IDENT)]),
         # the header says 4 bytes of INPUT_B follow, but the segment ends before them
         ({HTTP_LACKS_B: 1}, [tritonclient_wire(HTTP_IDENT, (4, 12))]),
         # the gRPC proof is no HTTP proof
