@@ -25,6 +25,7 @@ median regret <= 1.10, none above 1.25, the advisor's wall time <= 1/10 of the g
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import statistics
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,10 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from advisor import verify  # noqa: E402
 from advisor.advice import SearchOptions, advise  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from advisor.inputs import Options  # noqa: E402
+from advisor.fit import fit_traffic  # noqa: E402
+from advisor.inputs import Options, watch  # noqa: E402
 from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, run  # noqa: E402
+from loadgen.results.result import RunResult  # noqa: E402
 from stacksettings import PORTS, Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
 
@@ -114,7 +118,9 @@ def client_p99(s: Settings, model: str, base: str, rate: float, seconds: float, 
 def advisor_pick(
     s: Settings, model: str, rate: float, window_s: float, p99_ms: float
 ) -> tuple[BatcherConfig, str, float]:
-    """What ``advise --url`` recommends under this traffic, and its wall time."""
+    """What ``advise --url`` recommends under this traffic, and its wall time. Printed
+    beside it: the traffic the advisor read from Triton's count, and the load generator's
+    own sends at the same instants (an observer the advisor does not read)."""
     url = s.url("triton_http")
     load = RunParams(
         "rate",
@@ -127,17 +133,25 @@ def advisor_pick(
         shapes=SHAPES.get(model, ()),
         label="advisor regret (the advisor's window)",
     )
-    loader = threading.Thread(target=run, args=(load,))
+    done: list[RunResult] = []
+    loader = threading.Thread(target=lambda: done.append(run(load)))
     started = time.monotonic()
     loader.start()
     time.sleep(0.5)  # the load is under way before the window opens
     try:
+        # watched here, then handed to advise() (what advise --url does in one call), so
+        # that its samples can be held against the sends
+        window = watch(url, model, window_s)
         found = advise(
             Options(url, model, window_s, calibrations=s.state_dir / "calibrations.json"),
             SearchOptions(p99_bound_s=p99_ms / 1e3),
+            window,
         )
     finally:
         loader.join()
+    if done:
+        seen = traffic_seen(window.samples, sends_due(done[0]), done[0].recorder.late_sends)
+        print(f"  {model}: {seen}", flush=True)
     wall = time.monotonic() - started
     rec = found.recommendation
     if rec.best is None:
@@ -160,6 +174,30 @@ def advisor_pick(
     if rec.keep:
         return rec.current.config, "keep it", wall
     return rec.best.config, f"{rec.best.config.describe()} (x{rec.gain_ratio:.2f})", wall
+
+
+def sends_due(load: RunResult) -> list[float]:
+    """When each of the run's requests was due, on time.monotonic()'s clock (the recorder's
+    is perf_counter: one offset maps them), sorted."""
+    offset = time.monotonic() - load.recorder.clock()
+    return sorted(load.recorder.t0 + offset + r[1] for r in load.records())
+
+
+def traffic_seen(samples: Sequence[tuple[float, float]], due: Sequence[float], late: int) -> str:
+    """The traffic fitted from the advisor's samples of Triton's (answered) request count,
+    beside the same fit of the load generator's sends (``due``: their due times, ``late``:
+    how many left late) counted at the same instants: where the two part, the advisor
+    misread the traffic; where both read bursty, it was."""
+    try:
+        read = fit_traffic(samples)
+        sent = fit_traffic([(t, float(bisect.bisect_right(due, t))) for t, _ in samples])
+    except ValueError as exc:
+        return f"no traffic to compare: {exc}"
+    return (
+        f"the advisor read {read.rate_per_s:.0f}/s, cv {read.cv:.2f} from Triton's count; "
+        f"the load generator's sends at the same instants: {sent.rate_per_s:.0f}/s, cv "
+        f"{sent.cv:.2f} ({late} sent late)"
+    )
 
 
 def one(

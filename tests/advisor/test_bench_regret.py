@@ -3,12 +3,13 @@ head-to-head one that judges the best and the pick on the same fresh runs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
 
 from advisor.config import BatcherConfig
-from bench.advisor_regret import Measured, best_of_grid, report_one
+from bench.advisor_regret import Measured, best_of_grid, report_one, traffic_seen
 
 
 def entry(
@@ -55,3 +56,18 @@ def test_a_pick_worse_than_the_own_config_beyond_its_range_is_a_miss_and_unconfi
     found = report_one("m", 100.0, [own, pick], "a verdict", 10.0, 200.0)
     assert found["miss"] and found["regret"] == pytest.approx(10.0 / 4.2)
     assert found["confirmed"] is None  # no head-to-head runs were made
+
+
+def test_the_advisors_read_is_held_against_the_sends_at_the_same_instants() -> None:
+    # 100 sends a second, evenly; Triton's answered count stalls from 1 s to 2 s, then
+    # catches up (a backlog drained): the same instants, two readings of the traffic
+    due = [k / 100 for k in range(400)]
+    stamps = [0.1 + 0.2 * i for i in range(20)]
+    answered = [sum(d <= (1.0 if 1.0 < t < 2.0 else t) for d in due) for t in stamps]
+    line = traffic_seen(list(zip(stamps, map(float, answered), strict=True)), due, late=3)
+    read_cv, sent_cv = (float(v) for v in re.findall(r"cv (\d+\.\d+)", line))
+    assert read_cv > 2 and sent_cv < 0.2, line
+    assert "the load generator's sends at the same instants: 100/s" in line
+    assert "(3 sent late)" in line
+    # too few samples to fit: said, not raised
+    assert traffic_seen([(0.0, 0.0), (1.0, 0.0)], due, 0).startswith("no traffic to compare: ")
