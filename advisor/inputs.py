@@ -39,7 +39,14 @@ from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
 from stacksettings import from_env_or_default
-from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
+from tritonapi.client import (
+    TritonClient,
+    TritonError,
+    TritonHTTPError,
+    TritonUnreachable,
+    metrics_text,
+)
+from tritonapi.metrics import parse_metrics
 from tritonapi.stats import ModelStats
 from tritonapi.traces import ExporterUnavailable, read_exporter
 
@@ -98,6 +105,9 @@ class ServerWindow:
     cpu: costs.ServerCpu | None = None
     cores: int | None = None
     slow_reads: int = 0  # counts left out of ``samples`` (``SLOW_READ_S``)
+    # With watch(metrics_url=...): Triton's pending-request gauge read after each sample
+    # (None where that read failed): requests received and not yet executed.
+    queued: Sequence[float | None] = ()
 
 
 @dataclass
@@ -258,14 +268,27 @@ def sample_step(window_s: float) -> float:
     return min(window_s / 20, 1.0)
 
 
-def watch(url: str, model: str, window_s: float) -> ServerWindow:
-    """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU."""
+def pending_of(metrics_url: str, model: str) -> float | None:
+    """``model``'s requests received and not yet executed, by Triton's pending-request gauge
+    (summed over its versions); None when the metrics cannot be read."""
+    try:
+        pending = parse_metrics(metrics_text(metrics_url, timeout_s=2.0)).pending
+    except (TritonError, ValueError):
+        return None
+    return sum(v for (name, _), v in pending.items() if name == model)
+
+
+def watch(url: str, model: str, window_s: float, metrics_url: str | None = None) -> ServerWindow:
+    """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU.
+    ``metrics_url``: Triton's metrics too, its pending-request gauge read after each count
+    (``ServerWindow.queued``)."""
     client = TritonClient(url)
     cpu_meter = meter(url)
     step_s = sample_step(window_s)
     if cpu_meter is not None:
         cpu_meter.start()
     samples: list[tuple[float, float]] = []
+    queued: list[float | None] = []
     slow = 0
     try:
         started = asked = time.monotonic()
@@ -277,6 +300,8 @@ def watch(url: str, model: str, window_s: float) -> ServerWindow:
                 slow += 1
             else:
                 samples.append(sample)
+                if metrics_url is not None:
+                    queued.append(pending_of(metrics_url, model))
             if time.monotonic() >= deadline:
                 break
             time.sleep(step_s)
@@ -293,6 +318,7 @@ def watch(url: str, model: str, window_s: float) -> ServerWindow:
         used,
         cpu_meter.cores if cpu_meter is not None else None,
         slow_reads=slow,
+        queued=queued,
     )
 
 

@@ -141,7 +141,7 @@ def advisor_pick(
     try:
         # watched here, then handed to advise() (what advise --url does in one call), so
         # that its samples can be held against the sends
-        window = watch(url, model, window_s)
+        window = watch(url, model, window_s, metrics_url=f"{s.url('triton_metrics')}/metrics")
         found = advise(
             Options(url, model, window_s, calibrations=s.state_dir / "calibrations.json"),
             SearchOptions(p99_bound_s=p99_ms / 1e3),
@@ -150,7 +150,8 @@ def advisor_pick(
     finally:
         loader.join()
     if done:
-        seen = traffic_seen(window.samples, sends_due(done[0]), done[0].recorder.late_sends)
+        late = done[0].recorder.late_sends
+        seen = traffic_seen(window.samples, sends_due(done[0]), late, window.queued)
         print(f"  {model}: {seen}", flush=True)
     wall = time.monotonic() - started
     rec = found.recommendation
@@ -183,21 +184,35 @@ def sends_due(load: RunResult) -> list[float]:
     return sorted(load.recorder.t0 + offset + r[1] for r in load.records())
 
 
-def traffic_seen(samples: Sequence[tuple[float, float]], due: Sequence[float], late: int) -> str:
+def traffic_seen(
+    samples: Sequence[tuple[float, float]],
+    due: Sequence[float],
+    late: int,
+    queued: Sequence[float | None] = (),
+) -> str:
     """The traffic fitted from the advisor's samples of Triton's (answered) request count,
     beside the same fit of the load generator's sends (``due``: their due times, ``late``:
     how many left late) counted at the same instants: where the two part, the advisor
-    misread the traffic; where both read bursty, it was."""
+    misread the traffic; where both read bursty, it was. With ``queued`` (Triton's pending
+    gauge at each sample) also the count of requests received: answered plus pending."""
     try:
         read = fit_traffic(samples)
         sent = fit_traffic([(t, float(bisect.bisect_right(due, t))) for t, _ in samples])
     except ValueError as exc:
         return f"no traffic to compare: {exc}"
-    return (
+    line = (
         f"the advisor read {read.rate_per_s:.0f}/s, cv {read.cv:.2f} from Triton's count; "
         f"the load generator's sends at the same instants: {sent.rate_per_s:.0f}/s, cv "
         f"{sent.cv:.2f} ({late} sent late)"
     )
+    received = [(t, n + q) for (t, n), q in zip(samples, queued, strict=False) if q is not None]
+    if len(received) == len(samples):
+        try:
+            got = fit_traffic(received)
+        except ValueError:
+            return line
+        line += f"; answered + pending: {got.rate_per_s:.0f}/s, cv {got.cv:.2f}"
+    return line
 
 
 def one(

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor import costs
+from advisor import costs, inputs
 from advisor.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.store.runstore import RunStore
 from stack.supervisor import running
-from stacksettings import Settings, isolated, procstat
+from stacksettings import Settings, free_ports, isolated, procstat
 from tritonapi.client import TritonClient, TritonHTTPError
 
 pytestmark = pytest.mark.integration
@@ -276,3 +276,20 @@ def test_verify_without_the_key_is_one_line(
     assert code == 2
     assert "403" in err and "--admin-key-file" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_window_reads_tritons_pending_gauge_beside_each_count(triton: Settings) -> None:
+    url = triton.url("triton_http")
+    metrics = f"{triton.url('triton_metrics')}/metrics"
+    sender = load(url, 3.0)
+    try:
+        window = inputs.watch(url, MODEL, 2.0, metrics_url=metrics)
+        # a metrics URL that answers nothing: the counts are read all the same
+        unread = inputs.watch(url, MODEL, 0.5, metrics_url=f"http://127.0.0.1:{free_ports(1)[0]}/")
+    finally:
+        sender.join()
+    assert len(window.samples) >= 10 and len(window.queued) == len(window.samples)
+    assert all(q is not None and q >= 0 for q in window.queued), window.queued
+    assert window.samples[-1][1] > window.samples[0][1]  # the load was answered meanwhile
+    assert unread.samples and unread.queued == [None] * len(unread.samples)
+    assert inputs.watch(url, MODEL, 0.5).queued == []  # not asked for: not read
