@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -34,6 +35,7 @@ from advisor.inputs import (
     Options,
     given_costs,
     given_traffic,
+    metrics_url_of,
     replay_options,
 )
 from advisor.model import CpuModel, ServiceModel
@@ -61,6 +63,7 @@ class UsageError(Exception):
 # No flag of the advisor means anything past this (a rate, a window, a count): a bigger
 # number is a typing slip, and would only make the simulator run for ever.
 MAX_NUMBER = 1e9
+MAX_URL = 2048  # a longer URL is a paste gone wrong
 
 
 def _positive(kind: type, what: str, zero_ok: bool = False) -> Any:
@@ -93,6 +96,34 @@ def _non_negative_int(what: str) -> Any:
         return value
 
     return parse
+
+
+def _http_url(what: str) -> Any:
+    def parse(text: str) -> str:
+        if len(text) > MAX_URL:
+            raise argparse.ArgumentTypeError(
+                f"{what} {text[:40]!r}... is {len(text):,} characters long; give the URL"
+            )
+        parts = urlsplit(text)
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} has a bad port") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise argparse.ArgumentTypeError(
+                f"{what} {text!r} is not an http:// URL (e.g. http://127.0.0.1:8002/metrics)"
+            )
+        return text
+
+    return parse
+
+
+METRICS_URL_HELP = (
+    "Triton's /metrics: its pending-request gauge, read beside each count, makes the traffic "
+    "that of the requests received, not answered (default: the stack's with the stack's "
+    "--url, port 8002 of --url's host when --url has port 8000, else none; unread, the "
+    "answered count is fitted, and the output says so)"
+)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -231,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds to watch the server's traffic (default 10)",
     )
+    advise.add_argument("--metrics-url", type=_http_url("--metrics-url"), help=METRICS_URL_HELP)
     advise.add_argument(
         "--prometheus",
         help="Prometheus URL: fit from the exporter's counters over --window instead",
@@ -351,6 +383,7 @@ def _add_autopilot(sub: Any, search: argparse.ArgumentParser) -> None:
     )
     pilot.add_argument("--url", required=True, help="Triton HTTP base URL")
     pilot.add_argument("--model", type=model_name, required=True, help="the model to pilot")
+    pilot.add_argument("--metrics-url", type=_http_url("--metrics-url"), help=METRICS_URL_HELP)
     pilot.add_argument(
         "--policy",
         type=Path,
@@ -431,6 +464,7 @@ def options_from(args: argparse.Namespace) -> Options:
         url=args.url or "",
         model=args.model or "",
         window_s=args.window,
+        metrics_url=args.metrics_url or (metrics_url_of(args.url) if args.url else ""),
         prometheus=args.prometheus or "",
         store=args.store,
         runs=args.run or (),
@@ -811,6 +845,7 @@ def autopilot_command(args: argparse.Namespace) -> int:
         url=args.url,
         model=args.model,
         window_s=args.interval_s,
+        metrics_url=args.metrics_url or metrics_url_of(args.url),
         calibration=args.calibration,
         cores=args.cores,
         request_us=args.request_us,

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from advisor import costs, handoff, storedrun
 from advisor.calibrate import load_capture
@@ -29,6 +30,7 @@ from advisor.fit import (
     batch_times_from_prometheus,
     fit_service_times,
     fit_traffic,
+    received_counts,
     saturated_traffic,
     saturation,
     traffic_from_prometheus,
@@ -70,6 +72,9 @@ class Options:
     url: str = ""  # a running Triton's HTTP URL
     model: str = ""
     window_s: float = 10.0  # seconds of the server's traffic (or of Prometheus) to read
+    # Triton's /metrics, whose pending-request gauge makes the window's count one of
+    # requests received, not answered (``fit_window``); "" reads the answered count alone.
+    metrics_url: str = ""
     prometheus: str = ""  # fit from the exporter's counters in this Prometheus instead
     store: Path | None = None  # the load generator's store, with ``runs``
     runs: tuple[int, ...] = ()  # pooled when several (storedrun.load_runs)
@@ -108,6 +113,50 @@ class ServerWindow:
     # With watch(metrics_url=...): Triton's pending-request gauge read after each sample
     # (None where that read failed): requests received and not yet executed.
     queued: Sequence[float | None] = ()
+    pending_note: str = ""  # why the gauge was not read, when asked for and not read
+
+
+@dataclass(frozen=True)
+class WindowTraffic:
+    """A window's traffic: fitted from the requests Triton answered, and from those it
+    received (answered + pending) where its pending gauge was read beside every count.
+    The received count is the clients' traffic; the answered one lumps what a stalled
+    model (a load, a long batch) answered late into a burst that was not sent."""
+
+    answered: OpenLoop
+    received: OpenLoop | None
+    why_answered: str = ""  # why there is no received fit
+
+    @property
+    def traffic(self) -> OpenLoop:
+        return self.received if self.received is not None else self.answered
+
+    def describe(self) -> str:
+        if self.received is not None:
+            return (
+                f"{self.received.describe()}, from the requests received (answered + Triton's "
+                f"pending gauge; answered alone: {self.answered.describe()})"
+            )
+        return f"{self.answered.describe()}, from the requests answered ({self.why_answered})"
+
+
+def fit_window(window: ServerWindow) -> WindowTraffic:
+    """The traffic of ``window`` as the advisor, the doctor and the autopilot read it: the
+    requests received where Triton's pending gauge was read at every sample, else those
+    answered (with the reason). ValueError when the answered count cannot be fitted."""
+    answered = fit_traffic(window.samples)
+    received = received_counts(window.samples, window.queued)
+    if received is None:
+        why = window.pending_note or (
+            "Triton's pending gauge missed a read"
+            if window.queued
+            else "Triton's metrics not read: give --metrics-url"
+        )
+        return WindowTraffic(answered, None, why)
+    try:
+        return WindowTraffic(answered, fit_traffic(received))
+    except ValueError as exc:
+        return WindowTraffic(answered, None, f"the received count not fitted: {exc}")
 
 
 @dataclass
@@ -268,20 +317,47 @@ def sample_step(window_s: float) -> float:
     return min(window_s / 20, 1.0)
 
 
-def pending_of(metrics_url: str, model: str) -> float | None:
+def metrics_url_of(url: str) -> str:
+    """Triton's ``/metrics`` beside its HTTP ``url``: the stack's (its STACK_* settings) when
+    ``url`` is the stack's Triton; port 8002 of ``url``'s host when ``url`` has Triton's
+    default port 8000; else "" (unknown). A Triton on other ports has its metrics
+    elsewhere, and port 8002 there may be another Triton's, whose gauge would be read as
+    this one's: the caller gives ``--metrics-url`` then."""
+    settings = from_env_or_default()
+    if url.rstrip("/") == settings.url("triton_http").rstrip("/"):
+        return settings.url("triton_metrics") + "/metrics"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return ""
+    if port != 8000:
+        return ""
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal goes back in brackets
+        host = f"[{host}]"
+    return urlunsplit((parts.scheme, f"{host}:8002", "/metrics", "", ""))
+
+
+def pending_of(metrics_url: str, model: str) -> float:
     """``model``'s requests received and not yet executed, by Triton's pending-request gauge
-    (summed over its versions); None when the metrics cannot be read."""
+    (summed over its versions). ValueError (one line) when the metrics cannot be read or
+    have no gauge for the model."""
     try:
         pending = parse_metrics(metrics_text(metrics_url, timeout_s=2.0)).pending
-    except (TritonError, ValueError):
-        return None
-    return sum(v for (name, _), v in pending.items() if name == model)
+    except (TritonError, ValueError) as exc:
+        raise ValueError(f"Triton's metrics at {metrics_url} not read ({exc})") from None
+    mine = [v for (name, _), v in pending.items() if name == model]
+    if not mine:
+        raise ValueError(f"Triton's metrics at {metrics_url} have no pending gauge for {model!r}")
+    return sum(mine)
 
 
 def watch(url: str, model: str, window_s: float, metrics_url: str | None = None) -> ServerWindow:
     """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU.
     ``metrics_url``: Triton's metrics too, its pending-request gauge read after each count
-    (``ServerWindow.queued``)."""
+    (``ServerWindow.queued``); after a failed read it is not read again (each could wait
+    its 2 s timeout), and ``pending_note`` says why."""
     client = TritonClient(url)
     cpu_meter = meter(url)
     step_s = sample_step(window_s)
@@ -290,6 +366,7 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
     samples: list[tuple[float, float]] = []
     queued: list[float | None] = []
     slow = 0
+    note = ""
     try:
         started = asked = time.monotonic()
         first = last = client.model_stats(model)
@@ -300,8 +377,13 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
                 slow += 1
             else:
                 samples.append(sample)
-                if metrics_url is not None:
-                    queued.append(pending_of(metrics_url, model))
+                if metrics_url is not None and not note:
+                    try:
+                        queued.append(pending_of(metrics_url, model))
+                    except ValueError as exc:
+                        note = str(exc)
+                if note:
+                    queued.append(None)
             if time.monotonic() >= deadline:
                 break
             time.sleep(step_s)
@@ -319,6 +401,7 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
         cpu_meter.cores if cpu_meter is not None else None,
         slow_reads=slow,
         queued=queued,
+        pending_note=note,
     )
 
 
@@ -337,7 +420,7 @@ def from_server(
     if opts.probe and calibrated is None and window is None and never_executed(client, opts.model):
         return first_probe(opts, client, config, traffic)
     if window is None:
-        window = watch(opts.url, opts.model, opts.window_s)
+        window = watch(opts.url, opts.model, opts.window_s, opts.metrics_url or None)
     delta, cumulative = window.delta, window.cumulative
     notes = []
     if calibrated is not None:
@@ -357,19 +440,21 @@ def from_server(
         )
     if traffic is None:
         try:
-            answered = fit_traffic(window.samples)
+            seen = fit_window(window)
         except ValueError as exc:
             slow = slow_reads_note(window.slow_reads)
             raise InputError(
                 f"{exc}{f' ({slow})' if slow else ''}; give the traffic with --rate or "
                 "--concurrency instead"
             ) from None
+        # A saturated model's counts show its capacity, not the offered rate: advised for
+        # a multiple of the rate it answered, whichever count was read.
         saturated = saturation(delta, config.delay_s)
-        traffic = saturated_traffic(answered) if saturated else answered
+        traffic = saturated_traffic(seen.answered) if saturated else seen.traffic
         if window.slow_reads:
             notes.append(slow_reads_note(window.slow_reads))
         notes.append(
-            f"traffic fitted from the window: {answered.describe()}"
+            f"traffic fitted from the window: {seen.describe()}"
             + (
                 f"; the model is saturated ({saturated}): advised for {traffic.describe()}, "
                 f"x{SATURATED_RATE:g} the rate it answered"

@@ -11,7 +11,8 @@ Each step (one ``--interval-s``):
    measures the traffic under the config restored.
 2. **The traffic**: the model's statistics watched for the interval, and the rate and
    burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
-   :func:`advisor.fit.fit_traffic`).
+   :func:`advisor.inputs.fit_window`): from the requests received (answered + Triton's
+   pending gauge) with ``--metrics-url``, else from those answered.
 3. **Saturated?** When the model's requests waited behind a backlog
    (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
    clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the
@@ -44,8 +45,8 @@ from pathlib import Path
 from advisor import advice, autopilot
 from advisor.advice import SearchOptions
 from advisor.config import from_model_config
-from advisor.fit import SATURATED_RATE, fit_traffic, saturated_traffic, saturation
-from advisor.inputs import InputError, Options, ServerWindow, watch
+from advisor.fit import SATURATED_RATE, saturated_traffic, saturation
+from advisor.inputs import InputError, Options, ServerWindow, fit_window, watch
 from advisor.model import OpenLoop
 from advisor.policy import Policy
 from advisor.predict import Prediction
@@ -263,12 +264,13 @@ class Pilot:
             return
         model, opts = self.opts.model, self.opts
         try:
-            window = watch(opts.url, model, opts.interval_s)
-            traffic = fit_traffic(window.samples)
+            window = watch(opts.url, model, opts.interval_s, opts.inputs.metrics_url or None)
+            seen = fit_window(window)
+            traffic = seen.traffic
         except (InputError, ValueError) as exc:
             self.say(f"{model}: traffic not measured over {opts.interval_s:g} s ({exc})")
             return
-        if self.saturated_step(window, traffic):
+        if self.saturated_step(window, seen.answered):
             return
         if self.rebaseline:
             self.settling.append(traffic)
@@ -442,7 +444,12 @@ def run(
     say(
         f"autopilot {opts.model} at {opts.url}: "
         + ("applying" if opts.apply else "dry run (--apply changes the model)")
-        + f", every {opts.interval_s:g} s, within: {opts.policy.describe()}"
+        + f", every {opts.interval_s:g} s, within: {opts.policy.describe()}; traffic from "
+        + (
+            f"the requests received (Triton's pending gauge at {opts.inputs.metrics_url})"
+            if opts.inputs.metrics_url
+            else "the requests answered (no --metrics-url)"
+        )
     )
     deadline = None if for_s is None else time.monotonic() + for_s
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
-from advisor.inputs import Options, ServerWindow
+from advisor.inputs import Options, ServerWindow, metrics_url_of
 from advisor.storedrun import check_poolable, run_ids
 from doctor import report
 from doctor.checks import ShapeMix, check
@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
     )
     parser.add_argument(
         "--metrics-url",
-        help="Triton's /metrics, for pending requests and GPUs "
-        "(default: the stack's with the stack's --url, else port 8002 of --url's host)",
+        help="Triton's /metrics, for pending requests (the traffic received) and GPUs "
+        "(default: the stack's with the stack's --url, port 8002 of --url's host when --url "
+        "has port 8000, else none)",
     )
     parser.add_argument(
         "--prometheus",
@@ -159,13 +160,14 @@ def _check_url(url: str, flag: str) -> str:
     return url.rstrip("/")
 
 
-def _metrics_url(url: str, args: argparse.Namespace, defaults: Defaults) -> str:
+def _metrics_url(url: str, args: argparse.Namespace, defaults: Defaults) -> str | None:
+    """--metrics-url, else the stack's for the stack's Triton, else as ``advise`` guesses
+    it (port 8002 beside port 8000; None otherwise: pending requests unknown)."""
     if args.metrics_url:
         return _check_url(args.metrics_url, "--metrics-url")
     if url == defaults.triton_url.rstrip("/"):
         return defaults.metrics_url
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}:8002/metrics"
+    return metrics_url_of(url) or None
 
 
 def _headers(args: argparse.Namespace, url: str, defaults: Defaults) -> dict[str, str]:

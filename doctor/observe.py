@@ -154,6 +154,10 @@ class StatisticsSampler:
         self._after: dict[str, ModelStats] = {}
         self._seconds = 0.0
         self._slow: dict[str, int] = {}  # model -> counts left out (slow reads)
+        # Each model's pending gauge read just after each of its counts (as
+        # ``inputs.watch`` reads it): the advisor fits the requests received from both.
+        self.queued: dict[str, list[float]] = {}
+        self._metrics_problem = ""
 
     def _stats(self) -> dict[str, ModelStats]:
         all_stats = parse_statistics(self.client.statistics_json())
@@ -206,14 +210,18 @@ class StatisticsSampler:
             metrics = parse_metrics(self._metrics_text(self.metrics_url))
         except (TritonError, ValueError) as exc:
             self._metrics_ok = False
-            self.notes.append(
-                f"Triton's metrics at {self.metrics_url} not read ({exc}): "
-                "pending requests and GPU unknown"
-            )
+            self._metrics_problem = f"Triton's metrics at {self.metrics_url} not read ({exc})"
+            self.notes.append(f"{self._metrics_problem}: pending requests and GPU unknown")
             return
+        now: dict[str, float] = {}
         for (model, _version), value in metrics.pending.items():
             if model in self.models:
                 self._pending[model] = max(self._pending.get(model, 0.0), value)
+                now[model] = now.get(model, 0.0) + value
+        for model, value in now.items():
+            counted, queued = self.counts.get(model, []), self.queued.setdefault(model, [])
+            if len(queued) < len(counted):  # a count read just before, not yet paired
+                queued.extend([math.nan] * (len(counted) - len(queued) - 1) + [value])
         self._gpus = len(metrics.gpus)
         readings = [g.utilization for g in metrics.gpus if g.utilization is not None]
         if readings:
@@ -223,10 +231,10 @@ class StatisticsSampler:
         return metrics_text(url, timeout_s=2.0, session=self.client.session)
 
     def finish(self) -> dict[str, Window]:
-        self._poll_metrics()
         asked = self.clock()
         after = self._stats()
         self._track(after, asked)
+        self._poll_metrics()
         seconds = max(self.clock() - self._t0, 1e-3)
         self._after, self._seconds = after, seconds
         # Busy time needs reads in between; with only the two ends it is the whole window.
@@ -255,15 +263,30 @@ class StatisticsSampler:
         if after is None:
             return None
         before = self._before.get(model) or _empty(after)
+        counts = self.counts.get(model, [])
+        queued = self.queued.get(model, [])
+        paired = len(queued) == len(counts) and not any(math.isnan(q) for q in queued)
         return ServerWindow(
             after.minus(before),
-            self.counts.get(model, []),
+            counts,
             after,
             self._seconds,
             cpu,
             cores,
             slow_reads=self._slow.get(model, 0),
+            queued=list(queued) if paired else [],
+            pending_note="" if paired else self._unpaired(model),
         )
+
+    def _unpaired(self, model: str) -> str:
+        """Why ``model``'s counts have no pending gauge beside each."""
+        if self.metrics_url is None:
+            return "Triton's metrics not read: give --metrics-url"
+        if self._metrics_problem:
+            return self._metrics_problem
+        if not self.queued.get(model):
+            return f"Triton's metrics at {self.metrics_url} have no pending gauge for {model!r}"
+        return "Triton's pending gauge missed a read"
 
 
 def _empty(stats: ModelStats) -> ModelStats:

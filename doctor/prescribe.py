@@ -124,4 +124,6 @@ def searched(
     cut = found.recommendation.cut_note()
     if cut:
         d.notes.append(cut)
+    # Which count the search's traffic came from (received or answered), as advise says.
+    d.notes.extend(n for n in found.notes if n.startswith("traffic fitted from the window"))
     return prescribe(d, found.recommendation)

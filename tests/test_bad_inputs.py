@@ -467,6 +467,8 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     # The doctor reads Prometheus and the exporter after Triton: what answers there is
     # judged then (a dead Triton, as here, is the first thing it reports).
     ("stack doctor", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("advisor advise", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("advisor autopilot", "--metrics-url", "another service's port"): "read after Triton answers",
     ("stack doctor", "--prometheus", "another service's port"): "read after Triton answers",
     ("stack doctor", "--exporter-url", "another service's port"): "read after Triton answers",
 }

@@ -58,6 +58,11 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         (["advise", "--store", "s", "--run", "1,1", "--p99-ms", "5"], "names a run twice"),
         (["advise", "--store", "s", "--run", "1,x", "--p99-ms", "5"], "comma-separated list"),
         (["advise", "--store", "s", "--run", "0", "--p99-ms", "5"], "is not a run id"),
+        (["advise", "--p99-ms", "5", "--metrics-url", "127.0.0.1:8002"], "not an http:// URL"),
+        (
+            ["autopilot", "--url", "http://x", "--model", "m", "--metrics-url", "http://h:x/"],
+            "bad port",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -212,6 +217,8 @@ def test_advise_against_the_running_stack(
                 "20",
                 "--window",
                 "2",
+                "--metrics-url",
+                f"{running_stack.url('triton_metrics')}/metrics",
                 "--max-batch-limit",
                 "4",
                 "--requests",
@@ -230,6 +237,8 @@ def test_advise_against_the_running_stack(
     assert any(n.startswith("service times fitted from") for n in result["notes"])
     fitted = [n for n in result["notes"] if n.startswith("traffic fitted from the window")]
     assert len(fitted) == 1, result["notes"]
+    # Counted as received (answered + Triton's pending gauge beside each count).
+    assert "from the requests received" in fitted[0], fitted
     # "traffic fitted from the window: open loop 212.5/s (cv 0.31)": the sender's rate.
     rate = float(fitted[0].split("open loop ")[1].split("/s")[0])
     assert 20 < rate < 1000

@@ -10,9 +10,13 @@
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import json
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,9 +25,12 @@ import pytest
 
 from advisor import costs, inputs
 from advisor.cli import main
+from advisor.fit import fit_traffic
+from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run
+from loadgen.results.result import RunResult
 from loadgen.store.runstore import RunStore
-from stack.supervisor import running
+from stack.supervisor import Supervisor, running
 from stacksettings import Settings, free_ports, isolated, procstat
 from tritonapi.client import TritonClient, TritonHTTPError
 
@@ -293,3 +300,85 @@ def test_the_window_reads_tritons_pending_gauge_beside_each_count(triton: Settin
     assert window.samples[-1][1] > window.samples[0][1]  # the load was answered meanwhile
     assert unread.samples and unread.queued == [None] * len(unread.samples)
     assert inputs.watch(url, MODEL, 0.5).queued == []  # not asked for: not read
+
+
+def stubs_of(settings: Settings) -> list[int]:
+    """The python backend stubs of ``settings``' own Triton (no other test's)."""
+    (triton,) = [s for s in Supervisor(settings, []).read_state() if s.name == "triton"]
+    return [
+        pid
+        for pid in procstat.descendants(triton.pid)
+        if "triton_python_backend_stub" in " ".join(procstat.cmdline(pid) or [])
+    ]
+
+
+def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_received(
+    triton: Settings,
+) -> None:
+    """Triton's python stubs stopped for a second mid-window: Triton keeps receiving, answers
+    nothing, then answers in a lump what came evenly. The answered count reads that as a
+    burst; answered + pending reads what the load generator sent (its own clock and
+    records: the observer), as the advisor, the doctor and the autopilot now fit it."""
+    url = triton.url("triton_http")
+    stubs = stubs_of(triton)
+    assert stubs, "no python backend stub below this Triton"
+    params = RunParams("rate", model=MODEL, url=url, rate=200.0, duration_s=6.0)
+    result: list[RunResult] = []
+    sender = threading.Thread(target=lambda: result.append(run(params)))
+    sender.start()
+    try:
+        time.sleep(1.0)
+        watched: list[inputs.ServerWindow] = []
+        metrics = f"{triton.url('triton_metrics')}/metrics"
+        watcher = threading.Thread(
+            target=lambda: watched.append(inputs.watch(url, MODEL, 4.0, metrics_url=metrics))
+        )
+        watcher.start()
+        time.sleep(1.5)
+        try:
+            for pid in stubs:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(1.0)
+        finally:
+            for pid in stubs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        watcher.join()
+    finally:
+        sender.join()
+    [window], [load] = watched, result
+    client = load.summary.client
+    assert client.ok == client.sent and (client.late_sends or 0) <= client.sent // 20, client
+    offset = time.monotonic() - load.recorder.clock()
+    sent_at = sorted(load.recorder.t0 + offset + r[1] for r in load.records())
+    sent = fit_traffic([(t, float(bisect.bisect_right(sent_at, t))) for t, _ in window.samples])
+    seen = inputs.fit_window(window)
+    assert seen.received is not None, seen.why_answered
+    assert sent.cv < 0.5  # 200/s at even steps
+    assert seen.answered.cv > sent.cv + 1.5, (seen.answered, sent)  # the stall as a burst
+    assert abs(seen.received.cv - sent.cv) < 0.5, (seen.received, sent)
+    assert seen.received.rate_per_s == pytest.approx(sent.rate_per_s, rel=0.1)
+
+
+def test_the_doctor_reads_the_pending_gauge_beside_each_count_as_the_advisor_does(
+    triton: Settings,
+) -> None:
+    url = triton.url("triton_http")
+    client = TritonClient(url)
+    sender = load(url, 3.5)
+    try:
+        _, _, read = sample_statistics(
+            client, [MODEL], 2.0, f"{triton.url('triton_metrics')}/metrics"
+        )
+        nowhere = f"http://127.0.0.1:{free_ports(1)[0]}/metrics"
+        _, notes, unread = sample_statistics(client, [MODEL], 1.0, nowhere)
+    finally:
+        sender.join()
+    window = read[MODEL]
+    assert len(window.samples) >= 10 and len(window.queued) == len(window.samples)
+    assert "from the requests received" in inputs.fit_window(window).describe()
+    alone = unread[MODEL]
+    assert alone.samples and alone.queued == []
+    assert alone.pending_note.startswith(f"Triton's metrics at {nowhere} not read")
+    assert inputs.fit_window(alone).describe().endswith(f"({alone.pending_note})")
+    assert any(n.startswith(alone.pending_note) for n in notes)
