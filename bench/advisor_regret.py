@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from advisor import verify  # noqa: E402
 from advisor.advice import SearchOptions, advise  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from advisor.fit import fit_traffic  # noqa: E402
+from advisor.fit import fit_traffic, received_counts  # noqa: E402
 from advisor.inputs import Options, watch  # noqa: E402
 from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository  # noqa: E402
 from bench.common import stack  # noqa: E402
@@ -119,8 +119,9 @@ def advisor_pick(
     s: Settings, model: str, rate: float, window_s: float, p99_ms: float
 ) -> tuple[BatcherConfig, str, float]:
     """What ``advise --url`` recommends under this traffic, and its wall time. Printed
-    beside it: the traffic the advisor read from Triton's count, and the load generator's
-    own sends at the same instants (an observer the advisor does not read)."""
+    beside it: the traffic fitted from Triton's answered count and from the requests it
+    received (answered + pending: what the advisor reads), and the load generator's own
+    sends at the same instants (an observer the advisor does not read)."""
     url = s.url("triton_http")
     load = RunParams(
         "rate",
@@ -190,28 +191,31 @@ def traffic_seen(
     late: int,
     queued: Sequence[float | None] = (),
 ) -> str:
-    """The traffic fitted from the advisor's samples of Triton's (answered) request count,
+    """The traffic fitted from the advisor's samples of Triton's answered request count,
     beside the same fit of the load generator's sends (``due``: their due times, ``late``:
-    how many left late) counted at the same instants: where the two part, the advisor
+    how many left late) counted at the same instants: where the two part, that count
     misread the traffic; where both read bursty, it was. With ``queued`` (Triton's pending
-    gauge at each sample) also the count of requests received: answered plus pending."""
+    gauge at each sample) also the count of requests received, answered plus pending
+    (``advisor.fit.received_counts``): what the advisor fits when it has the gauge."""
     try:
         read = fit_traffic(samples)
         sent = fit_traffic([(t, float(bisect.bisect_right(due, t))) for t, _ in samples])
     except ValueError as exc:
         return f"no traffic to compare: {exc}"
     line = (
-        f"the advisor read {read.rate_per_s:.0f}/s, cv {read.cv:.2f} from Triton's count; "
+        f"Triton's answered count read {read.rate_per_s:.0f}/s, cv {read.cv:.2f}; "
         f"the load generator's sends at the same instants: {sent.rate_per_s:.0f}/s, cv "
         f"{sent.cv:.2f} ({late} sent late)"
     )
-    received = [(t, n + q) for (t, n), q in zip(samples, queued, strict=False) if q is not None]
-    if len(received) == len(samples):
+    received = received_counts(samples, queued)
+    if received is not None:
         try:
             got = fit_traffic(received)
         except ValueError:
             return line
-        line += f"; answered + pending: {got.rate_per_s:.0f}/s, cv {got.cv:.2f}"
+        line += (
+            f"; answered + pending (the advisor's read): {got.rate_per_s:.0f}/s, cv {got.cv:.2f}"
+        )
     return line
 
 

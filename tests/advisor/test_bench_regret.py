@@ -74,7 +74,9 @@ def test_the_advisors_read_is_held_against_the_sends_at_the_same_instants() -> N
     queued = [float(s - a) for s, a in zip(sent, answered, strict=True)]
     with_queue = traffic_seen(list(zip(stamps, map(float, answered), strict=True)), due, 3, queued)
     assert with_queue.startswith(line)
-    assert with_queue.endswith(f"; answered + pending: 100/s, cv {sent_cv:.2f}"), with_queue
+    assert with_queue.endswith(
+        f"; answered + pending (the advisor's read): 100/s, cv {sent_cv:.2f}"
+    ), with_queue
     # a gauge read that failed: no such fit, rather than one on part of the window
     assert (
         traffic_seen(
