@@ -163,7 +163,13 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     it change nothing. The model's cost is its sleep, not these two cores' CPU, so the start
     config is near capacity at 2,000/s on a busy minute as on a quiet one (on the CPU-bound
     add model it overloaded on busy minutes and the clients timed out: docs/validation.md,
-    "The autopilot at 200/s then 2,000/s")."""
+    "The autopilot at 200/s then 2,000/s").
+
+    Up to 12 at 2,000/s sits at the edge of the saturation rule (requests waited 130 to 140
+    ms against its 138 ms), so its intervals read saturated and not by turns. Read from the
+    requests received (smoother than the answered count, as the clients sent them), the
+    advice at the shift may keep the config, and the change then comes on saturation a few
+    intervals later (2 of 6 runs on 2026-12-05): still one change, and none after it."""
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     served = client.model_config_json(MODEL)
     start = BatcherConfig(12, (), 0, 1)
@@ -184,7 +190,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     high = replace(PARAMS, url=url, rate=2000.0, duration_s=150.0, seed=14)
     with poisson_traffic(high, db):
         executed_before = batch_sizes(client, 2.0)
-        for _ in range(5):  # two intervals to call it a shift, then the advice
+        for _ in range(10):  # two intervals to call it a shift or saturation, then the advice
             steps.step()
             if steps.results:
                 break
@@ -202,9 +208,13 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     # executions of 12 took 6 to 7 ms here), saturation read from Triton's queue.
     assert advised, said
     assert any(w in shifted[advised[0]] for w in ("shifted (rate x", "saturated (")), said
-    # A burstiness blip read from Triton's counts after the change may be advised on again;
-    # it must change nothing.
-    assert all(shifted[i + 1].startswith(("KEEP", "NO CHANGE")) for i in advised[1:]), said
+    # One advice applies; any other (one at the shift's edge before it, a burstiness blip
+    # after it) changes nothing.
+    applied = [i for i in advised if shifted[i + 1].startswith("APPLY")]
+    assert len(applied) == 1, said
+    assert all(
+        shifted[i + 1].startswith(("KEEP", "NO CHANGE")) for i in advised if i != applied[0]
+    ), said
     with RunStore(db) as store:
         changes = store.list_changes(MODEL)
     assert [c.outcome for c in changes] == ["kept"], said
@@ -215,7 +225,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     assert from_model_config(client.model_config_json(MODEL)) == kept, said
     assert lines[changed_at - 1].startswith(f"KEPT {MODEL}: "), said
     applying = f"APPLY {MODEL}: {start.describe()} -> {kept.describe()}; predicted client p99 "
-    assert shifted[advised[0] + 1].startswith(applying), said
+    assert shifted[applied[0] + 1].startswith(applying), said
     assert change.reason.startswith("client p99 "), said
     assert change.after["failed"] == 0, said
     # The baseline is taken over two intervals under the config kept, advising nothing.
@@ -240,7 +250,8 @@ def pilot_options(
     triton: Settings, db: Path, policy: Policy, min_gain: float, watch_s: float
 ) -> pilot.PilotOptions:
     """``batchscope autopilot --apply``'s loop in 4 s steps, with small searches (p99 <= 100
-    ms) to bound the tests' time, and the costs given (no probe beside the load)."""
+    ms) to bound the tests' time, and the costs given (no probe beside the load). The
+    traffic from the requests received, as the stack's autopilot reads it (its metrics)."""
     url = triton.url("triton_http")
     return pilot.PilotOptions(
         url=url,
@@ -248,7 +259,12 @@ def pilot_options(
         policy=policy,
         search=SearchOptions(p99_bound_s=0.1, requests=800, seeds=2, min_gain=min_gain),
         inputs=Options(
-            url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
+            url=url,
+            model=MODEL,
+            metrics_url=f"{triton.url('triton_metrics')}/metrics",
+            cores=2,
+            request_us=100,
+            calibrations=db.parent / "c.json",
         ),
         interval_s=4.0,
         store=db,

@@ -191,6 +191,8 @@ def autopilot(
             "20",
             "--interval-s",
             "3",
+            "--metrics-url",
+            f"{settings.url('triton_metrics')}/metrics",
             "--db",
             str(db),
             "--admin-key-file",
@@ -216,6 +218,10 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     code, out, err = autopilot(capsys, supervisor, traffic, "--once")
     assert code == 0, err
     assert out[0].startswith(f"autopilot {MODEL} at {client.url}: dry run (--apply changes")
+    assert out[0].endswith(
+        "traffic from the requests received (Triton's pending gauge at "
+        f"{supervisor.settings.url('triton_metrics')}/metrics)"
+    ), out[0]
     assert out[1].startswith(f"{MODEL}: traffic 1") and out[1].endswith("no advice yet: advising")
     decision = out[2]
     assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), out
