@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 
@@ -48,6 +47,7 @@ from advisor.predict import (
     predict,
 )
 from advisor.storedrun import run_ids
+from exporter.targets import normalize_url
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from loadgen.store.schema import check_writable
@@ -63,7 +63,6 @@ class UsageError(Exception):
 # No flag of the advisor means anything past this (a rate, a window, a count): a bigger
 # number is a typing slip, and would only make the simulator run for ever.
 MAX_NUMBER = 1e9
-MAX_URL = 2048  # a longer URL is a paste gone wrong
 
 
 def _positive(kind: type, what: str, zero_ok: bool = False) -> Any:
@@ -99,21 +98,13 @@ def _non_negative_int(what: str) -> Any:
 
 
 def _http_url(what: str) -> Any:
+    """The exporter's URL rule (``exporter.targets.normalize_url``), as an argparse type."""
+
     def parse(text: str) -> str:
-        if len(text) > MAX_URL:
-            raise argparse.ArgumentTypeError(
-                f"{what} {text[:40]!r}... is {len(text):,} characters long; give the URL"
-            )
-        parts = urlsplit(text)
         try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} {text!r} has a bad port") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise argparse.ArgumentTypeError(
-                f"{what} {text!r} is not an http:// URL (e.g. http://127.0.0.1:8002/metrics)"
-            )
-        return text
+            return normalize_url(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 

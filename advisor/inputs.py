@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from advisor import costs, handoff, storedrun
 from advisor.calibrate import load_capture
@@ -36,6 +36,7 @@ from advisor.fit import (
     traffic_from_prometheus,
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from exporter.targets import default_metrics_url
 from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
@@ -326,17 +327,11 @@ def metrics_url_of(url: str) -> str:
     settings = from_env_or_default()
     if url.rstrip("/") == settings.url("triton_http").rstrip("/"):
         return settings.url("triton_metrics") + "/metrics"
-    parts = urlsplit(url)
     try:
-        port = parts.port
+        port = urlsplit(url).port
     except ValueError:
         return ""
-    if port != 8000:
-        return ""
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal goes back in brackets
-        host = f"[{host}]"
-    return urlunsplit((parts.scheme, f"{host}:8002", "/metrics", "", ""))
+    return default_metrics_url(url) if port == 8000 else ""
 
 
 def pending_of(metrics_url: str, model: str) -> float:

@@ -58,7 +58,10 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         (["advise", "--store", "s", "--run", "1,1", "--p99-ms", "5"], "names a run twice"),
         (["advise", "--store", "s", "--run", "1,x", "--p99-ms", "5"], "comma-separated list"),
         (["advise", "--store", "s", "--run", "0", "--p99-ms", "5"], "is not a run id"),
-        (["advise", "--p99-ms", "5", "--metrics-url", "127.0.0.1:8002"], "not an http:// URL"),
+        (
+            ["advise", "--p99-ms", "5", "--metrics-url", "ftp://127.0.0.1:8002"],
+            "not an http(s) URL",
+        ),
         (
             ["autopilot", "--url", "http://x", "--model", "m", "--metrics-url", "http://h:x/"],
             "bad port",

@@ -17,7 +17,14 @@ from advisor.fit import (
     saturated_traffic,
     saturation,
 )
-from advisor.inputs import SLOW_READ_S, ServerWindow, count_sample, fit_window, slow_reads_note
+from advisor.inputs import (
+    SLOW_READ_S,
+    ServerWindow,
+    count_sample,
+    fit_window,
+    metrics_url_of,
+    slow_reads_note,
+)
 from advisor.model import OpenLoop
 from tritonapi.stats import Duration, ModelStats, parse_statistics
 
@@ -276,3 +283,11 @@ def test_a_quick_read_is_stamped_at_its_middle_and_only_slow_ones_are_noted() ->
     assert count_sample(1.0, 1.0 + SLOW_READ_S * 2, 7.0) is None
     assert slow_reads_note(0) == ""
     assert "2 read(s)" in slow_reads_note(2) and "loading or unloading" in slow_reads_note(2)
+
+
+def test_the_metrics_url_is_guessed_only_beside_tritons_default_port() -> None:
+    assert metrics_url_of("http://gpu-a:8000") == "http://gpu-a:8002/metrics"
+    assert metrics_url_of("http://[::1]:8000/") == "http://[::1]:8002/metrics"
+    # another port: its metrics are elsewhere, and port 8002 may be another Triton's
+    assert metrics_url_of("http://gpu-a:9000") == ""
+    assert metrics_url_of("http://gpu-a") == ""
