@@ -11,10 +11,8 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
 import json
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult
 from loadgen.store.runstore import RunStore
-from stack.supervisor import Supervisor, running
+from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated, procstat
 from tritonapi.client import TritonClient, TritonHTTPError
 
@@ -302,50 +300,70 @@ def test_the_window_reads_tritons_pending_gauge_beside_each_count(triton: Settin
     assert inputs.watch(url, MODEL, 0.5).queued == []  # not asked for: not read
 
 
-def stubs_of(settings: Settings) -> list[int]:
-    """The python backend stubs of ``settings``' own Triton (no other test's)."""
-    (triton,) = [s for s in Supervisor(settings, []).read_state() if s.name == "triton"]
-    return [
-        pid
-        for pid in procstat.descendants(triton.pid)
-        if "triton_python_backend_stub" in " ".join(procstat.cmdline(pid) or [])
-    ]
+# A copy of the add model whose execution waits while a file exists (at most 5 s): a stall
+# of the model alone, Triton's front end and queue left to run. (Stopping the python stub
+# with SIGSTOP instead crashed Triton once: the stub held a lock Triton timed out on.)
+STALLING_MODEL = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SWITCH = {switch!r}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        deadline = time.monotonic() + 5.0
+        while os.path.exists(SWITCH) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        out = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT_A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT_B").as_numpy()
+            tensor = pb_utils.Tensor("OUTPUT_SUM", (a + b).astype(np.float32))
+            out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+        return out
+"""
 
 
 def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_received(
-    triton: Settings,
+    triton: Settings, tmp_path: Path
 ) -> None:
-    """Triton's python stubs stopped for a second mid-window: Triton keeps receiving, answers
-    nothing, then answers in a lump what came evenly. The answered count reads that as a
-    burst; answered + pending reads what the load generator sent (its own clock and
+    """A copy of the add model stalled for a second mid-window: Triton keeps receiving,
+    answers nothing, then answers in a lump what came evenly. The answered count reads that
+    as a burst; answered + pending reads what the load generator sent (its own clock and
     records: the observer), as the advisor, the doctor and the autopilot now fit it."""
     url = triton.url("triton_http")
-    stubs = stubs_of(triton)
-    assert stubs, "no python backend stub below this Triton"
-    params = RunParams("rate", model=MODEL, url=url, rate=200.0, duration_s=6.0)
-    result: list[RunResult] = []
-    sender = threading.Thread(target=lambda: result.append(run(params)))
-    sender.start()
+    admin = TritonClient(url, headers=triton.admin_headers())
+    name, switch = "stalling_add", tmp_path / "stall"
+    config = {**admin.model_config_json(MODEL), "name": name}
+    model_py = STALLING_MODEL.format(switch=str(switch)).encode()
+    admin.load_model(name, config, {"1/model.py": model_py})
     try:
-        time.sleep(1.0)
-        watched: list[inputs.ServerWindow] = []
-        metrics = f"{triton.url('triton_metrics')}/metrics"
-        watcher = threading.Thread(
-            target=lambda: watched.append(inputs.watch(url, MODEL, 4.0, metrics_url=metrics))
-        )
-        watcher.start()
-        time.sleep(1.5)
+        params = RunParams("rate", model=name, url=url, rate=200.0, duration_s=6.0)
+        result: list[RunResult] = []
+        sender = threading.Thread(target=lambda: result.append(run(params)))
+        sender.start()
         try:
-            for pid in stubs:
-                os.kill(pid, signal.SIGSTOP)
             time.sleep(1.0)
+            watched: list[inputs.ServerWindow] = []
+            metrics = f"{triton.url('triton_metrics')}/metrics"
+            watcher = threading.Thread(
+                target=lambda: watched.append(inputs.watch(url, name, 4.0, metrics_url=metrics))
+            )
+            watcher.start()
+            time.sleep(1.5)
+            switch.touch()
+            time.sleep(1.0)
+            switch.unlink()
+            watcher.join()
         finally:
-            for pid in stubs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-        watcher.join()
+            switch.unlink(missing_ok=True)
+            sender.join()
     finally:
-        sender.join()
+        admin.unload_model(name)
     [window], [load] = watched, result
     client = load.summary.client
     assert client.ok == client.sent and (client.late_sends or 0) <= client.sent // 20, client
