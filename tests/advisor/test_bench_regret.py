@@ -86,3 +86,22 @@ def test_the_advisors_read_is_held_against_the_sends_at_the_same_instants() -> N
     )
     # too few samples to fit: said, not raised
     assert traffic_seen([(0.0, 0.0), (1.0, 0.0)], due, 0).startswith("no traffic to compare: ")
+
+
+def test_the_floor_judges_a_blind_copy_as_the_regret_bench_judges_a_pick(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.regret_floor import report
+
+    # Three copies of one config: the blind pick read higher in the grid than a lucky copy,
+    # and again head to head.
+    pick = entry(0, "grid/pick", [5.0, 7.0], confirmed_ms=[6.6, 6.0])
+    lucky = entry(0, "grid", [4.0, 5.0], confirmed_ms=[5.0, 5.4])
+    other = entry(0, "grid", [6.0, 6.0])
+    regret, confirmed = report([pick, lucky, other])
+    assert regret == pytest.approx(6.0 / 4.5) and confirmed == pytest.approx(6.3 / 5.2)
+    assert "grid regret 1.33" in capsys.readouterr().out
+    # The pick the lowest: 1 both ways, with no more runs; a pair not run again is an error.
+    assert report([entry(0, "grid/pick", [4.0]), other]) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="not run head to head"):
+        report([entry(0, "grid/pick", [7.0]), other])
