@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -380,6 +380,36 @@ def report_one(
     }
 
 
+def models_and_rates(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[str], list[float]]:
+    """``--models`` and ``--rates`` checked: known models, numeric factors (exit 2 otherwise)."""
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in RATES]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(RATES)})")
+    try:
+        factors = [float(f) for f in args.rates.split(",")]
+    except ValueError:
+        parser.error(f"--rates {args.rates!r}: a comma-separated list of factors, e.g. 1,1.5")
+    return models, factors
+
+
+@contextlib.contextmanager
+def private_triton(prefix: str) -> Iterator[tuple[Settings, TritonClient]]:
+    """A Triton of the bench's own on the bench's repository (tuning and held-out models), with
+    its ports in the environment the load generator and the advisor read, and an admin client
+    for loading scratch copies. Removed, with its temporary repository, on the way out."""
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
+        stack(services=("triton",), model_repository=repository(Path(tmp))) as s,
+    ):
+        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
+        for name, (_, var) in PORTS.items():
+            os.environ[var] = str(s.port(name))
+        yield s, TritonClient(s.url("triton_http"), headers=s.admin_headers())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="ho_pair,ho_rows,mlp_model")
@@ -395,26 +425,12 @@ def main() -> int:
         help="head-to-head runs of the grid's best and the pick after the grid (3; 0: none)",
     )
     args = parser.parse_args()
-    models = args.models.split(",")
-    unknown = [m for m in models if m not in RATES]
-    if unknown:
-        parser.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(RATES)})")
-    try:
-        factors = [float(f) for f in args.rates.split(",")]
-    except ValueError:
-        parser.error(f"--rates {args.rates!r}: a comma-separated list of factors, e.g. 1,1.5")
+    models, factors = models_and_rates(parser, args)
     if args.passes < 2:
         parser.error("--passes: at least 2 (the order alternates between passes)")
     results = []
     started = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-regret-") as tmp,
-        stack(services=("triton",), model_repository=repository(Path(tmp))) as s,
-    ):
-        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
-        for name, (_, var) in PORTS.items():
-            os.environ[var] = str(s.port(name))
-        admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
+    with private_triton("bench-regret-") as (s, admin):
         for model in models:
             for factor in factors:
                 results.append(one(args, s, admin, model, RATES[model] * factor))

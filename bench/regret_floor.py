@@ -26,7 +26,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,12 +39,13 @@ from bench.advisor_regret import (  # noqa: E402
     client_p99,
     confirm_runs,
     head_to_head,
+    models_and_rates,
     print_grid,
     print_head_to_head,
+    private_triton,
 )
-from bench.advisor_validation import RATES, repository  # noqa: E402
-from bench.common import stack  # noqa: E402
-from stacksettings import PORTS, Settings  # noqa: E402
+from bench.advisor_validation import RATES  # noqa: E402
+from stacksettings import Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
 
 # The regret bench's grid: 15 configs plus the pick.
@@ -121,27 +121,13 @@ def main() -> int:
     parser.add_argument("--confirm", type=int, default=5, help="head-to-head runs each (5)")
     parser.add_argument("--copies", type=int, default=COPIES, help=f"copies ({COPIES})")
     args = parser.parse_args()
-    models = args.models.split(",")
-    unknown = [m for m in models if m not in RATES]
-    if unknown:
-        parser.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(RATES)})")
-    try:
-        factors = [float(f) for f in args.rates.split(",")]
-    except ValueError:
-        parser.error(f"--rates {args.rates!r}: a comma-separated list of factors, e.g. 1,1.5")
+    models, factors = models_and_rates(parser, args)
     if args.passes < 2 or args.confirm < 1 or args.copies < 2:
         parser.error("--passes >= 2, --confirm >= 1 and --copies >= 2")
     grid, h2h = [], []
     started = time.monotonic()
     print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp,
-        stack(services=("triton",), model_repository=repository(Path(tmp))) as s,
-    ):
-        os.environ["STACK_STATE_DIR"] = str(s.state_dir)
-        for name, (_, var) in PORTS.items():
-            os.environ[var] = str(s.port(name))
-        admin = TritonClient(s.url("triton_http"), headers=s.admin_headers())
+    with private_triton("bench-floor-") as (s, admin):
         for model in models:
             for factor in factors:
                 regret, confirmed = one(s, admin, model, RATES[model] * factor, args)

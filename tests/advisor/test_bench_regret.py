@@ -3,13 +3,20 @@ head-to-head one that judges the best and the pick on the same fresh runs."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
 
 import pytest
 
 from advisor.config import BatcherConfig
-from bench.advisor_regret import Measured, best_of_grid, report_one, traffic_seen
+from bench.advisor_regret import (
+    Measured,
+    best_of_grid,
+    models_and_rates,
+    report_one,
+    traffic_seen,
+)
 
 
 def entry(
@@ -105,3 +112,29 @@ def test_the_floor_judges_a_blind_copy_as_the_regret_bench_judges_a_pick(
     assert report([entry(0, "grid/pick", [4.0]), other]) == (1.0, 1.0)
     with pytest.raises(ValueError, match="not run head to head"):
         report([entry(0, "grid/pick", [7.0]), other])
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--models", "ho_pair,nope"], "--models: unknown nope"),
+        (["--rates", "1,fast"], "--rates '1,fast': a comma-separated list of factors"),
+    ],
+)
+def test_the_regret_benches_refuse_unknown_models_and_rates_with_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--models", default="ho_pair")
+    parser.add_argument("--rates", default="1")
+    with pytest.raises(SystemExit) as exited:
+        models_and_rates(parser, parser.parse_args(argv))
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_regret_benches_read_their_models_and_rate_factors() -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--models", default="ho_pair,mlp_model")
+    parser.add_argument("--rates", default="1,1.5")
+    assert models_and_rates(parser, parser.parse_args([])) == (["ho_pair", "mlp_model"], [1.0, 1.5])
