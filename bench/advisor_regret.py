@@ -430,6 +430,7 @@ def main() -> int:
         parser.error("--passes: at least 2 (the order alternates between passes)")
     results = []
     started = time.monotonic()
+    print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     with private_triton("bench-regret-") as (s, admin):
         for model in models:
             for factor in factors:

@@ -373,6 +373,7 @@ def main() -> int:
     picks: list[str] = []
     retried: list[str] = []
     started = time.monotonic()
+    print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     with (
         tempfile.TemporaryDirectory(prefix="bench-advisor-") as tmp,
         stack(
