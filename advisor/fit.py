@@ -136,22 +136,17 @@ def fit_traffic(samples: Sequence[tuple[float, float]], min_bins: int = 5) -> Op
     return OpenLoop(rate, math.sqrt(spread / (len(samples) - 2)))
 
 
-def received_counts(
-    samples: Sequence[tuple[float, float]], queued: Sequence[float | None]
-) -> list[tuple[float, float]] | None:
-    """The requests received by each sample of the answered count: answered plus Triton's
-    pending gauge read just after it (``queued``, one per sample); None when a read of the
-    gauge is missing. What a client sent is received at once, answered only after a wait
+def received_counts(received: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The requests received, ``(time, count)`` at each read of Triton's metrics (its
+    executed count plus its pending gauge from that one read), with a dip held at the
+    count before it. What a client sent is received at once, answered only after a wait
     in the queue: a model stalled for a moment answers in a lump what arrived evenly, and
-    the answered count reads that as a burst. Requests executing are in neither count, so
-    the sum can dip by a batch between reads; a dip is held at the count before it."""
-    if not samples or len(queued) != len(samples) or any(q is None for q in queued):
-        return None
-    received: list[tuple[float, float]] = []
-    for (t, n), q in zip(samples, queued, strict=True):
-        total = n + (q or 0.0)
-        received.append((t, max(total, received[-1][1]) if received else total))
-    return received
+    the answered count reads that as a burst. Requests executing are in neither series, so
+    the sum can dip by a batch between reads."""
+    held: list[tuple[float, float]] = []
+    for t, n in received:
+        held.append((t, max(n, held[-1][1]) if held else n))
+    return held
 
 
 # ---- Prometheus (the exporter's metric contract) ------------------------------------------

@@ -111,16 +111,18 @@ class ServerWindow:
     cpu: costs.ServerCpu | None = None
     cores: int | None = None
     slow_reads: int = 0  # counts left out of ``samples`` (``SLOW_READ_S``)
-    # With watch(metrics_url=...): Triton's pending-request gauge read after each sample
-    # (None where that read failed): requests received and not yet executed.
-    queued: Sequence[float | None] = ()
-    pending_note: str = ""  # why the gauge was not read, when asked for and not read
+    # With watch(metrics_url=...): the requests Triton had received, ``(monotonic s,
+    # count)`` at each read of its metrics after a sample (``TritonMetrics.received``: its
+    # executed count and pending gauge from that one read); a slow read left out as a slow
+    # count is (``slow_reads``).
+    received: Sequence[tuple[float, float]] = ()
+    pending_note: str = ""  # why the metrics were not read (through), when asked for
 
 
 @dataclass(frozen=True)
 class WindowTraffic:
     """A window's traffic: fitted from the requests Triton answered, and from those it
-    received (answered + pending) where its pending gauge was read beside every count.
+    received (executed + pending, from its metrics) where its metrics were read.
     The received count is the clients' traffic; the answered one lumps what a stalled
     model (a load, a long batch) answered late into a burst that was not sent."""
 
@@ -135,25 +137,21 @@ class WindowTraffic:
     def describe(self) -> str:
         if self.received is not None:
             return (
-                f"{self.received.describe()}, from the requests received (answered + Triton's "
-                f"pending gauge; answered alone: {self.answered.describe()})"
+                f"{self.received.describe()}, from the requests received (Triton's executed "
+                f"count + pending gauge; answered alone: {self.answered.describe()})"
             )
         return f"{self.answered.describe()}, from the requests answered ({self.why_answered})"
 
 
 def fit_window(window: ServerWindow) -> WindowTraffic:
     """The traffic of ``window`` as the advisor, the doctor and the autopilot read it: the
-    requests received where Triton's pending gauge was read at every sample, else those
+    requests received where Triton's metrics were read through the window, else those
     answered (with the reason). ValueError when the answered count cannot be fitted."""
     answered = fit_traffic(window.samples)
-    received = received_counts(window.samples, window.queued)
-    if received is None:
-        why = window.pending_note or (
-            "Triton's pending gauge missed a read"
-            if window.queued
-            else "Triton's metrics not read: give --metrics-url"
-        )
+    if window.pending_note or not window.received:
+        why = window.pending_note or "Triton's metrics not read: give --metrics-url"
         return WindowTraffic(answered, None, why)
+    received = received_counts(window.received)
     try:
         return WindowTraffic(answered, fit_traffic(received))
     except ValueError as exc:
@@ -334,32 +332,51 @@ def metrics_url_of(url: str) -> str:
     return default_metrics_url(url) if port == 8000 else ""
 
 
-def pending_of(metrics_url: str, model: str) -> float:
-    """``model``'s requests received and not yet executed, by Triton's pending-request gauge
-    (summed over its versions). ValueError (one line) when the metrics cannot be read or
-    have no gauge for the model."""
+def received_of(metrics_url: str, model: str, version: str) -> tuple[float, float] | None:
+    """The requests ``model``'s ``version`` had received, executed plus pending, from one
+    read of Triton's metrics (``TritonMetrics.received``), as a ``count_sample`` (None: a
+    slow read). ValueError (one line) when the metrics cannot be read or lack either
+    series for the model."""
     try:
-        pending = parse_metrics(metrics_text(metrics_url, timeout_s=2.0)).pending
+        asked = time.monotonic()
+        text = metrics_text(metrics_url, timeout_s=2.0)
+        answered = time.monotonic()
+        metrics = parse_metrics(text)
     except (TritonError, ValueError) as exc:
         raise ValueError(f"Triton's metrics at {metrics_url} not read ({exc})") from None
-    mine = [v for (name, _), v in pending.items() if name == model]
-    if not mine:
-        raise ValueError(f"Triton's metrics at {metrics_url} have no pending gauge for {model!r}")
-    return sum(mine)
+    received = metrics.received(model, version)
+    if received is None:
+        raise ValueError(no_received_count(metrics_url, model, version))
+    return count_sample(asked, answered, received)
+
+
+def all_slow(metrics_url: str) -> str:
+    """Why a window has no received count when every read of the metrics was slow."""
+    return (
+        f"every read of Triton's metrics at {metrics_url} took over "
+        f"{SLOW_READ_S * 1e3:.0f} ms (its time not known)"
+    )
+
+
+def no_received_count(metrics_url: str, model: str, version: str) -> str:
+    return (
+        f"Triton's metrics at {metrics_url} have no pending gauge or inference count for "
+        f"{model!r} version {version}"
+    )
 
 
 def watch(url: str, model: str, window_s: float, metrics_url: str | None = None) -> ServerWindow:
     """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU.
-    ``metrics_url``: Triton's metrics too, its pending-request gauge read after each count
-    (``ServerWindow.queued``); after a failed read it is not read again (each could wait
-    its 2 s timeout), and ``pending_note`` says why."""
+    ``metrics_url``: Triton's metrics too, read after each count for the requests received
+    (``ServerWindow.received``); after a failed read they are not read again (each could
+    wait its 2 s timeout), and ``pending_note`` says why."""
     client = TritonClient(url)
     cpu_meter = meter(url)
     step_s = sample_step(window_s)
     if cpu_meter is not None:
         cpu_meter.start()
     samples: list[tuple[float, float]] = []
-    queued: list[float | None] = []
+    received: list[tuple[float, float]] = []
     slow = 0
     note = ""
     try:
@@ -374,11 +391,14 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
                 samples.append(sample)
                 if metrics_url is not None and not note:
                     try:
-                        queued.append(pending_of(metrics_url, model))
+                        got = received_of(metrics_url, model, last.version)
                     except ValueError as exc:
                         note = str(exc)
-                if note:
-                    queued.append(None)
+                    else:
+                        if got is None:
+                            slow += 1
+                        else:
+                            received.append(got)
             if time.monotonic() >= deadline:
                 break
             time.sleep(step_s)
@@ -387,6 +407,8 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
     except TritonError as exc:
         raise InputError(triton_problem(exc, model)) from None
     used = cpu_meter.stop() if cpu_meter is not None else None
+    if metrics_url is not None and not note and not received:
+        note = all_slow(metrics_url)
     return ServerWindow(
         last.minus(first),
         samples,
@@ -395,7 +417,7 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
         used,
         cpu_meter.cores if cpu_meter is not None else None,
         slow_reads=slow,
-        queued=queued,
+        received=received,
         pending_note=note,
     )
 

@@ -11,8 +11,8 @@ Each step (one ``--interval-s``):
    measures the traffic under the config restored.
 2. **The traffic**: the model's statistics watched for the interval, and the rate and
    burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
-   :func:`advisor.inputs.fit_window`): from the requests received (answered + Triton's
-   pending gauge) with ``--metrics-url``, else from those answered.
+   :func:`advisor.inputs.fit_window`): from the requests received (Triton's executed
+   count + pending gauge) with ``--metrics-url``, else from those answered.
 3. **Saturated?** When the model's requests waited behind a backlog
    (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
    clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the
@@ -446,7 +446,7 @@ def run(
         + ("applying" if opts.apply else "dry run (--apply changes the model)")
         + f", every {opts.interval_s:g} s, within: {opts.policy.describe()}; traffic from "
         + (
-            f"the requests received (Triton's pending gauge at {opts.inputs.metrics_url})"
+            f"the requests received (Triton's metrics at {opts.inputs.metrics_url})"
             if opts.inputs.metrics_url
             else "the requests answered (no --metrics-url)"
         )

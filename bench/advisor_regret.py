@@ -152,7 +152,7 @@ def advisor_pick(
         loader.join()
     if done:
         late = done[0].recorder.late_sends
-        seen = traffic_seen(window.samples, sends_due(done[0]), late, window.queued)
+        seen = traffic_seen(window.samples, sends_due(done[0]), late, window.received)
         print(f"  {model}: {seen}", flush=True)
     wall = time.monotonic() - started
     rec = found.recommendation
@@ -189,14 +189,15 @@ def traffic_seen(
     samples: Sequence[tuple[float, float]],
     due: Sequence[float],
     late: int,
-    queued: Sequence[float | None] = (),
+    received: Sequence[tuple[float, float]] = (),
 ) -> str:
     """The traffic fitted from the advisor's samples of Triton's answered request count,
     beside the same fit of the load generator's sends (``due``: their due times, ``late``:
     how many left late) counted at the same instants: where the two part, that count
-    misread the traffic; where both read bursty, it was. With ``queued`` (Triton's pending
-    gauge at each sample) also the count of requests received, answered plus pending
-    (``advisor.fit.received_counts``): what the advisor fits when it has the gauge."""
+    misread the traffic; where both read bursty, it was. With ``received`` (Triton's
+    executed count + pending gauge at each read of its metrics, ``ServerWindow.received``)
+    also that count's fit (``advisor.fit.received_counts``): what the advisor fits when
+    it reads the metrics."""
     try:
         read = fit_traffic(samples)
         sent = fit_traffic([(t, float(bisect.bisect_right(due, t))) for t, _ in samples])
@@ -207,14 +208,13 @@ def traffic_seen(
         f"the load generator's sends at the same instants: {sent.rate_per_s:.0f}/s, cv "
         f"{sent.cv:.2f} ({late} sent late)"
     )
-    received = received_counts(samples, queued)
-    if received is not None:
+    if received:
         try:
-            got = fit_traffic(received)
+            got = fit_traffic(received_counts(received))
         except ValueError:
             return line
         line += (
-            f"; answered + pending (the advisor's read): {got.rate_per_s:.0f}/s, cv {got.cv:.2f}"
+            f"; executed + pending (the advisor's read): {got.rate_per_s:.0f}/s, cv {got.cv:.2f}"
         )
     return line
 

@@ -154,9 +154,12 @@ class StatisticsSampler:
         self._after: dict[str, ModelStats] = {}
         self._seconds = 0.0
         self._slow: dict[str, int] = {}  # model -> counts left out (slow reads)
-        # Each model's pending gauge read just after each of its counts (as
-        # ``inputs.watch`` reads it): the advisor fits the requests received from both.
-        self.queued: dict[str, list[float]] = {}
+        # Each model's requests received (executed + pending, ``TritonMetrics.received``)
+        # at each read of the metrics after a count, as ``inputs.watch`` reads them: the
+        # advisor fits the traffic from them. The version is the newest read's.
+        self.received: dict[str, list[tuple[float, float]]] = {}
+        self._versions: dict[str, str] = {}
+        self._unreceived: set[str] = set()  # models a read of the metrics had no count for
         self._metrics_problem = ""
 
     def _stats(self) -> dict[str, ModelStats]:
@@ -196,6 +199,7 @@ class StatisticsSampler:
                 self._slow[model] = self._slow.get(model, 0) + 1
             else:
                 self.counts.setdefault(model, []).append(sample)
+            self._versions[model] = s.version
             total = s.phase("success").count + s.phase("fail").count
             last = self._last.get(model)
             if last is not None and total > last[1]:
@@ -207,21 +211,28 @@ class StatisticsSampler:
         if not self._metrics_ok or self.metrics_url is None:
             return
         try:
-            metrics = parse_metrics(self._metrics_text(self.metrics_url))
+            asked = self.clock()
+            text = self._metrics_text(self.metrics_url)
+            answered = self.clock()
+            metrics = parse_metrics(text)
         except (TritonError, ValueError) as exc:
             self._metrics_ok = False
             self._metrics_problem = f"Triton's metrics at {self.metrics_url} not read ({exc})"
             self.notes.append(f"{self._metrics_problem}: pending requests and GPU unknown")
             return
-        now: dict[str, float] = {}
         for (model, _version), value in metrics.pending.items():
             if model in self.models:
                 self._pending[model] = max(self._pending.get(model, 0.0), value)
-                now[model] = now.get(model, 0.0) + value
-        for model, value in now.items():
-            counted, queued = self.counts.get(model, []), self.queued.setdefault(model, [])
-            if len(queued) < len(counted):  # a count read just before, not yet paired
-                queued.extend([math.nan] * (len(counted) - len(queued) - 1) + [value])
+        for model, version in self._versions.items():
+            received = metrics.received(model, version)
+            if received is None:
+                self._unreceived.add(model)
+                continue
+            sample = inputs.count_sample(asked, answered, received)
+            if sample is None:
+                self._slow[model] = self._slow.get(model, 0) + 1
+            else:
+                self.received.setdefault(model, []).append(sample)
         self._gpus = len(metrics.gpus)
         readings = [g.utilization for g in metrics.gpus if g.utilization is not None]
         if readings:
@@ -264,8 +275,8 @@ class StatisticsSampler:
             return None
         before = self._before.get(model) or _empty(after)
         counts = self.counts.get(model, [])
-        queued = self.queued.get(model, [])
-        paired = len(queued) == len(counts) and not any(math.isnan(q) for q in queued)
+        received = self.received.get(model, [])
+        problem = self._unread(model)
         return ServerWindow(
             after.minus(before),
             counts,
@@ -274,19 +285,21 @@ class StatisticsSampler:
             cpu,
             cores,
             slow_reads=self._slow.get(model, 0),
-            queued=list(queued) if paired else [],
-            pending_note="" if paired else self._unpaired(model),
+            received=[] if problem else list(received),
+            pending_note=problem,
         )
 
-    def _unpaired(self, model: str) -> str:
-        """Why ``model``'s counts have no pending gauge beside each."""
+    def _unread(self, model: str) -> str:
+        """Why ``model`` has no requests received to fit ("" when it has)."""
         if self.metrics_url is None:
             return "Triton's metrics not read: give --metrics-url"
         if self._metrics_problem:
             return self._metrics_problem
-        if not self.queued.get(model):
-            return f"Triton's metrics at {self.metrics_url} have no pending gauge for {model!r}"
-        return "Triton's pending gauge missed a read"
+        if model in self._unreceived:
+            return inputs.no_received_count(self.metrics_url, model, self._versions[model])
+        if not self.received.get(model):
+            return inputs.all_slow(self.metrics_url)
+        return ""
 
 
 def _empty(stats: ModelStats) -> ModelStats:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 PENDING = "nv_inference_pending_request_count"
+# Inferences executed (a request of batch 1 is one), the statistics' inference_count.
+INFERENCES = "nv_inference_count"
 # Failed requests; Triton 2.49+ labels them with a reason: REJECTED, CANCELED, BACKEND, OTHER.
 FAILURE = "nv_inference_request_failure"
 # Present only when the server has a response cache (--cache-config); checked on 2.51: a
@@ -22,7 +24,7 @@ GPU_FAMILIES = {
 }
 
 
-WANTED = frozenset({PENDING, FAILURE, CACHE_UTIL, *GPU_FAMILIES.values()})
+WANTED = frozenset({PENDING, INFERENCES, FAILURE, CACHE_UTIL, *GPU_FAMILIES.values()})
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,18 @@ class TritonMetrics:
     failures: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # Whether the server has a response cache configured (nv_cache_util is there).
     cache_configured: bool = False
+    # Inferences executed per (model, version).
+    inferences: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def received(self, model: str, version: str) -> float | None:
+        """The requests ``model``'s ``version`` had received when this text was written:
+        those executed plus those pending (None where either series is missing). Both
+        come from one read, taken together: a count read apart from the gauge, before a
+        stalled model answers its backlog and the gauge after, misses that backlog.
+        Requests executing are in neither (at most a batch in flight)."""
+        done = self.inferences.get((model, version))
+        waiting = self.pending.get((model, version))
+        return None if done is None or waiting is None else done + waiting
 
 
 # How a line about one of the families read begins: its HELP, its TYPE, or a sample.
@@ -80,7 +94,7 @@ Sample = tuple[str, dict[str, str], float]
 
 
 def parse_metrics(text: str) -> TritonMetrics:
-    """Pending requests, failures by reason and GPUs; ValueError if the text is not
+    """Pending and executed requests, failures by reason and GPUs; ValueError if the text is not
     Triton's metrics.
 
     Every Triton exposes some ``nv_*`` family; a text without any is another
@@ -93,11 +107,15 @@ def parse_metrics(text: str) -> TritonMetrics:
     by_name: dict[str, list[Sample]] = {}
     for sample in _samples(wanted):
         by_name.setdefault(sample[0], []).append(sample)
-    pending: dict[tuple[str, str], float] = {}
-    for _, labels, value in by_name.get(PENDING, []):
-        pending[(labels.get("model", ""), labels.get("version", ""))] = value
+    pending, inferences = _per_version(by_name, PENDING), _per_version(by_name, INFERENCES)
     cache = CACHE_UTIL in by_name
-    return TritonMetrics(pending, _gpus(by_name), _failures(by_name.get(FAILURE, [])), cache)
+    failures = _failures(by_name.get(FAILURE, []))
+    return TritonMetrics(pending, _gpus(by_name), failures, cache, inferences)
+
+
+def _per_version(by_name: dict[str, list[Sample]], name: str) -> dict[tuple[str, str], float]:
+    """(model, version) -> the value of family ``name``."""
+    return {(ls.get("model", ""), ls.get("version", "")): v for _, ls, v in by_name.get(name, [])}
 
 
 def _samples(text: str) -> list[Sample]:

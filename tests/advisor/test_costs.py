@@ -283,7 +283,9 @@ def test_verify_without_the_key_is_one_line(
     assert len(err.strip().splitlines()) == 1
 
 
-def test_the_window_reads_tritons_pending_gauge_beside_each_count(triton: Settings) -> None:
+def test_the_window_reads_the_requests_received_from_tritons_metrics_after_each_count(
+    triton: Settings,
+) -> None:
     url = triton.url("triton_http")
     metrics = f"{triton.url('triton_metrics')}/metrics"
     sender = load(url, 3.0)
@@ -293,11 +295,18 @@ def test_the_window_reads_tritons_pending_gauge_beside_each_count(triton: Settin
         unread = inputs.watch(url, MODEL, 0.5, metrics_url=f"http://127.0.0.1:{free_ports(1)[0]}/")
     finally:
         sender.join()
-    assert len(window.samples) >= 10 and len(window.queued) == len(window.samples)
-    assert all(q is not None and q >= 0 for q in window.queued), window.queued
+    assert len(window.samples) >= 10 and len(window.received) >= len(window.samples) - 3
+    assert not window.pending_note, window.pending_note
+    # Each read between two counts: executed + pending from the metrics is no less than the
+    # statistics' count before it and no more than the one after plus the 4 clients' requests
+    # (the metrics and the statistics count the same executions).
+    for t, received in window.received[:-1]:
+        before = max(a for u, a in window.samples if u <= t)
+        after = min(a for u, a in window.samples if u > t)
+        assert before <= received <= after + 4, (window.samples, window.received)
     assert window.samples[-1][1] > window.samples[0][1]  # the load was answered meanwhile
-    assert unread.samples and unread.queued == [None] * len(unread.samples)
-    assert inputs.watch(url, MODEL, 0.5).queued == []  # not asked for: not read
+    assert unread.samples and unread.received == [] and "not read" in unread.pending_note
+    assert inputs.watch(url, MODEL, 0.5).received == []  # not asked for: not read
 
 
 # A copy of the add model whose execution waits while a file exists (at most 5 s): a stall
@@ -333,8 +342,10 @@ def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_receiv
 ) -> None:
     """A copy of the add model stalled for a second mid-window: Triton keeps receiving,
     answers nothing, then answers in a lump what came evenly. The answered count reads that
-    as a burst; answered + pending reads what the load generator sent (its own clock and
-    records: the observer), as the advisor, the doctor and the autopilot now fit it."""
+    as a burst; executed + pending, read together from the metrics, reads what the load
+    generator sent (its own clock and records: the observer), as the advisor, the doctor
+    and the autopilot fit it. Read apart (the statistics' count, then the gauge), a count
+    taken during the drain and a gauge after it missed the lump (CI, stop 49)."""
     url = triton.url("triton_http")
     admin = TritonClient(url, headers=triton.admin_headers())
     name, switch = "stalling_add", tmp_path / "stall"
@@ -393,10 +404,10 @@ def test_the_doctor_reads_the_pending_gauge_beside_each_count_as_the_advisor_doe
     finally:
         sender.join()
     window = read[MODEL]
-    assert len(window.samples) >= 10 and len(window.queued) == len(window.samples)
+    assert len(window.samples) >= 10 and len(window.received) >= len(window.samples) - 3
     assert "from the requests received" in inputs.fit_window(window).describe()
     alone = unread[MODEL]
-    assert alone.samples and alone.queued == []
+    assert alone.samples and alone.received == []
     assert alone.pending_note.startswith(f"Triton's metrics at {nowhere} not read")
     assert inputs.fit_window(alone).describe().endswith(f"({alone.pending_note})")
     assert any(n.startswith(alone.pending_note) for n in notes)

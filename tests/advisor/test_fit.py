@@ -155,11 +155,12 @@ def test_traffic_needs_samples_and_requests() -> None:
         fit_traffic([(t, 100.0 - t) for t in range(10)])
 
 
-def stalled(stall_bins: range) -> tuple[list[tuple[float, float]], list[float | None]]:
+def stalled(stall_bins: range) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """200/s sent evenly, read every 0.2 s, by a Triton that executes nothing in
     ``stall_bins``: what arrived there waits in its queue (the pending gauge) and is
-    answered in the first bin after; an execution in flight (2 requests) is in neither."""
-    answered, queued, waiting = [], [], 0.0
+    answered in the first bin after; an execution in flight (2 requests) is in neither.
+    Returns the answered counts and the received ones (executed + pending)."""
+    answered, received, waiting = [], [], 0.0
     done = 0.0
     for i in range(21):
         sent = 40.0 * i
@@ -168,46 +169,44 @@ def stalled(stall_bins: range) -> tuple[list[tuple[float, float]], list[float | 
         else:
             done, waiting = sent, 0.0
         answered.append((0.2 * i, done))
-        queued.append(waiting)
-    return answered, list(queued)
+        received.append((0.2 * i, done + waiting))
+    return answered, received
 
 
 def test_a_stall_reads_as_a_burst_in_the_answered_count_and_not_in_the_received() -> None:
-    answered, queued = stalled(range(8, 13))
+    answered, received = stalled(range(8, 13))
     assert fit_traffic(answered).cv > 3  # 200 answered at once after a second of none
-    received = received_counts(answered, queued)
-    assert received is not None
-    traffic = fit_traffic(received)
+    traffic = fit_traffic(received_counts(received))
     assert traffic.rate_per_s == pytest.approx(200.0)
     assert traffic.cv < 0.2  # the 2 in flight, held back for a second, and no more
 
 
-def test_the_received_count_needs_the_gauge_beside_every_count() -> None:
-    answered, queued = stalled(range(8, 13))
-    assert received_counts(answered, []) is None
-    assert received_counts(answered, queued[:-1]) is None
-    assert received_counts(answered, [None, *queued[1:]]) is None
-    # A dip (a batch taken from the queue, not yet answered) is held at the count before.
-    dipped = received_counts([(0.0, 0.0), (1.0, 10.0), (2.0, 12.0)], [5.0, 0.0, 1.0])
-    assert dipped == [(0.0, 5.0), (1.0, 10.0), (2.0, 13.0)]
-    dips = received_counts([(0.0, 0.0), (1.0, 1.0)], [8.0, 0.0])
-    assert dips == [(0.0, 8.0), (1.0, 8.0)]
+def test_a_dip_in_the_received_count_is_held_at_the_count_before() -> None:
+    # a batch taken from the queue and not yet answered is in neither series
+    assert received_counts([(0.0, 5.0), (1.0, 3.0), (2.0, 13.0)]) == [
+        (0.0, 5.0),
+        (1.0, 5.0),
+        (2.0, 13.0),
+    ]
+    assert received_counts([]) == []
 
 
 def window_of(
-    samples: list[tuple[float, float]], queued: list[float | None], note: str = ""
+    samples: list[tuple[float, float]], received: list[tuple[float, float]], note: str = ""
 ) -> ServerWindow:
     empty = ModelStats("m", "1", 0, 0)
-    return ServerWindow(empty, samples, empty, 4.0, queued=queued, pending_note=note)
+    return ServerWindow(empty, samples, empty, 4.0, received=received, pending_note=note)
 
 
 def test_the_window_says_which_count_its_traffic_came_from() -> None:
-    answered, queued = stalled(range(8, 13))
-    seen = fit_window(window_of(answered, list(queued)))
+    answered, received = stalled(range(8, 13))
+    seen = fit_window(window_of(answered, received))
     assert seen.traffic is seen.received and seen.received is not None
     assert seen.received.cv < 0.2 < 3 < seen.answered.cv
     assert "from the requests received" in seen.describe()
-    unread = fit_window(window_of(answered, [], "Triton's metrics at http://x/metrics not read"))
+    unread = fit_window(
+        window_of(answered, received[:3], "Triton's metrics at http://x/metrics not read")
+    )
     assert unread.received is None and unread.traffic is unread.answered
     assert unread.describe().endswith(
         "from the requests answered (Triton's metrics at http://x/metrics not read)"
@@ -215,7 +214,7 @@ def test_the_window_says_which_count_its_traffic_came_from() -> None:
     not_asked = fit_window(window_of(answered, []))
     assert "give --metrics-url" in not_asked.describe()
     with pytest.raises(ValueError, match="no requests"):
-        fit_window(window_of([(t, 7.0) for t in range(10)], [0.0] * 10))
+        fit_window(window_of([(t, 7.0) for t in range(10)], [(t, 7.0) for t in range(10)]))
 
 
 def _stats(count: int, queue_ms: float, execution_ms: float) -> ModelStats:

@@ -219,7 +219,7 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     assert code == 0, err
     assert out[0].startswith(f"autopilot {MODEL} at {client.url}: dry run (--apply changes")
     assert out[0].endswith(
-        "traffic from the requests received (Triton's pending gauge at "
+        "traffic from the requests received (Triton's metrics at "
         f"{supervisor.settings.url('triton_metrics')}/metrics)"
     ), out[0]
     assert out[1].startswith(f"{MODEL}: traffic 1") and out[1].endswith("no advice yet: advising")

@@ -107,3 +107,12 @@ def test_only_the_families_read_are_parsed_and_triton_is_still_recognised() -> N
     # Another program's metrics are refused, as before.
     with pytest.raises(ValueError, match=r"no nv_\* metrics"):
         parse_metrics("# TYPE go_goroutines gauge\ngo_goroutines 7\n")
+
+
+def test_the_requests_received_are_the_executed_count_and_the_gauge_of_one_read() -> None:
+    # a capture taken under load: 2,504 executed and 1 pending for batch_add_model
+    parsed = parse_metrics(snapshot("load").metrics_text)
+    assert parsed.inferences[("batch_add_model", "1")] == 2504
+    assert parsed.received("batch_add_model", "1") == 2504 + 1
+    assert parsed.received("batch_add_model", "2") is None  # no such version
+    assert parsed.received("no_such_model", "1") is None
