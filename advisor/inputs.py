@@ -359,6 +359,7 @@ def all_slow(metrics_url: str) -> str:
 
 
 def no_received_count(metrics_url: str, model: str, version: str) -> str:
+    """Why a window has no received count when the metrics lack the model's series."""
     return (
         f"Triton's metrics at {metrics_url} have no pending gauge or inference count for "
         f"{model!r} version {version}"
@@ -417,7 +418,7 @@ def watch(url: str, model: str, window_s: float, metrics_url: str | None = None)
         used,
         cpu_meter.cores if cpu_meter is not None else None,
         slow_reads=slow,
-        received=received,
+        received=[] if note else received,  # part of a window is not fitted (the doctor's)
         pending_note=note,
     )
 
