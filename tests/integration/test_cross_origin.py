@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, WebSocket, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
@@ -349,15 +349,22 @@ def socket(
 def heading(page: Page, name: str, settings: Settings) -> None:
     """Wait for the page's heading ``name``; on a timeout, fail with what the page and the
     dashboard's log showed (CI at e3d1d2b once waited 60 s for it in vain)."""
+    shown(page.get_by_role("heading", name=name), f"heading {name!r}", page, settings)
+
+
+def shown(element: Locator, what: str, page: Page, settings: Settings) -> None:
+    """Wait up to 60 s for ``element``; on a timeout, fail with what the page and the
+    dashboard's log showed. The form's fields too: in one CI run (session 47) the heading
+    came and the "Concurrency" field did not within Playwright's 30 s, at the suite's start
+    with four stacks starting on two cores."""
     try:
-        page.get_by_role("heading", name=name).wait_for(timeout=60_000)
+        element.wait_for(timeout=60_000)
     except PlaywrightTimeout:
         log = settings.log_file("dashboard")
         tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
-        shown = page.inner_text("body")[:800]
+        body = page.inner_text("body")[:800]
         raise AssertionError(
-            f"no heading {name!r} in 60 s; the page showed {shown!r}; the dashboard's log "
-            f"ends {tail!r}"
+            f"no {what} in 60 s; the page showed {body!r}; the dashboard's log ends {tail!r}"
         ) from None
 
 
@@ -379,6 +386,7 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
     own.goto(f"{settings.url('dashboard')}/?view=Load+runs")
     heading(own, "Load runs", settings)
     for name, value in (("Concurrency", "1"), ("Duration (s)", "1")):
+        shown(own.get_by_label(name), f"field {name!r}", own, settings)
         own.get_by_label(name).fill(value)
         own.get_by_label(name).press("Enter")
     own.wait_for_timeout(1000)  # let Streamlit take the inputs before the click
