@@ -291,14 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        BatchingCollector(
-            opts.targets,
-            timeout_s=opts.timeout_s,
-            fetch=Fetcher(opts.headers, config_ttl_s=opts.config_ttl_s),
-            read_interval_s=opts.read_interval_s,
-        )
+    batching = BatchingCollector(
+        opts.targets,
+        timeout_s=opts.timeout_s,
+        fetch=Fetcher(opts.headers, config_ttl_s=opts.config_ttl_s),
+        read_interval_s=opts.read_interval_s,
     )
+    registry.register(batching)
     books = [
         TraceBook(
             target,
@@ -340,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         server.serve_forever()
     finally:
         server.server_close()
+        batching.close()
     return 0
 
 

@@ -190,6 +190,14 @@ class BatchingCollector(Collector):
 
         self._reader = _Reader(self, read_interval_s) if read_interval_s > 0 else None
 
+    def close(self) -> None:
+        """Stop reading: the background reader ends (its thread joined) and the scrape
+        threads are let go. A collector whose owner is done with it reads no target and
+        logs nothing more; collecting afterwards is a programming error."""
+        if self._reader is not None:
+            self._reader.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def describe(self) -> list[Metric]:
         # Registering must not touch the network.
         return []
@@ -270,12 +278,13 @@ class _Reader:
         self._results: list[_Result] = []
         self._last_scrape = time.monotonic()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def latest(self) -> list[Metric]:
         now = time.monotonic()
         with self._changed:
             self._last_scrape = now
-            if self._thread is None or not self._thread.is_alive():
+            if not self._closed and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
                 self._thread.start()
             if not self._fresh(now):
@@ -292,11 +301,23 @@ class _Reader:
             return [*_Families().fill(missing), _ages(missing, now)]
         return [*families, _ages(results, time.monotonic())]
 
+    def close(self) -> None:
+        """End the reading thread, waiting for a read in flight (one fetch timeout)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=self.collector.timeout_s * 1.5)
+
     def _fresh(self, now: float) -> bool:
         return bool(self._results) and all(now - r.read_at <= self.max_age_s for r in self._results)
 
     def _run(self) -> None:
         while True:
+            with self._changed:
+                if self._closed:
+                    return
             start = time.monotonic()
             try:
                 families, results = self.collector.read()
@@ -307,6 +328,8 @@ class _Reader:
                     self._families, self._results = families, results
                     self._changed.notify_all()
             with self._changed:
+                if self._closed:
+                    return
                 idle = time.monotonic() - self._last_scrape > self.IDLE_READS * self.interval_s
                 if idle:
                     self._changed.wait()  # until a scrape wakes it

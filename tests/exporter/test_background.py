@@ -6,8 +6,10 @@ when the reader reads, how old the served data is, and that it stops when nobody
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -39,12 +41,25 @@ class Source:
         return snapshot(self.moment)
 
 
-def registry(source: Source) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(
-        BatchingCollector(TARGETS, timeout_s=1.0, fetch=source, read_interval_s=INTERVAL_S)
-    )
-    return reg
+@pytest.fixture
+def registry() -> Iterator[Callable[[Source], CollectorRegistry]]:
+    """Registries whose collectors read ``source`` in the background; closed when the test
+    ends, so that no reader of this test reads or logs during the next one (a reader left
+    running logged "scrape failed: ConnectionError: down" into another test's capture)."""
+    made: list[BatchingCollector] = []
+
+    def make(source: Source) -> CollectorRegistry:
+        collector = BatchingCollector(
+            TARGETS, timeout_s=1.0, fetch=source, read_interval_s=INTERVAL_S
+        )
+        made.append(collector)
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(collector)
+        return reg
+
+    yield make
+    for collector in made:
+        collector.close()
 
 
 def executions(reg: CollectorRegistry, target: Target) -> float | None:
@@ -60,7 +75,9 @@ def ages(reg: CollectorRegistry) -> list[float]:
     return [v for v in values if v is not None]
 
 
-def test_the_first_scrape_waits_for_a_read_and_later_ones_serve_fresh_data() -> None:
+def test_the_first_scrape_waits_for_a_read_and_later_ones_serve_fresh_data(
+    registry: Callable[[Source], CollectorRegistry],
+) -> None:
     source = Source("rest")
     reg = registry(source)
     assert source.calls == 0  # registering reads nothing
@@ -75,7 +92,9 @@ def test_the_first_scrape_waits_for_a_read_and_later_ones_serve_fresh_data() -> 
     assert max(ages(reg)) <= 2 * INTERVAL_S
 
 
-def test_a_target_that_fails_is_down_in_the_next_read() -> None:
+def test_a_target_that_fails_is_down_in_the_next_read(
+    registry: Callable[[Source], CollectorRegistry],
+) -> None:
     source = Source("rest")
     reg = registry(source)
     up = "triton_batching_target_up"
@@ -88,7 +107,7 @@ def test_a_target_that_fails_is_down_in_the_next_read() -> None:
 
 
 def test_the_reader_stops_without_scrapes_and_the_next_scrape_reads_afresh(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, registry: Callable[[Source], CollectorRegistry]
 ) -> None:
     monkeypatch.setattr(_Reader, "IDLE_READS", 3)
     source = Source("rest")
@@ -100,6 +119,22 @@ def test_the_reader_stops_without_scrapes_and_the_next_scrape_reads_afresh(
     assert source.calls == calls  # nobody scrapes: no reads
     assert max(ages(reg)) <= 2 * INTERVAL_S  # the scrape waited for a fresh read
     assert source.calls > calls
+
+
+def test_a_closed_collector_reads_and_logs_no_more(caplog: pytest.LogCaptureFixture) -> None:
+    source = Source("rest")
+    source.down.add(TARGETS[1].url)
+    collector = BatchingCollector(TARGETS, timeout_s=1.0, fetch=source, read_interval_s=INTERVAL_S)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    assert reg.get_sample_value("triton_batching_target_up", {"target": TARGETS[1].url}) == 0
+    collector.close()
+    calls = source.calls
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="exporter.collector"):
+        time.sleep(5 * INTERVAL_S)  # an open reader reads 5 times here, logging each
+    assert source.calls == calls
+    assert not caplog.records, caplog.text
 
 
 def test_a_negative_interval_is_refused() -> None:
