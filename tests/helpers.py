@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 
 from bench.wire import Capture, requests_in
+from loadgen.clients.checks import WRONG_SUM
 from stack.cli import restart
 from stacksettings import Settings
 from tritonapi.client import TritonClient
@@ -79,7 +80,7 @@ def served_whole(failed: int, errors: dict[str, int], wire: Sequence[bytes] = ()
     into requests) fails the test."""
     if not failed:
         return
-    proven = frozenset(text for text in errors if proven_on_the_wire(text, wire))
+    proven = frozenset(text for text, n in errors.items() if proven_on_the_wire(text, wire, n))
     raise FailedRequests(failed, errors, proven)
 
 
@@ -123,7 +124,10 @@ def wire_seen(settings: Settings, protocol: str = "http") -> Iterator[list[bytes
 #   same over HTTP, a 400 (once, session 37);
 # - an HTTP 400 "unknown request input name INPUT_B" (once, stop 47's CI): the backend asked
 #   the request for an input it had been admitted with (TRITONBACKEND_RequestInput found no
-#   such name in the request's map), on the rerun of a test whose first try met the first kind.
+#   such name in the request's map), on the rerun of a test whose first try met the first kind;
+# - an HTTP 200 whose OUTPUT_SUM was not INPUT_A + INPUT_B (once, stop 49's CI, in
+#   test_the_advisor_pools_several_traced_runs): the model adds what Triton hands it (its
+#   execute() is one numpy sum), and no untraced run of the suite ever met a wrong sum.
 UNREADABLE = "unreadable response: no Content-Length and not chunked: "
 NAMELESS_HEADER = re.compile(rb"^HTTP/1\.1 200 OK(\r\n[^:\r\n]+:[^\r\n]*)*\r\n:")
 MISSING_INPUT = re.compile(
@@ -134,15 +138,21 @@ MISSING_INPUT = re.compile(
 MAX_CORRUPTED = 2  # more in one run is something else
 
 
-def proven_on_the_wire(text: str, wire: Sequence[bytes]) -> bool:
-    """Whether the capture shows that the failure ``text`` was Triton's doing:
+def proven_on_the_wire(text: str, wire: Sequence[bytes], count: int = 1) -> bool:
+    """Whether the capture shows that the failure ``text`` (``count`` requests) was Triton's
+    doing:
 
     - an unreadable HTTP answer: its head is among the bytes Triton sent, and has a nameless
       header line (so the client did not lose its place, and Triton's memory was wrong);
     - a request "lacking" an input (either of Triton's phrasings): the client's request
       with that id holds that input and its bytes: over gRPC read from its HTTP/2 DATA
       frame and parsed as protobuf, over HTTP its JSON header parsed, with each input's
-      binary bytes after it."""
+      binary bytes after it;
+    - a wrong sum: at least ``count`` of Triton's HTTP answers on the wire carry an
+      OUTPUT_SUM other than the sum of the inputs that the request of the same id carried
+      (:func:`wrong_sums`; over gRPC only the requests are captured, so it proves nothing)."""
+    if text == WRONG_SUM:
+        return wrong_sums(wire) >= count
     if text.startswith(UNREADABLE):
         try:
             head = ast.literal_eval(text[len(UNREADABLE) :])
@@ -167,22 +177,60 @@ def proven_on_the_wire(text: str, wire: Sequence[bytes]) -> bool:
     return False
 
 
-def _http_requests(wire: Sequence[bytes], ident: str) -> Iterator[set[str]]:
-    """The input names of each HTTP inference request with id ``ident`` whose JSON header
-    and every input's binary bytes (``binary_data_size``) sit whole in one captured segment."""
-    start = re.compile(rb'\{"id":\s*' + re.escape(json.dumps(ident).encode()))
+def _http_bodies(wire: Sequence[bytes], key: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(id, {tensor name: its bytes}) of each HTTP inference JSON header with an id whose
+    ``key`` ("inputs" of a request, "outputs" of Triton's answer) lists binary tensors
+    (``binary_data_size``) whose bytes follow whole in the same captured segment."""
+    start = re.compile(rb'\{"id":\s*"')
     decoder = json.JSONDecoder()
     for segment in wire:
         for found in start.finditer(segment):
-            text = segment[found.start() :].decode("latin-1")
+            text = segment[found.start() :].decode("latin-1")  # one character per byte
             try:
                 header, end = decoder.raw_decode(text)
-                inputs = header["inputs"]
-                sizes = [int(t["parameters"]["binary_data_size"]) for t in inputs]
+                tensors = header[key]
+                names = [str(t["name"]) for t in tensors]
+                sizes = [int(t["parameters"]["binary_data_size"]) for t in tensors]
+                ident = str(header["id"])
             except (ValueError, KeyError, TypeError):
                 continue
-            if len(text) - end >= sum(sizes):
-                yield {str(t["name"]) for t in inputs}
+            if len(text) - end < sum(sizes):
+                continue
+            at = found.start() + end
+            data = {}
+            for name, size in zip(names, sizes, strict=True):
+                data[name] = segment[at : at + size]
+                at += size
+            yield ident, data
+
+
+def _http_requests(wire: Sequence[bytes], ident: str) -> Iterator[set[str]]:
+    """The input names of each HTTP inference request with id ``ident`` whose JSON header
+    and every input's binary bytes sit whole in one captured segment."""
+    for found, inputs in _http_bodies(wire, "inputs"):
+        if found == ident:
+            yield set(inputs)
+
+
+def wrong_sums(wire: Sequence[bytes]) -> int:
+    """How many of Triton's HTTP answers on the wire carry an OUTPUT_SUM (FP32) that is
+    not INPUT_A + INPUT_B of any request with the answer's id on the wire: Triton sent a
+    wrong sum for the bytes the client sent. Answers whose request is not whole on the
+    wire count for nothing."""
+    sent: dict[str, list[np.ndarray]] = {}
+    for ident, inputs in _http_bodies(wire, "inputs"):
+        a, b = inputs.get("INPUT_A"), inputs.get("INPUT_B")
+        if a is not None and b is not None and len(a) == len(b) and len(a) % 4 == 0:
+            sent.setdefault(ident, []).append(np.frombuffer(a, "<f4") + np.frombuffer(b, "<f4"))
+    wrong = 0
+    for ident, outputs in _http_bodies(wire, "outputs"):
+        got = outputs.get("OUTPUT_SUM")
+        if got is None or ident not in sent or len(got) % 4:
+            continue
+        answer = np.frombuffer(got, "<f4")
+        if not any(np.array_equal(answer, total) for total in sent[ident]):
+            wrong += 1
+    return wrong
 
 
 def _grpc_requests(wire: Sequence[bytes], ident: bytes) -> Iterator[Any]:

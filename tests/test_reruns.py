@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from loadgen.clients import http2
+from loadgen.clients.checks import WRONG_SUM
 from loadgen.clients.grpc_client import GrpcClient
 from loadgen.clients.http_client import HttpClient, UnreadableResponse, next_response, request_head
 from loadgen.clients.payloads import Payloads
 from loadgen.clients.target import ModelSpec, TensorSpec
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated, procstat
-from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole
+from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole, wrong_sums
 from tests.loadgen.test_grpc_wire import client_of
 
 
@@ -228,6 +230,52 @@ def test_a_request_that_held_the_input_it_was_told_it_lacked_is_a_rerun(
 def test_tritonclients_http_request_is_read_too(watched: tuple[TritonCrashes, Settings]) -> None:
     crashes, _ = watched
     assert crashes.crashed(failure({HTTP_LACKS_B: 1}, [tritonclient_wire(HTTP_IDENT)]))
+
+
+# One exchange with Triton 2.51 (./stack/up's, 2026-12-05), as a capture holds it: the load
+# generator's HTTP request (id lg5329ccb8-0000000000, INPUT_A 1.25, INPUT_B 2.5), sent
+# over a socket, and Triton's answer (OUTPUT_SUM 3.75).
+CAPTURES = Path(__file__).with_name("captures")
+ADD_REQUEST = (CAPTURES / "add_request.bin").read_bytes()
+ADD_ANSWER = (CAPTURES / "add_response.bin").read_bytes()
+SUM_375 = struct.pack("<f", 3.75)
+# The same answer with another sum in its OUTPUT_SUM bytes (what stop 49's CI met once).
+WRONG_ANSWER = ADD_ANSWER[: -len(SUM_375)] + struct.pack("<f", 3.5)
+
+
+def test_the_captured_exchange_is_what_the_proof_reads() -> None:
+    assert ADD_ANSWER.endswith(SUM_375) and ADD_ANSWER.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b'{"id":"lg5329ccb8-0000000000","inputs"' in ADD_REQUEST
+    assert wrong_sums([ADD_REQUEST, ADD_ANSWER]) == 0
+    assert wrong_sums([ADD_ANSWER + WRONG_ANSWER, ADD_REQUEST]) == 1
+
+
+def test_a_wrong_sum_that_triton_sent_is_a_rerun(watched: tuple[TritonCrashes, Settings]) -> None:
+    crashes, _ = watched
+    assert crashes.crashed(failure({WRONG_SUM: 1}, [WRONG_ANSWER, ADD_REQUEST]))
+    assert WRONG_SUM in RERUN_CAUSES["t::earlier"]
+
+
+@pytest.mark.parametrize(
+    ("errors", "answers"),
+    [
+        # Triton's answer held the right sum: the client misread it
+        ({WRONG_SUM: 1}, [ADD_ANSWER, ADD_REQUEST]),
+        # the request is not on the wire (nothing says what the sum should be)
+        ({WRONG_SUM: 1}, [WRONG_ANSWER]),
+        # the wrong answer is another request's
+        ({WRONG_SUM: 1}, [WRONG_ANSWER, ADD_REQUEST.replace(b"0000000000", b"0000000001")]),
+        # the client counted two, the wire shows one
+        ({WRONG_SUM: 2}, [WRONG_ANSWER, ADD_REQUEST]),
+        # Triton's answer is cut before its sum's bytes
+        ({WRONG_SUM: 1}, [WRONG_ANSWER[:-2], ADD_REQUEST]),
+    ],
+)
+def test_a_wrong_sum_not_shown_on_the_wire_is_no_rerun(
+    watched: tuple[TritonCrashes, Settings], errors: dict[str, int], answers: list[bytes]
+) -> None:
+    crashes, _ = watched
+    assert not crashes.crashed(failure(errors, answers))
 
 
 @pytest.mark.parametrize(
