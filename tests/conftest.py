@@ -16,7 +16,8 @@ from tests.helpers import RERUN_CAUSES
 from tests.module_seconds import group_seconds
 from tests.module_seconds import load as module_seconds
 
-# Reruns are for Triton 2.51's tracing bug only (tests/helpers.TritonCrashes). A session
+# Reruns are for Triton's crashes and its tracing bug (tests/helpers.TritonCrashes), and for
+# a dashboard page that could not fetch Streamlit's modules (docs/development.md). A session
 # where more tests than this needed one fails: a crash that frequent is worth a look, and a
 # suite that passes only on second tries hides it.
 MAX_RERUN_TESTS = 3

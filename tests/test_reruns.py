@@ -24,6 +24,7 @@ from loadgen.clients.target import ModelSpec, TensorSpec
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated, procstat
 from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole, wrong_sums
+from tests.integration.test_cross_origin import PageNotShown, streamlit_modules_missing
 from tests.loadgen.test_grpc_wire import client_of
 
 
@@ -384,3 +385,15 @@ def test_reruns_are_listed_and_more_than_three_fail_the_session(
         limit = "over the limit" if count > 3 else "within the limit"
         assert f"{count} test(s) needed a rerun; at most 3 may ({limit}" in out, out
         assert sorted(tries.read_text().split()) == [str(n) for n in range(count) for _ in (0, 1)]
+
+
+def test_a_page_that_could_not_fetch_streamlits_modules_is_a_rerun() -> None:
+    static = "http://127.0.0.1:8501/static/js/"
+    missing = PageNotShown("no field 'Concurrency' in 60 s", "t::page", [static + "A.js"])
+    assert streamlit_modules_missing(missing)
+    assert static + "A.js" in RERUN_CAUSES.pop("t::page")
+    # any other failure of the page, or of the test, is no rerun
+    assert not streamlit_modules_missing(PageNotShown("no heading", "t::page", []))
+    assert not streamlit_modules_missing(AssertionError(f"Failed to fetch {static}A.js"))
+    assert not streamlit_modules_missing(None)
+    assert "t::page" not in RERUN_CAUSES

@@ -15,6 +15,7 @@ firing alert reaches Alertmanager through its basic auth.
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from loadgen.store.runstore import RunStore
 from stack.supervisor import Supervisor, is_alive, running
 from stacksettings import RULES_SETTINGS, Settings, isolated
-from tests.helpers import wait_for
+from tests.helpers import RERUN_CAUSES, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -346,34 +347,84 @@ def socket(
     return got["opened"], b"".join(base64.b64decode(m) for m in got["received"])
 
 
-def heading(page: Page, name: str, settings: Settings) -> None:
+class PageNotShown(AssertionError):
+    """:func:`shown`'s failure: what the page and the dashboard's log showed, and the
+    modules of the dashboard's own ``/static/js/`` that the page said it could not fetch."""
+
+    def __init__(self, message: str, nodeid: str, modules: list[str]) -> None:
+        super().__init__(message)
+        self.nodeid = nodeid
+        self.modules = modules
+
+
+# What Streamlit's page writes where a widget's code could not be imported.
+MODULE_FAILED = re.compile(r"TypeError: Failed to fetch dynamically imported module: (\S+)")
+
+
+def streamlit_modules_missing(error: BaseException | None = None) -> bool:
+    """The rerun condition of the dashboard's test: its page could not fetch one of
+    Streamlit's own modules from the dashboard (``/static/js/``), so a form never showed.
+
+    Seen in a full run of the suite on 2026-12-05 (session 48): the heading came, and the
+    form's widgets' modules failed to load in the browser ("Failed to fetch dynamically
+    imported module"), the dashboard's log quiet; a run before (session 47) met the same
+    symptom, its page's text not yet recorded. Not met alone, nor in 18 page loads beside
+    three busy loops. Streamlit's static files and Chromium's module loader are no code of this
+    project; the test's subject is what another origin can do. The rerun is listed with
+    the browser's reasons and counts toward the session's cap (tests/conftest.py)."""
+    if not isinstance(error, PageNotShown) or not error.modules:
+        return False
+    RERUN_CAUSES[error.nodeid] = (
+        f"the dashboard's page could not fetch Streamlit's modules {error.modules}; "
+        f"the test failed with {str(error)[:600]!r}"
+    )
+    return True
+
+
+def heading(page: Page, name: str, settings: Settings, nodeid: str, failed: list[str]) -> None:
     """Wait for the page's heading ``name``; on a timeout, fail with what the page and the
     dashboard's log showed (CI at e3d1d2b once waited 60 s for it in vain)."""
-    shown(page.get_by_role("heading", name=name), f"heading {name!r}", page, settings)
+    element = page.get_by_role("heading", name=name)
+    shown(element, f"heading {name!r}", page, settings, nodeid, failed)
 
 
-def shown(element: Locator, what: str, page: Page, settings: Settings) -> None:
-    """Wait up to 60 s for ``element``; on a timeout, fail with what the page and the
-    dashboard's log showed. The form's fields too: in one CI run (session 47) the heading
-    came and the "Concurrency" field did not within Playwright's 30 s, at the suite's start
-    with four stacks starting on two cores."""
+def shown(
+    element: Locator, what: str, page: Page, settings: Settings, nodeid: str, failed: list[str]
+) -> None:
+    """Wait up to 60 s for ``element``; on a timeout, fail (:class:`PageNotShown`) with what
+    the page, the browser (``failed``: the page's failed requests and error answers) and
+    the dashboard's log showed. The form's fields too: in one CI run (session 47) the
+    heading came and the "Concurrency" field did not within Playwright's 30 s."""
     try:
         element.wait_for(timeout=60_000)
     except PlaywrightTimeout:
         log = settings.log_file("dashboard")
         tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
-        body = page.inner_text("body")[:800]
-        raise AssertionError(
-            f"no {what} in 60 s; the page showed {body!r}; the dashboard's log ends {tail!r}"
+        body = page.inner_text("body")
+        static = f"{settings.url('dashboard')}/static/js/"
+        modules = sorted({m for m in MODULE_FAILED.findall(body) if m.startswith(static)})
+        raise PageNotShown(
+            f"no {what} in 60 s; the page showed {body[:800]!r}; the browser's failed "
+            f"requests: {failed[:10]}; the dashboard's log ends {tail!r}",
+            nodeid,
+            modules,
         ) from None
 
 
+@pytest.mark.flaky(reruns=1, condition=streamlit_modules_missing)
 def test_the_dashboard_obeys_no_page_of_another_origin(
-    stack: tuple[Settings, Supervisor], browser: Browser, foreign: Page
+    stack: tuple[Settings, Supervisor],
+    browser: Browser,
+    foreign: Page,
+    request: pytest.FixtureRequest,
 ) -> None:
     settings, _ = stack
+    nodeid = request.node.nodeid
     # The dashboard's own page starts a load run; its websocket messages are recorded.
     own = browser.new_context().new_page()
+    failed: list[str] = []  # what the browser could not fetch, for a failure's message
+    own.on("requestfailed", lambda r: failed.append(f"{r.url} {r.failure}"))
+    own.on("response", lambda r: failed.append(f"{r.url} {r.status}") if r.status >= 400 else None)
     sent: list[bytes | str] = []
 
     def record(ws: WebSocket) -> None:
@@ -384,9 +435,9 @@ def test_the_dashboard_obeys_no_page_of_another_origin(
 
     own.on("websocket", record)
     own.goto(f"{settings.url('dashboard')}/?view=Load+runs")
-    heading(own, "Load runs", settings)
+    heading(own, "Load runs", settings, nodeid, failed)
     for name, value in (("Concurrency", "1"), ("Duration (s)", "1")):
-        shown(own.get_by_label(name), f"field {name!r}", own, settings)
+        shown(own.get_by_label(name), f"field {name!r}", own, settings, nodeid, failed)
         own.get_by_label(name).fill(value)
         own.get_by_label(name).press("Enter")
     own.wait_for_timeout(1000)  # let Streamlit take the inputs before the click
