@@ -12,8 +12,13 @@ from pathlib import Path
 
 import streamlit as st
 
+# The icon is a file of this repository: Streamlit serves a local image from the dashboard
+# itself, where a ":material/...:" icon made every page load fetch it from fonts.gstatic.com
+# (a request off the machine, failing on hosts without the internet).
 st.set_page_config(
-    page_title="Triton batching", page_icon=":material/stacked_bar_chart:", layout="wide"
+    page_title="Triton batching",
+    page_icon=str(Path(__file__).with_name("icon.png")),
+    layout="wide",
 )
 
 # `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the repository:

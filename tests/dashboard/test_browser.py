@@ -85,6 +85,8 @@ def chart_marks(page: Page) -> list[int]:
 
 
 def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None:
+    fetched: list[str] = []
+    page.on("request", lambda r: fetched.append(r.url))
     page.goto(loaded_stack.url("dashboard"))
     page.get_by_role("heading", name="Live: batch_add_model").wait_for(timeout=60_000)
     page.wait_for_function(
@@ -102,6 +104,10 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
     # Auto-refresh: the live part re-runs by itself (every 5 s) and its KPI time moves on.
     stamp = page.get_by_text("KPIs at").inner_text()
     page.wait_for_function(f"!document.body.innerText.includes({stamp!r})", timeout=20_000)
+    # Everything the page loaded came from the dashboard: nothing off the machine (the
+    # page's icon once came from fonts.gstatic.com).
+    own = loaded_stack.url("dashboard") + "/"
+    assert fetched and not [u for u in fetched if not u.startswith((own, "data:", "blob:"))]
 
 
 def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:
