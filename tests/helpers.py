@@ -43,6 +43,24 @@ def model_stats(url: str, model: str) -> ModelStats:
     return TritonClient(url).model_stats(model)
 
 
+def stats_counting(url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
+    """The model's statistics once they count the ``answered`` requests answered since
+    ``before`` (success and failure), polled for up to 5 s; the last read if they never do,
+    so that the test's own assertion on the counts fails with them.
+
+    Triton updates a model's statistics just after it sends the answers of an execution: a
+    read right after the last answer missed that execution once in CI (the unbatched
+    twin's burst of three read 2 executions, 2026-12-05)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        after = model_stats(url, model)
+        delta = after.minus(before)
+        counted = delta.phase("success").count + delta.phase("fail").count
+        if counted >= answered or time.monotonic() > deadline:
+            return after
+        time.sleep(0.02)
+
+
 T = TypeVar("T")
 
 

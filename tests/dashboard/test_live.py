@@ -19,7 +19,7 @@ from dashboard import queries as q
 from promapi import PromClient, Range
 from stacksettings import Settings
 from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
-from tests.helpers import model_stats
+from tests.helpers import model_stats, stats_counting
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +32,8 @@ def test_kpis_equal_triton_statistics_over_the_same_window(
     start = math.ceil(time.time())
     # A sample after `start` that still holds `before`: the window's first value.
     wait_for(scraped_after(s, "exporter", start + 0.01), 30, "a scrape before the load")
-    send_bursts(s, "batch_add_model", 20, size=4)
-    after = model_stats(triton_url, "batch_add_model")
+    sent = send_bursts(s, "batch_add_model", 20, size=4)
+    after = stats_counting(triton_url, "batch_add_model", before, sent)
     done = time.time()
     wait_for(scraped_after(s, "exporter", done), 30, "a scrape after the load")
     end = math.ceil(time.time())
