@@ -43,24 +43,6 @@ def model_stats(url: str, model: str) -> ModelStats:
     return TritonClient(url).model_stats(model)
 
 
-def stats_counting(url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
-    """The model's statistics once they count the ``answered`` requests answered since
-    ``before`` (success and failure), polled for up to 5 s; the last read if they never do,
-    so that the test's own assertion on the counts fails with them.
-
-    Triton updates a model's statistics just after it sends the answers of an execution: a
-    read right after the last answer missed that execution once in CI (the unbatched
-    twin's burst of three read 2 executions, 2026-12-05)."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        after = model_stats(url, model)
-        delta = after.minus(before)
-        counted = delta.phase("success").count + delta.phase("fail").count
-        if counted >= answered or time.monotonic() > deadline:
-            return after
-        time.sleep(0.02)
-
-
 T = TypeVar("T")
 
 
@@ -74,6 +56,27 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s:.0f}s: {what}")
         time.sleep(0.5)
+
+
+def stats_counting(url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
+    """The model's statistics once they count the ``answered`` requests answered since
+    ``before`` (success and failure), waited for up to 5 s (:func:`wait_for`); the test
+    then asserts its exact counts on them.
+
+    Triton updates a model's statistics just after it sends the answers of an execution: a
+    read right after the last answer missed that execution once in CI (the unbatched
+    twin's burst of three read 2 executions, 2026-12-05). The load generator waits the same
+    way (``loadgen.engine.serverside.settled_after``); the tests read with their own code."""
+
+    def counting() -> ModelStats | None:
+        after = model_stats(url, model)
+        delta = after.minus(before)
+        counted = delta.phase("success").count + delta.phase("fail").count
+        return after if counted >= answered else None
+
+    counted = wait_for(f"{model}'s statistics to count {answered} answered requests", counting, 5.0)
+    assert counted is not None  # wait_for returns a truthy value
+    return counted
 
 
 class FailedRequests(AssertionError):
