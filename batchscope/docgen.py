@@ -3,7 +3,7 @@
 Three pages under ``docs/reference/`` cannot be edited by hand: the CLI reference from
 the argparse parsers ``batchscope`` mounts, the metrics reference from the exporter's
 metric families (``exporter.catalog``), and the alerts reference from the rules generated
-from ``stack/rules/settings.yaml``. ``--check`` writes nothing and fails when a committed
+from ``rules/settings.yaml``. ``--check`` writes nothing and fails when a committed
 page differs from what the code says now (``tests/docs/test_generated.py`` runs it).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import catalog
-from stack import rulegen, rulesettings
+from rules import rulegen, rulesettings
 from stacksettings import ROOT
 
 DOCS = ROOT / "docs"
@@ -129,9 +129,9 @@ def alerts_page() -> str:
     settings = rulesettings.load()
     groups = rulegen.groups(settings)
     lines = [
-        HEADER.format(source="stack/rules/settings.yaml through stack/rulegen.py"),
+        HEADER.format(source="rules/settings.yaml through rules/rulegen.py"),
         "# Alerts reference\n",
-        "The alert rules as the stack generates them from `stack/rules/settings.yaml` "
+        "The alert rules as the stack generates them from `rules/settings.yaml` "
         "(thresholds, windows, severities; edit that file, then `batchscope rules`). "
         "`{{ $labels.x }}` is filled in by Prometheus when the alert fires.\n",
     ]

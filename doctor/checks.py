@@ -3,7 +3,7 @@
 Each check reads the model's configuration as Triton loaded it and one :class:`Window`
 of traffic, and returns findings. A finding names the numbers it rests on and the fix
 as ``config.pbtxt`` lines. A healthy batcher gets no finding. The thresholds are the
-defaults of the alert rules (``stack/rules/settings.yaml``) where one exists, so the
+defaults of the alert rules (``rules/settings.yaml``) where one exists, so the
 doctor and the alerts agree on what "too much" is.
 """
 

@@ -1,9 +1,7 @@
-"""Alertmanager, the real server (Debian's ``prometheus-alertmanager``), configured from the
-rules' settings file.
+"""Alertmanager, the real server (Debian's ``prometheus-alertmanager``), with the config of
+:mod:`rules.alertmanager_config` written at start.
 
-Each alert goes to the receiver named after its ``severity`` label. Receivers
-send to the webhook URLs listed in the settings, if any; with none, the alert is
-still received and grouped, and shows in Alertmanager's UI and in its API
+An alert with no webhook configured still shows in Alertmanager's UI and in its API
 (``GET /api/v2/alerts``, or ``amtool alert query``), which is where the local stack's
 notifications are seen. A separate webhook-log process would only duplicate that
 API, with one more port and one more thing to keep running.
@@ -17,16 +15,13 @@ change that, so without a password any web page could create silences. The user 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import bcrypt
 import yaml
 
-from stack import rulesettings
+from rules import alertmanager_config, rulesettings
 from stack.prometheus import find_binary
-from stack.rulegen import dump
-from stack.rulesettings import SEVERITIES, RuleSettings
-from stack.services import Service
+from stack.service import Service
 from stacksettings import ALERTMANAGER_USER, Settings, ensure_secret
 
 BINARY = "prometheus-alertmanager"
@@ -36,36 +31,6 @@ INSTALL_HINT = (
     "install it with `apt-get install prometheus-alertmanager` (Debian/Ubuntu; ./stack/up does "
     "this when run as root), or put a `prometheus-alertmanager` binary on PATH"
 )
-
-
-def config(s: RuleSettings) -> dict[str, Any]:
-    """alertmanager.yml as a dict: route by severity, one receiver per severity."""
-    return {
-        "route": {
-            "receiver": "default",
-            "group_by": list(s.group_by),
-            "group_wait": s.group_wait,
-            "group_interval": s.group_interval,
-            "repeat_interval": s.repeat_interval,
-            "routes": [
-                {"matchers": [f'severity="{severity}"'], "receiver": severity}
-                for severity in SEVERITIES
-            ],
-        },
-        "receivers": [{"name": "default"}]
-        + [_receiver(severity, s.webhooks[severity]) for severity in SEVERITIES],
-    }
-
-
-def _receiver(severity: str, urls: list[str]) -> dict[str, Any]:
-    receiver: dict[str, Any] = {"name": severity}
-    if urls:
-        receiver["webhook_configs"] = [{"url": url, "send_resolved": True} for url in urls]
-    return receiver
-
-
-def render(s: RuleSettings) -> str:
-    return dump(config(s), s.source)
 
 
 def web_config(password: str) -> str:
@@ -92,7 +57,7 @@ def write_config(settings: Settings) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "alertmanager.yml"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(render(rulesettings.load(settings.rules_settings)))
+    tmp.write_text(alertmanager_config.render(rulesettings.load(settings.rules_settings)))
     tmp.replace(path)
     return path
 

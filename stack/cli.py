@@ -13,12 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from doctor import cli as doctor_cli
+from rules import alertmanager_config, rulegen, rulesettings
+from rules.rulesettings import RuleSettingsError
 from stack import (
     alertmanager,
     attach,
-    deployfiles,
-    rulegen,
-    rulesettings,
     tracewindow,
     warmup,
 )
@@ -98,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rules-settings",
         type=Path,
         metavar="FILE",
-        help="thresholds of the alert rules (STACK_RULES_SETTINGS, stack/rules/settings.yaml)",
+        help="thresholds of the alert rules (STACK_RULES_SETTINGS, rules/settings.yaml)",
     )
     attach = up.add_argument_group(
         "attach mode",
@@ -207,13 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--settings",
         type=Path,
         default=RULES_SETTINGS,
-        help="thresholds, windows, severities (default: stack/rules/settings.yaml)",
+        help="thresholds, windows, severities (default: rules/settings.yaml)",
     )
     rules.add_argument(
         "--output",
         type=Path,
         default=rulegen.GENERATED_DIR,
-        help="folder for the generated files (default: stack/rules/generated)",
+        help="folder for the generated files (default: rules/generated)",
     )
     rules.add_argument(
         "--check",
@@ -408,7 +407,7 @@ def generated_files(settings_path: Path) -> dict[str, str]:
     rule_settings = rulesettings.load(settings_path)
     return {
         **rulegen.render(rule_settings),
-        "alertmanager.yml": alertmanager.render(rule_settings),
+        "alertmanager.yml": alertmanager_config.render(rule_settings),
     }
 
 
@@ -418,16 +417,19 @@ def rules(settings_path: Path, output: Path, check: bool) -> int:
 
 
 def render(check: bool) -> int:
+    # Imported here: only this command needs the renderer and the Grafana SDK it brings.
+    from deploygen import deployfiles
+
     return write_or_check("render", deployfiles.render(), check)
 
 
 def write_or_check(command: str, files: dict[Path, str], check: bool) -> int:
     """Write generated files, or with ``check`` fail (exit 1) if any differs from its source."""
     if not check:
-        for path in deployfiles.write(files):
+        for path in rulegen.write_files(files):
             print(f"wrote {path}")
         return 0
-    stale = deployfiles.stale(files)
+    stale = rulegen.stale(files)
     for path in stale:
         print(f"{command}: {path} is out of date", file=sys.stderr)
     if stale:
@@ -645,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         return status(settings, args.json)
     except SettingsError as exc:
         parser.error(str(exc))
-    except StackError as exc:
+    except (StackError, RuleSettingsError) as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

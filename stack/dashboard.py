@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from stack.services import Service
+from stack.service import Service
 from stacksettings import ROOT, Settings, ensure_secret
 
 # Streamlit's defaults today, set explicitly so that an upgrade or a config file cannot turn

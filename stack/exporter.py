@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-from stack.services import Service
+from stack.service import Service
 from stacksettings import ROOT, Settings, ensure_secret
 
 
 def triton_timeout_s(settings: Settings) -> float:
-    """Half of Prometheus' scrape timeout (see stack.prometheus.config), at most 2 s."""
+    """Half of Prometheus' scrape timeout (see rules.prometheus_config.config), at most 2 s."""
     return min(2.0, 0.5 * min(settings.scrape_interval_s, 10.0))
 
 

@@ -27,8 +27,10 @@ from typing import IO, Any
 
 import requests
 
+from rules.rulesettings import RuleSettingsError
 from stack.errors import StackError
-from stack.services import Service
+from stack.service import Service
+from stack.services import service_table
 from stacksettings import ALERTMANAGER_USER, PORTS, Settings, procstat, read_secret
 
 STOP_TIMEOUT_S = 15.0
@@ -303,6 +305,10 @@ class Supervisor:
                 svc.prepare()
             except OSError as exc:
                 raise StackError(f"{svc.name}: cannot prepare its files: {exc}") from None
+            except RuleSettingsError as exc:
+                # A settings file edited since `up` checked it: a restart fails as any
+                # other start does, logged and retried, rather than ending the supervisor.
+                raise StackError(str(exc), exit_code=exc.exit_code) from None
         log_path = self.settings.logs_dir / f"{svc.name}.log"
         log_file: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
@@ -693,8 +699,6 @@ def running(
     happens inside. With ``supervise`` a thread restarts services that die, as `up` does,
     and serves `batchscope restart` (the state names this process as the supervisor).
     """
-    from stack.services import service_table
-
     services = [
         s
         for s in service_table(settings)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stack.errors import StackError
-from stack.services import Service
+from stack.service import Service
 from stacksettings import ADMIN_KEY_HEADER, RESTRICTED_APIS, Settings, ensure_secret
 
 # No periodic trace writes: Triton 2.51 aborted under them (see tritonapi.traces); a

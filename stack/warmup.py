@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from loadgen.engine.runner import LoadgenError, RunParams, run
 from promapi import PromClient, PrometheusError
-from stack import prometheus
+from rules.prometheus_config import local_targets
 from stacksettings import Settings
 from tritonapi import repocheck
 
@@ -36,7 +36,7 @@ def wait_for_first_scrapes(settings: Settings) -> bool:
     Requests sent before a series' first sample never show in increase() or
     rate(), so load sent right after start would be invisible on the dashboard.
     """
-    jobs = len(prometheus.local_targets(settings))
+    jobs = len(local_targets(settings))
     client = PromClient(settings.url("prometheus"), timeout_s=2.0)
     deadline = time.monotonic() + 3 * settings.scrape_interval_s + 5.0
     while time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES_SETTINGS = ROOT / "stack" / "rules" / "settings.yaml"
+RULES_SETTINGS = ROOT / "rules" / "settings.yaml"
 STORE_NAME = "loadgen.sqlite3"
 # Triton's restricted HTTP/gRPC APIs (model-repository, shared-memory, trace, logging)
 # answer only requests that carry this header with the key from the state folder.

@@ -18,13 +18,18 @@ LAYERS: list[tuple[str, ...]] = [
     ("bench",),  # benchmarks: stand on the packages (the launcher's code included), not on tests
     ("batchscope",),  # the one command: mounts every tool's parser; nothing imports it
     ("stack",),  # the launcher: starts and wires everything; no package imports it
+    # The deployment renderer: rules, prometheus.yml and the Grafana dashboard (built from the
+    # dashboard's queries) into deploy/; only the `render` command imports it.
+    ("deploygen",),
     ("dashboard",),
     # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor
     # needs nothing of the doctor.
     ("doctor",),
     ("advisor",),
     ("loadgen",),
-    ("exporter",),
+    # The collector, and the rules and Prometheus/Alertmanager configs that both the launcher
+    # and the renderer write: neither imports the other.
+    ("exporter", "rules"),
     ("tritonapi", "promapi"),  # the one Triton client, the one Prometheus client
     ("stacksettings",),  # ports, paths, /proc: imports none of the others
 ]
@@ -75,6 +80,77 @@ def test_no_two_packages_import_each_other() -> None:
         f"{a} <-> {b}" for a, targets in graph.items() for b in targets if a in graph.get(b, ())
     )
     assert mutual == []
+
+
+def modules(root: Path, package: str) -> dict[str, Path]:
+    """Dotted name -> file of every module of a package (a sub-package as its __init__)."""
+    found = {}
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def module_imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that a module imports (``from pkg import mod`` names ``mod``)."""
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                here = name.split(".")
+                base = here if path.name == "__init__.py" else here[:-1]
+                module = ".".join(base[: len(base) - node.level + 1] + ([module] if module else []))
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                targets.add(sub if sub in known else module)
+    return {t for t in targets if t in known and t != name}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph[name])
+    return seen
+
+
+def import_circles(root: Path) -> list[list[str]]:
+    """Every set of modules of one package that import each other round a circle, sorted."""
+    circles: set[tuple[str, ...]] = set()
+    for package in RANK:
+        known = modules(root, package)
+        graph = {name: module_imports(path, name, known) for name, path in known.items()}
+        reach = {name: reachable(graph, name) for name in graph}
+        for name in graph:
+            circle = {other for other in reach[name] if name in reach[other]}
+            if circle:
+                circles.add(tuple(sorted(circle | {name})))
+    return [list(circle) for circle in sorted(circles)]
+
+
+# Left for issue 53's command tree (batchscope/commands/), which removes it: delete this entry
+# then, and the test below fails until it is gone.
+PENDING_CIRCLES = [["batchscope.cli", "batchscope.docgen"]]
+
+
+def test_no_modules_of_one_package_import_each_other_in_a_circle() -> None:
+    assert import_circles(ROOT) == PENDING_CIRCLES
+
+
+def test_the_circle_check_catches_a_lazy_and_a_relative_import(tmp_path: Path) -> None:
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "stack" / "__init__.py").write_text("")
+    (tmp_path / "stack" / "table.py").write_text("from stack import row\n")
+    (tmp_path / "stack" / "row.py").write_text("def f():\n    from .table import x\n")
+    (tmp_path / "stack" / "service.py").write_text("import dataclasses\n")
+    (tmp_path / "stack" / "other.py").write_text("from stack.service import Service\n")
+    assert import_circles(tmp_path) == [["stack.row", "stack.table"]]
 
 
 def test_every_package_is_placed_in_a_layer() -> None:

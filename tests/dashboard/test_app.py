@@ -72,7 +72,7 @@ def test_triton_down(make_app: MakeApp, tritonless_stack: Settings) -> None:
     assert info.startswith("No data yet: Prometheus has no series from the exporter")
 
     # The alert rules see it too: TritonDown fires once the exporter failed to read Triton
-    # twice within a minute (stack/rules/settings.yaml), and the page names the target.
+    # twice within a minute (rules/settings.yaml), and the page names the target.
     def firing() -> list[str]:
         return [e for e in texts(at.run(), "error") if e.startswith("**TritonDown** (critical)")]
 

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from deploygen import deployfiles
 from exporter import cli as exporter_cli
-from stack import deployfiles, prometheus
 from stack import exporter as exporter_row
+from stack import prometheus
 from stacksettings import ROOT, Settings
 from tests.deploy.tools import promtool, run_tool
 
@@ -176,7 +177,7 @@ def test_named_volumes_hold_the_data(gpu: dict[str, Any]) -> None:
 
 
 def test_prometheus_config_is_the_generated_one(gpu: dict[str, Any]) -> None:
-    """No drift: the file compose mounts is what stack.prometheus.config() gives today."""
+    """No drift: the file compose mounts is what rules.prometheus_config.config() gives today."""
     prom = gpu["services"]["prometheus"]
     config_file = Path(mounts(prom)["/etc/prometheus/prometheus.yml"]["source"])
     assert config_file == deployfiles.COMPOSE_DIR / "prometheus.yml"

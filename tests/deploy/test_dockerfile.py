@@ -114,5 +114,5 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
         assert modules == {
             str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py") if p.is_file()
         }, package
-    assert "stack/rules/generated/alerts.yml" in names
+    assert "rules/generated/alerts.yml" in names
     assert "exporter/__main__.py" in names and "loadgen/__main__.py" in names

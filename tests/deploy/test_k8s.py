@@ -14,8 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from deploygen import deployfiles
 from exporter import cli as exporter_cli
-from stack import deployfiles, prometheus, rulegen, rulesettings
+from rules import prometheus_config, rulegen, rulesettings
 from stack import exporter as exporter_row
 from stacksettings import ROOT, Settings
 from tests.deploy.tools import promtool, run_tool
@@ -127,7 +128,7 @@ def test_grafana_dashboard_configmap_for_the_sidecar(
 def test_prometheus_rule_has_the_local_rules(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
-    """No drift: the same groups as stack/rules/generated/, which the local stack uses."""
+    """No drift: the same groups as rules/generated/, which the local stack uses."""
     rule = objects[("PrometheusRule", "triton-batching")]
     local = [
         group
@@ -152,7 +153,7 @@ def test_service_monitor_scrapes_both_jobs_like_the_local_stack(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     monitor = objects[("ServiceMonitor", "triton-batching")]["spec"]
-    local = prometheus.config({}, Settings().scrape_interval_s)["global"]
+    local = prometheus_config.config({}, Settings().scrape_interval_s)["global"]
     rules = rulesettings.load()
     selector = monitor["selector"]["matchLabels"]
     services = [

@@ -21,7 +21,7 @@ from exporter import catalog
 from exporter.collector import BatchingCollector
 from exporter.scrape import Snapshot
 from exporter.targets import Target
-from stack import rulegen, rulesettings
+from rules import rulegen, rulesettings
 from tests.exporter.replay import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

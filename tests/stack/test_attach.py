@@ -21,6 +21,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.targets import Target
+from rules import prometheus_config
 from stack import attach, prometheus
 from stack import exporter as exporter_row
 from stack.services import service_table
@@ -164,7 +165,8 @@ def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) ->
     assert not [a for a in argv if a.startswith(("--trace-file", "--triton-admin-key-file"))]
     # Attached servers are read off the scrape path, once per scrape interval.
     assert f"--read-interval={settings.scrape_interval_s:g}" in argv
-    jobs = prometheus.config(prometheus.local_targets(settings), 5.0)["scrape_configs"]
+    targets = prometheus_config.local_targets(settings)
+    jobs = prometheus_config.config(targets, 5.0)["scrape_configs"]
     triton_job = next(j for j in jobs if j["job_name"] == "triton")
     assert triton_job["static_configs"] == [
         {"targets": ["gpu-a:8002"]},

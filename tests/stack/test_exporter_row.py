@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from stack import prometheus
+from rules.prometheus_config import local_targets
 from stack.services import service_table
 from stacksettings import isolated
 
@@ -32,5 +32,5 @@ def test_exporter_reads_the_stacks_triton(tmp_path: Path) -> None:
 
 def test_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
     settings = isolated(tmp_path)
-    targets = prometheus.local_targets(settings)
+    targets = local_targets(settings)
     assert targets["exporter"] == [f"{settings.host}:{settings.port('exporter')}"]

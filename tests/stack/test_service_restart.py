@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stack.errors import StackError
-from stack.services import Service
+from stack.service import Service
 from stack.supervisor import Supervisor, is_alive, is_healthy
 from stacksettings import free_ports, isolated
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stack import cli
-from stack.services import Service
+from stack.service import Service
 from stack.supervisor import Running, Supervisor, _Backoff, group_members, is_healthy
 from stacksettings import Settings, free_ports, isolated, procstat
 

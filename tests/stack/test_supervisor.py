@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from stack.errors import StackError
-from stack.services import Service, service_table
+from stack.service import Service
+from stack.services import service_table
 from stack.supervisor import Supervisor
 from stacksettings import Settings, free_ports, isolated, procstat
 

@@ -1,4 +1,4 @@
-"""Prometheus recording and alert rules, generated from stack/rules/settings.yaml.
+"""Prometheus recording and alert rules, generated from rules/settings.yaml.
 
 Every recording rule is built from counters with ``rate()``, which treats a
 counter that goes down (Triton restarted) as a reset, so a restart never makes a
@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from stack.rulesettings import RuleSettings
+from rules.rulesettings import RuleSettings
 from stacksettings import ROOT
 
-GENERATED_DIR = ROOT / "stack" / "rules" / "generated"
+GENERATED_DIR = ROOT / "rules" / "generated"
 BY = "target, model, version"
 PREFIX = "model:triton_batching_"
 
@@ -397,3 +397,22 @@ def write(files: dict[str, str], folder: Path) -> list[Path]:
         tmp.replace(path)
         paths.append(path)
     return paths
+
+
+def write_files(files: dict[Path, str]) -> list[Path]:
+    """Write generated files (path -> text), each atomically as :func:`write` does."""
+    for path, text in files.items():
+        write({path.name: text}, path.parent)
+    return list(files)
+
+
+def stale(files: dict[Path, str]) -> list[Path]:
+    """The files whose committed text differs from ``files``."""
+    return [path for path, text in files.items() if _read(path) != text]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

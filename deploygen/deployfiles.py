@@ -1,21 +1,17 @@
 """The configuration files of the compose and Kubernetes deployments, generated from the
 local stack's own sources so that the three ways to run cannot drift apart.
 
-- ``deploy/compose/prometheus.yml``: ``stack.prometheus.config()``, the function that
-  writes the local stack's config, with the compose network's targets. compose.yaml mounts
-  it beside ``stack/rules/generated/`` (the rules and alertmanager.yml, as they are).
-- ``deploy/k8s/generated/prometheusrule.yaml``: every rule group of ``stack.rulegen``
-  (from stack/rules/settings.yaml) as a Prometheus Operator PrometheusRule.
-- ``deploy/k8s/generated/servicemonitor.yaml``: the same two scrape jobs, interval and
-  timeout as the local config, as a ServiceMonitor.
-- ``deploy/grafana/``: the Grafana dashboard (``dashboard.grafana``, from the Streamlit
-  dashboard's own queries) and the provisioning files compose.yaml mounts into Grafana (a
-  Prometheus datasource whose ``timeInterval`` is the scrape interval, so that
-  ``$__rate_interval`` spans four scrapes as the Streamlit charts do, and a dashboard provider);
-  ``deploy/k8s/generated/grafana-dashboard.yaml``: the same dashboard as a ConfigMap labelled
-  for the Grafana sidecar of kube-prometheus-stack.
+- ``deploy/compose/prometheus.yml``: ``rules.prometheus_config.config()``, which the launcher
+  writes at start, with the compose network's targets. compose.yaml mounts it beside
+  ``rules/generated/`` (the rules and alertmanager.yml, as they are).
+- ``deploy/k8s/generated/``: every rule group of ``rules.rulegen`` as a PrometheusRule; the
+  same scrape jobs, interval and timeout as a ServiceMonitor; the Grafana dashboard as a
+  ConfigMap labelled for the Grafana sidecar of kube-prometheus-stack.
+- ``deploy/grafana/``: the dashboard (:mod:`deploygen.grafana`) and the provisioning files
+  compose mounts into Grafana: a Prometheus datasource whose ``timeInterval`` is the scrape
+  interval, so that ``$__rate_interval`` spans four scrapes as the Streamlit charts do.
 
-``python -m stack render`` writes them; commit them (a test checks they match).
+``batchscope render`` writes them; commit them (a test checks they match).
 """
 
 from __future__ import annotations
@@ -25,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from stack import prometheus, rulegen, rulesettings
-from stack.rulesettings import RuleSettings
+from deploygen import grafana
+from rules import prometheus_config, rulegen, rulesettings
+from rules.rulesettings import RuleSettings
 from stacksettings import ROOT, Settings
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
@@ -48,7 +45,7 @@ COMPOSE_TARGETS = {
 }
 # Alertmanager's password as compose.yaml hands it to Prometheus (a compose secret).
 COMPOSE_ALERTMANAGER_PASSWORD = "/run/secrets/alertmanager_password"
-# Where compose.yaml mounts stack/rules/generated/ in the Prometheus container.
+# Where compose.yaml mounts rules/generated/ in the Prometheus container.
 COMPOSE_RULES_DIR = "/etc/prometheus/rules"
 
 # Labels of the Kubernetes objects (deploy/k8s/triton.yaml uses the same).
@@ -61,10 +58,10 @@ K8S_PORTS = {"triton": "metrics", "exporter": "exporter"}
 
 def compose_prometheus(settings: Settings, rules: RuleSettings) -> dict[str, Any]:
     """The local config with the compose network's hosts in place of 127.0.0.1."""
-    local = prometheus.local_targets(settings)
+    local = prometheus_config.local_targets(settings)
     targets = {job: [COMPOSE_TARGETS[job]] for job in local}
     files = [f"{COMPOSE_RULES_DIR}/{name}" for name in rulegen.groups(rules)]
-    return prometheus.config(
+    return prometheus_config.config(
         targets,
         settings.scrape_interval_s,
         rule_files=files,
@@ -86,7 +83,7 @@ def prometheus_rule(rules: RuleSettings) -> dict[str, Any]:
 def service_monitor(settings: Settings, rules: RuleSettings) -> dict[str, Any]:
     """One endpoint per scrape job; ``job`` is set to the name the rules expect, whatever
     the Services are called."""
-    body = prometheus.config({}, settings.scrape_interval_s)["global"]
+    body = prometheus_config.config({}, settings.scrape_interval_s)["global"]
     jobs = {"triton": rules.triton_job, "exporter": rules.exporter_job}
     endpoints = [
         {
@@ -107,7 +104,8 @@ def service_monitor(settings: Settings, rules: RuleSettings) -> dict[str, Any]:
 
 
 def scrape_interval(settings: Settings) -> str:
-    return str(prometheus.config({}, settings.scrape_interval_s)["global"]["scrape_interval"])
+    body = prometheus_config.config({}, settings.scrape_interval_s)
+    return str(body["global"]["scrape_interval"])
 
 
 def grafana_datasource(settings: Settings) -> dict[str, Any]:
@@ -159,15 +157,11 @@ def render(settings: Settings | None = None) -> dict[Path, str]:
     """Path -> text of every generated deployment file, from the default settings."""
     settings = settings or Settings()
     rules = rulesettings.load(settings.rules_settings)
-    origin = "stack/prometheus.py and stack/rules/settings.yaml"
+    origin = "rules/prometheus_config.py and rules/settings.yaml"
     header = f"# Generated by `python -m stack render` from {origin}; do not edit by hand.\n"
-    # Imported here: the dashboard builder brings the Grafana SDK and plotly, which only
-    # rendering needs, and the launcher imports this module for every command.
-    from dashboard import grafana
-
     dashboard_json = grafana.render()
     from_queries = (
-        "# Generated by `python -m stack render` from dashboard/grafana.py and "
+        "# Generated by `python -m stack render` from deploygen/grafana.py and "
         "dashboard/queries.py; do not edit by hand.\n"
     )
     return {
@@ -199,21 +193,3 @@ def _block(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _BlockDumper.add_representer(str, _block)
-
-
-def stale(files: dict[Path, str]) -> list[Path]:
-    """The files whose committed text differs from ``files``."""
-    return [path for path, text in files.items() if _read(path) != text]
-
-
-def write(files: dict[Path, str]) -> list[Path]:
-    for path, text in files.items():
-        rulegen.write({path.name: text}, path.parent)
-    return list(files)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None

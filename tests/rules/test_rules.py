@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from stack import alertmanager, cli, prometheus, rulegen, rulesettings
-from stack.rulesettings import THRESHOLDS, RuleSettingsError
+from rules import alertmanager_config, rulegen, rulesettings
+from rules.rulesettings import THRESHOLDS, RuleSettingsError
+from stack import cli, prometheus
 from stacksettings import ROOT, RULES_SETTINGS, isolated
 
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*_test.yml"))
@@ -127,7 +128,7 @@ def test_thresholds_and_windows_come_from_the_settings_file(tmp_path: Path) -> N
 def test_webhooks_go_to_the_receiver_of_their_severity(tmp_path: Path) -> None:
     data = defaults()
     data["alertmanager"]["webhooks"]["critical"] = ["http://127.0.0.1:1/hook"]
-    config = alertmanager.config(rulesettings.load(write(tmp_path, data)))
+    config = alertmanager_config.config(rulesettings.load(write(tmp_path, data)))
     routes = {r["matchers"][0]: r["receiver"] for r in config["route"]["routes"]}
     assert routes == {f'severity="{s}"': s for s in ("critical", "warning", "info")}
     receivers = {r["name"]: r for r in config["receivers"]}

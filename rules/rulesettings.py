@@ -1,4 +1,4 @@
-"""The rules' settings file (stack/rules/settings.yaml): loaded and checked in one place.
+"""The rules' settings file (rules/settings.yaml): loaded and checked in one place.
 
 Every key is required and unknown keys are refused, so a typo in a threshold name
 fails loudly instead of silently keeping the old value.
@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 
-from stack.errors import StackError
 from stacksettings import RULES_SETTINGS
 
 SEVERITIES = ("critical", "warning", "info")
@@ -37,9 +36,14 @@ THRESHOLDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class RuleSettingsError(StackError):
+class RuleSettingsError(RuntimeError):
+    """A bad settings file, phrased for the user as one line; exit code 2 (misuse), as the
+    launcher's own errors (stack.errors) that it is reported like."""
+
+    exit_code = 2
+
     def __init__(self, path: Path, message: str) -> None:
-        super().__init__(f"{path}: {message}", exit_code=2)
+        super().__init__(f"{path}: {message}")
 
 
 Fail = Callable[[str], RuleSettingsError]
@@ -83,7 +87,7 @@ def load(path: Path = RULES_SETTINGS) -> RuleSettings:
         raise RuleSettingsError(
             path,
             f"cannot read it ({exc.strerror}); give --rules-settings (STACK_RULES_SETTINGS) an "
-            "existing settings file, e.g. stack/rules/settings.yaml",
+            "existing settings file, e.g. rules/settings.yaml",
         ) from None
     except yaml.YAMLError as exc:
         raise RuleSettingsError(path, f"not valid YAML: {exc}".replace("\n", " ")) from None
@@ -91,7 +95,7 @@ def load(path: Path = RULES_SETTINGS) -> RuleSettings:
         raise RuleSettingsError(
             path,
             "not a text file; give --rules-settings (STACK_RULES_SETTINGS) a YAML settings "
-            "file, e.g. stack/rules/settings.yaml",
+            "file, e.g. rules/settings.yaml",
         ) from None
     return parse(data, path)
 

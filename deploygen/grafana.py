@@ -311,9 +311,7 @@ def build() -> gd.Dashboard:
     board = board.with_panel(
         table.Panel()
         .title("Alerts (firing and pending)")
-        .description(
-            "Prometheus' alert rules (stack/rules/settings.yaml) for this server and model."
-        )
+        .description("Prometheus' alert rules (rules/settings.yaml) for this server and model.")
         .datasource(DATASOURCE)
         .targets(_refs([Query(ALERTS)], instant=True, table_format=True))  # type: ignore[arg-type]
         .no_value("no alert is firing or pending")

@@ -25,10 +25,10 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from dashboard import grafana, live
+from dashboard import live
 from dashboard import queries as q
+from deploygen import deployfiles, grafana
 from loadgen.engine.runner import RunParams, run
-from stack import deployfiles
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.dashboard.conftest import prom_has, wait_for

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from exporter import catalog
-from tests.dashboard.test_grafana import board, filled
+from tests.deploygen.test_grafana import board, filled
 
 SERIES = (
     'triton_batching_config_changes_total{target="http://127.0.0.1:8000",model="m",outcome="%s"}'

@@ -1,0 +1,31 @@
+"""One service of the local stack: how to start it and how it says it is healthy.
+
+A module of its own so that each row (stack.triton, stack.prometheus, ...) and the table
+that lists them (stack.services) both import it, and neither imports the other's importer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    health_url: str
+    ports: list[int]
+    # URLs shown to the user by `up` and `status`.
+    urls: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    startup_timeout_s: float = 60.0
+    # Answers while the process works, whatever its models' state (Triton's readiness
+    # also waits on every model): a hang is judged by it. Empty: the health URL.
+    live_url: str = ""
+    # The basic-auth password (user stacksettings.ALERTMANAGER_USER) its health URL needs.
+    health_auth_file: Path | None = None
+    # Writes config files; runs just before the process starts.
+    prepare: Callable[[], None] | None = None
