@@ -183,7 +183,7 @@ def test_prometheus_config_is_the_generated_one(gpu: dict[str, Any]) -> None:
     assert config_file == deployfiles.COMPOSE_DIR / "prometheus.yml"
     assert config_file.read_text() == deployfiles.render()[config_file]
     rules_dir = Path(mounts(prom)[deployfiles.COMPOSE_RULES_DIR]["source"])
-    assert rules_dir == ROOT / "stack" / "rules" / "generated"
+    assert rules_dir == ROOT / "rules" / "generated"
     am = gpu["services"]["alertmanager"]
     am_file = Path(mounts(am)["/etc/alertmanager/alertmanager.yml"]["source"])
     assert am_file == rules_dir / "alertmanager.yml"
@@ -201,7 +201,7 @@ def test_prometheus_config_matches_the_local_one_but_for_addresses(tmp_path: Pat
     assert [Path(p).name for p in ours["rule_files"]] == [Path(p).name for p in local["rule_files"]]
     for name in ("recording.yml", "alerts.yml"):
         local_copy = (tmp_path / "prometheus" / "rules" / name).read_text()
-        assert local_copy == (ROOT / "stack" / "rules" / "generated" / name).read_text()
+        assert local_copy == (ROOT / "rules" / "generated" / name).read_text()
 
 
 def test_scrape_targets_are_compose_services_on_their_ports(gpu: dict[str, Any]) -> None:
