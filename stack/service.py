@@ -1,7 +1,7 @@
 """One service of the local stack: how to start it and how it says it is healthy.
 
-A module of its own so that each row (stack.triton, stack.prometheus, ...) and the table
-that lists them (stack.services) both import it, and neither imports the other's importer.
+A module of its own so that the rows (stack.triton, stack.prometheus, ...) import it without
+importing the table that imports them (stack.services): no import circle.
 """
 
 from __future__ import annotations
