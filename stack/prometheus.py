@@ -14,8 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from rules import rulegen, rulesettings
-from rules.prometheus_config import config, local_targets
+from rules import prometheus_config, rulegen, rulesettings
 from stack.errors import StackError
 from stack.service import Service
 from stacksettings import Settings, ensure_secret
@@ -55,8 +54,8 @@ def write_config(settings: Settings) -> Path:
         alertmanagers.append(f"{settings.host}:{settings.port('alertmanager')}")
         password_file = str(settings.alertmanager_password_file)
         ensure_secret(settings.alertmanager_password_file)
-    body = config(
-        local_targets(settings),
+    body = prometheus_config.config(
+        prometheus_config.local_targets(settings),
         settings.scrape_interval_s,
         rule_files=[str(p) for p in rules],
         alertmanagers=alertmanagers,
