@@ -1,24 +1,11 @@
 """The costs batching does not remove, measured on a real Triton.
 
-A calibration run is a closed-loop load (perf_analyzer at concurrency C) during
-which we read the CPU seconds of every process on the request path (the client,
-``tritonserver``, its python backend stubs) and the model's statistics delta.
-
-* Service time per batch size: :func:`advisor.fit.fit_service_times` on the deltas.
-  Runs with a long queue delay and few clients are used, so that batches execute
-  while the CPU is otherwise idle (the clients are all waiting).
-* ``request_s``, CPU per request outside execution: the run's CPU seconds minus
-  ``sum(executions(size) * service(size))`` (a python-backend execution keeps one
-  core busy), per request.
-* ``timer_slack_s`` and ``timer_slack_tail_s``: at concurrency 1 every request waits
-  alone for the whole queue delay, so its queue time minus the configured delay is
-  how late the batcher wakes. The mean comes from the statistics API; the p99 from
-  Triton's ``nv_inference_queue_summary_us`` (the run is the first on a fresh
-  server, so the summary holds only its requests). A shifted exponential matches
-  both: p99 - mean = (ln 100 - 1) * tail.
-* ``request_latency_s``: at concurrency 1, the client-observed time outside the
-  server's queue and compute (perf_analyzer's "Client Send" + "Network+Server
-  Send/Recv" + "Client Recv") minus ``request_s``: waiting that costs no CPU.
+A simulated batcher predicts only as well as the costs it is given, and the front end's CPU
+per request and the batcher timer's lateness are not in Triton's statistics. A calibration
+run is a closed-loop load (perf_analyzer at concurrency C) during which the CPU seconds of
+every process on the request path (the client, ``tritonserver``, its python backend stubs)
+and the model's statistics delta are read; :func:`calibrate` turns them into a
+:class:`~advisor.model.ServiceModel` and a :class:`~advisor.model.CpuModel`.
 
 ``bench/advisor_calibrate.py`` takes these measurements and stores the raw capture
 (statistics JSON before and after each run, CPU seconds, perf_analyzer's CSV row);
@@ -78,7 +65,24 @@ def fit_runs(runs: Sequence[CalibrationRun]) -> ServiceModel:
 def calibrate(
     runs: Sequence[CalibrationRun], cores: float, request_cv: float = DEFAULT_REQUEST_CV
 ) -> tuple[ServiceModel, CpuModel]:
-    """Service model and CPU model from calibration runs (see the module docstring)."""
+    """Service model and CPU model from calibration runs.
+
+    * Service time per batch size: :func:`advisor.fit.fit_service_times` on the deltas.
+      Runs with a long queue delay and few clients are used, so that batches execute
+      while the CPU is otherwise idle (the clients are all waiting).
+    * ``request_s``, CPU per request outside execution: the run's CPU seconds minus
+      ``sum(executions(size) * service(size))`` (a python-backend execution keeps one
+      core busy), per request.
+    * ``timer_slack_s`` and ``timer_slack_tail_s``: at concurrency 1 every request waits
+      alone for the whole queue delay, so its queue time minus the configured delay is
+      how late the batcher wakes. The mean comes from the statistics API; the p99 from
+      Triton's ``nv_inference_queue_summary_us`` (the run is the first on a fresh
+      server, so the summary holds only its requests). A shifted exponential matches
+      both: p99 - mean = (ln 100 - 1) * tail.
+    * ``request_latency_s``: at concurrency 1, the client-observed time outside the
+      server's queue and compute (perf_analyzer's "Client Send" + "Network+Server
+      Send/Recv" + "Client Recv") minus ``request_s``: waiting that costs no CPU.
+    """
     if not runs:
         raise ValueError("no calibration runs")
     service = fit_runs(runs)

@@ -1,57 +1,16 @@
 """The batcher's hand-offs, measured from Triton's own traces.
 
-A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds
-the batching decision and also the time the batch takes to reach the model. On this machine
-that time was a large part of every traced p99 that a simulator of the decision alone did
-not predict (docs/validation.md has the figures). Each part is read from traced batches
-whose cause is unambiguous:
-
-``dispatch_s``
-    A batch that reached a preferred size (or the maximum) while an instance was free left
-    when its last request arrived: COMPUTE_START minus that arrival is the hand-off from
-    the batcher to the instance (a thread wake-up, the python backend's message to its
-    stub). The median over such batches.
-``timer_slack_s`` / ``timer_slack_tail_s``
-    A batch that left on its queue delay while an instance was free (from its oldest
-    request's arrival to its deadline: one that came during an execution waits for what
-    that execution holds up too) started at its oldest request's arrival + the delay +
-    the timer's lateness + the dispatch. The overshoot
-    beyond the delay, less the dispatch, is fitted as a shifted exponential: its median
-    and 90th percentile give the shift and the mean of the tail (p90 - p50 = tail x ln 5).
-    With fewer than :data:`TAIL_SAMPLES` direct hand-offs beside many overshoots, the
-    dispatch's tail is shaped by the overshoots (:func:`measure`).
-``release_s`` / the gaps
-    A batch that was due (its delay ran out, or it was complete) while every instance was
-    busy started after one of them ended: the gap from the end of the previous batch on
-    its lane to its start is how soon an instance that just finished takes its next batch
-    (no wake-up: its thread is running). The simulator draws these gaps there, and the
-    dispatch for an idle instance; ``release_s`` is their median less the dispatch.
-``execution_cv``
-    The spread of executions around their size's mean (COMPUTE_START to COMPUTE_END),
-    pooled over the sizes with :data:`MIN_BATCHES` batches: the relative root mean square
-    deviation.
-``hold_share`` / ``hold_onsets``
-    Executions that hold up the front end: requests stop reaching the queue while they
-    run, from some time after their start (:func:`holds`).
-``arrival_gaps``
-    The gaps between consecutive requests reaching Triton, in order: they come clustered
-    (:func:`arrival_gaps`), and the simulator draws its arrivals as runs of them.
-
-Those are summaries to read. The simulator draws from the measured distributions
-themselves (the hand-offs, the timer's lateness beyond the median dispatch, each
-execution's ratio to its size's mean), kept as :data:`SAMPLES` quantiles: on a busy
-machine their tails are heavy (a hand-off's p99 four to ten times its median, stalls of
-milliseconds), and the p99 queue wait is made of those tails.
+A request's queue wait in Triton's traces runs from QUEUE_START to COMPUTE_START: it holds the
+batching decision and also the time the batch takes to reach the model, a large part of the
+traced p99 that a simulator of the decision alone does not predict (the figures:
+docs/validation/handoff.md). So each part is read from traced batches whose cause is
+unambiguous (:class:`HandOff` lists them: the dispatch, the timer's lateness, the release,
+the executions' spread, the holds, the arrival gaps), and the simulator draws from the
+measured distributions themselves, whose tails make the p99.
 
 A part without enough batches of its kind (:data:`MIN_BATCHES`) is left at 0 and named in
-:attr:`HandOff.unmeasured`: the prediction then leaves it out, and says so. Without batches
-that completed a preferred size on a free instance (a config whose preferred sizes are
-rarely reached), the traces cannot split the delay's overshoots into dispatch and lateness:
-the lateness is taken as the timer slack of Triton's threads (:class:`TimerSlack`).
-
-:func:`outside` is the other thing traces tell, joined to a load run's own records: the
-time a client waits outside Triton's queue and execution (the front end, the network, the
-client itself), its median over the run's requests and the spread around it.
+:attr:`HandOff.unmeasured`; the prediction leaves it out and says so. :func:`outside` joins
+traces to a load run's records: the time a client waits outside Triton's queue and execution.
 """
 
 from __future__ import annotations
@@ -85,7 +44,7 @@ class TimerSlack:
     threads keep Linux's default). Counted whole into the dispatch, it would make every
     batch that leaves at once wait for it, and the batches grow while they wait; so it is
     kept apart. A model whose hand-off moves with the rate cannot show its lateness in its
-    own runs. The measurements: docs/validation.md, "Measurements behind the code".
+    own runs. The measurements: docs/validation/handoff.md.
     """
 
     seconds: float
@@ -126,7 +85,47 @@ TAIL_SAMPLES = 200
 class HandOff:
     """The hand-offs measured from traces: the :class:`CpuModel` fields that
     :data:`advisor.model.HANDOFF_FIELDS` names, carried on a CpuModel (``cpu``; its other
-    fields stay at their defaults), and what they were measured from."""
+    fields stay at their defaults), and what they were measured from.
+
+    ``dispatch_s``
+        A batch that reached a preferred size (or the maximum) while an instance was free left
+        when its last request arrived: COMPUTE_START minus that arrival is the hand-off from
+        the batcher to the instance (a thread wake-up, the python backend's message to its
+        stub). The median over such batches.
+    ``timer_slack_s`` / ``timer_slack_tail_s``
+        A batch that left on its queue delay while an instance was free (from its oldest
+        request's arrival to its deadline: one that came during an execution waits for what
+        that execution holds up too) started at its oldest request's arrival + the delay +
+        the timer's lateness + the dispatch. The overshoot beyond the delay, less the
+        dispatch, is fitted as a shifted exponential: its median and 90th percentile give the
+        shift and the mean of the tail (p90 - p50 = tail x ln 5). With fewer than
+        :data:`TAIL_SAMPLES` direct hand-offs beside many overshoots, the dispatch's tail is
+        shaped by the overshoots (:func:`measure`). Without batches that completed a
+        preferred size on a free instance, the traces cannot split the overshoots into
+        dispatch and lateness: the lateness is taken as the timer slack of Triton's threads
+        (:class:`TimerSlack`).
+    ``release_s`` / the gaps
+        A batch that was due (its delay ran out, or it was complete) while every instance was
+        busy started after one of them ended: the gap from the end of the previous batch on
+        its lane to its start is how soon an instance that just finished takes its next batch
+        (no wake-up: its thread is running). The simulator draws these gaps there, and the
+        dispatch for an idle instance; ``release_s`` is their median less the dispatch.
+    ``execution_cv``
+        The spread of executions around their size's mean (COMPUTE_START to COMPUTE_END),
+        pooled over the sizes with :data:`MIN_BATCHES` batches: the relative root mean square
+        deviation.
+    ``hold_share`` / ``hold_onsets``
+        Executions that hold up the front end: requests stop reaching the queue while they
+        run, from some time after their start (:func:`holds`).
+    ``arrival_gaps``
+        The gaps between consecutive requests reaching Triton, in order: they come clustered
+        (:func:`arrival_gaps`), and the simulator draws its arrivals as runs of them.
+
+    The simulator draws from the measured distributions themselves (the hand-offs, the
+    timer's lateness beyond the median dispatch, each execution's ratio to its size's mean),
+    kept as :data:`SAMPLES` quantiles: on a busy machine their tails are heavy, and the p99
+    queue wait is made of those tails.
+    """
 
     cpu: CpuModel = CpuModel()
     # batches each part was measured from
@@ -282,7 +281,7 @@ def measure(
             # it to every batch that leaves at once. The delay's overshoots, counted in the
             # thousands, hold the same hand-off after a lateness that varies little:
             # shifted by the medians' difference, they give the tail (the replays that
-            # chose this: docs/validation.md, "Measurements behind the code").
+            # chose this: docs/validation/handoff.md).
             late = statistics.median(overshoots) - dispatch
             shaped = handoffs + [o - late for o in overshoots]
         dispatches = _grid([max(h, 0.0) for h in shaped])
@@ -339,8 +338,7 @@ def arrival_gaps(requests: Sequence[TracedRequest]) -> tuple[float, ...]:
     Why the traced gaps and not Poisson's: requests sent on a Poisson schedule reach
     Triton clustered at short scales (near Poisson over a millisecond or more), and a
     short queue delay batches those clusters. Why runs of gaps and not single ones: a
-    short gap tends to follow a long one. The measurements: docs/validation.md,
-    "Measurements behind the code".
+    short gap tends to follow a long one. The measurements: docs/validation/handoff.md.
     """
     starts = sorted(r.request_start_ns or r.queue_start_ns for r in requests)
     gaps = [(b - a) / 1e9 for a, b in zip(starts, starts[1:], strict=False)]
@@ -375,7 +373,7 @@ def holds(batches: Sequence[Batch]) -> tuple[float, tuple[float, ...]]:
     should match the rate times the time spent in each phase. Where cores are few they do
     not: during an execution that keeps its stub busy on a core, arrivals stop and come when
     it ends, so those requests queue for less and batch with what came (measured on a 2-core
-    machine: docs/validation.md, "Measurements behind the code"). A sleeping execution
+    machine: docs/validation/handoff.md). A sleeping execution
     does not do it. The missing share at each
     phase, made non-decreasing (a hold lasts until the execution ends), is the share of
     executions held by then: the share that ever holds, and the onsets' distribution.

@@ -1,28 +1,14 @@
 """What the simulator needs to know besides the batcher config: costs and traffic.
 
-Costs
-    :class:`ServiceModel` -- wall time of one model execution of ``size`` requests,
-    ``base_s + per_item_s * size`` (fitted from Triton's per-batch-size statistics).
-    :class:`CpuModel` -- the work batching does not remove. Every request costs
-    ``request_s`` of CPU outside the model (the client and Triton's HTTP front end:
-    parse, copy, respond, receive), split half before the queue and half after the
-    execution, gamma-distributed with coefficient of variation ``request_cv``, plus
-    ``request_latency_s`` of wall time that needs no CPU. The batcher's timer wakes
-    ``timer_slack_s`` (plus an exponential ``timer_slack_tail_s`` on average) after a
-    queue-delay deadline. A batch starts ``dispatch_s`` after it is sent, and its instance
-    takes the next one ``release_s`` after it ends (the batcher's hand-offs). With
-    ``cores`` set, those front-end jobs and the executions share one pool of ``cores``
-    CPUs (processor sharing, each job at most one core), so at high load the front end
-    slows execution down and vice versa. ``cores=None`` means no
-    contention: every job runs at full speed.
+The batcher config alone does not say what a change gives: the same config batches
+differently as executions cost more or less, as the work batching does not remove grows, and
+as the traffic arrives smoothly or in bursts. So the simulator takes these apart from the
+config, as plain values a fit fills in (:mod:`advisor.fit`, :mod:`advisor.handoff`):
 
-Traffic
-    :class:`OpenLoop` -- arrivals at ``rate_per_s`` whatever the server does, with
-    inter-arrival times of coefficient of variation ``cv`` (0: constant, 1: Poisson,
-    >1: bursty; a gamma renewal process of shape 1/cv^2).
-    :class:`ClosedLoop` -- ``concurrency`` clients, each sending its next request
-    when the previous one returns (perf_analyzer's ``--concurrency-range``), after
-    ``think_s``.
+- :class:`ServiceModel`: the wall time of one execution of ``size`` requests;
+- :class:`CpuModel`: the work batching does not remove, the batcher's hand-offs and the cores
+  they share;
+- :class:`OpenLoop` and :class:`ClosedLoop`: the traffic.
 """
 
 from __future__ import annotations
@@ -32,6 +18,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ServiceModel:
+    """Wall time of one model execution of ``size`` requests, ``base_s + per_item_s * size``
+    (fitted from Triton's per-batch-size statistics), or the measured times where there are some.
+    """
+
     base_s: float
     per_item_s: float
     # Mean execution time of each batch size seen often enough, ((size, seconds), ...) by
@@ -68,6 +58,20 @@ class ServiceModel:
 
 @dataclass(frozen=True)
 class CpuModel:
+    """The work batching does not remove, and the batcher's hand-offs.
+
+    Every request costs ``request_s`` of CPU outside the model (the client and Triton's HTTP
+    front end: parse, copy, respond, receive), split half before the queue and half after the
+    execution, gamma-distributed with coefficient of variation ``request_cv``, plus
+    ``request_latency_s`` of wall time that needs no CPU. The batcher's timer wakes
+    ``timer_slack_s`` (plus an exponential ``timer_slack_tail_s`` on average) after a
+    queue-delay deadline. A batch starts ``dispatch_s`` after it is sent, and its instance takes
+    the next one ``release_s`` after it ends (the batcher's hand-offs). With ``cores`` set, those
+    front-end jobs and the executions share one pool of ``cores`` CPUs (processor sharing, each
+    job at most one core), so at high load the front end slows execution down and vice versa.
+    ``cores=None`` means no contention: every job runs at full speed.
+    """
+
     cores: float | None = None
     request_s: float = 0.0
     # Spread of the per-request front-end work (coefficient of variation, gamma).
@@ -177,6 +181,11 @@ HANDOFF_FIELDS = (
 
 @dataclass(frozen=True)
 class OpenLoop:
+    """Arrivals at ``rate_per_s`` whatever the server does, with inter-arrival times of
+    coefficient of variation ``cv`` (0: constant, 1: Poisson, >1: bursty; a gamma renewal
+    process of shape 1/cv^2).
+    """
+
     rate_per_s: float
     cv: float = 1.0
 
@@ -193,6 +202,10 @@ class OpenLoop:
 
 @dataclass(frozen=True)
 class ClosedLoop:
+    """``concurrency`` clients, each sending its next request ``think_s`` after the previous one
+    returns (perf_analyzer's ``--concurrency-range``).
+    """
+
     concurrency: int
     think_s: float = 0.0
 

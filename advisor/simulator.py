@@ -1,25 +1,9 @@
 """A discrete-event simulation of Triton's dynamic batcher and the clients around it.
 
-The batcher is a port of Triton 2.51's ``DynamicBatchScheduler`` (``Enqueue``,
-``BatcherThread``, ``GetDynamicBatch`` in triton-inference-server/core) and of the rate
-limiter's payload queue, for requests of batch size 1, following ``batcher.md``:
-
-* The batcher fills a payload from the queue in arrival order, up to ``max_batch_size``.
-  If that reaches a preferred size, the largest preferred size reached goes at once.
-* Otherwise, if at least the largest preferred size is queued (the batch cannot grow into
-  a preferred size any more), everything up to ``max_batch_size`` goes.
-* Otherwise the payload waits until the OLDEST queued request has waited
-  ``max_queue_delay_microseconds``; then whatever is queued goes. With a delay of 0 it
-  goes at once.
-* Without preferred sizes Triton uses ``[max_batch_size]`` (its normalisation), so a batch
-  leaves early only when it is full.
-* A payload goes to the instances' queue whether an instance is free or not (at most two
-  per instance wait there); a free instance takes the first. Until one takes it, a payload
-  sent short of a preferred size takes later arrivals, but only those that wake the
-  batcher: with no delay, every arrival; with a delay, only once as many are queued as the
-  next preferred size needs. The others wait for the next payload. An instance that has
-  just finished takes the next payload at once (its thread is running); an idle one is
-  woken first and takes it part way through the hand-off (:data:`TAKE_SHARE`).
+The advisor cannot try every config on a live model, so it runs them here. The batcher is a
+port of Triton 2.51's ``DynamicBatchScheduler`` (``Enqueue``, ``BatcherThread``,
+``GetDynamicBatch`` in triton-inference-server/core) and of the rate limiter's payload queue,
+for requests of batch size 1, following ``batcher.md`` (the rules: :class:`Simulation`).
 
 Around it: the batcher's hand-offs (a payload reaches an idle instance a moment after it is
 sent; a running instance takes the next one a measured gap after its execution ends), the
@@ -232,6 +216,28 @@ class _CpuPool:
 
 @dataclass
 class Simulation:
+    """One simulated run of ``requests`` requests through the batcher ``config``.
+
+    The batcher's rules, as Triton 2.51 applies them:
+
+    * The batcher fills a payload from the queue in arrival order, up to ``max_batch_size``.
+      If that reaches a preferred size, the largest preferred size reached goes at once.
+    * Otherwise, if at least the largest preferred size is queued (the batch cannot grow into
+      a preferred size any more), everything up to ``max_batch_size`` goes.
+    * Otherwise the payload waits until the OLDEST queued request has waited
+      ``max_queue_delay_microseconds``; then whatever is queued goes. With a delay of 0 it
+      goes at once.
+    * Without preferred sizes Triton uses ``[max_batch_size]`` (its normalisation), so a batch
+      leaves early only when it is full.
+    * A payload goes to the instances' queue whether an instance is free or not (at most two
+      per instance wait there); a free instance takes the first. Until one takes it, a payload
+      sent short of a preferred size takes later arrivals, but only those that wake the
+      batcher: with no delay, every arrival; with a delay, only once as many are queued as the
+      next preferred size needs. The others wait for the next payload. An instance that has
+      just finished takes the next payload at once (its thread is running); an idle one is
+      woken first and takes it part way through the hand-off (:data:`TAKE_SHARE`).
+    """
+
     config: BatcherConfig
     service: ServiceModel
     traffic: Traffic

@@ -5,25 +5,9 @@ restart they start again from zero and Prometheus' ``rate()`` treats that as a
 counter reset. The derived gauges are ratios of the current cumulative values,
 so a reset can never make them negative or huge. Missing data gives no series:
 a target that fails reports only ``triton_batching_target_up 0``, its scrape
-duration and its data age; a ratio without a denominator is left out.
-
-Example (one model, one target)::
-
-    # HELP triton_batching_batch_executions_total Executions per formed batch size ...
-    # TYPE triton_batching_batch_executions_total counter
-    triton_batching_batch_executions_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",batch_size="2"} 913.0
-    # HELP triton_batching_average_batch_size Inferences per execution since Triton started ...
-    # TYPE triton_batching_average_batch_size gauge
-    triton_batching_average_batch_size{target="http://127.0.0.1:8000",model="batch_add_model",version="1"} 1.483
-    # HELP triton_batching_target_up 1 if every endpoint of the target answered usably, else 0.
-    # TYPE triton_batching_target_up gauge
-    triton_batching_target_up{target="http://127.0.0.1:8000"} 1.0
-
-On a server where Triton reports GPUs (through DCGM), their gauges pass through
-with the target added; without a GPU these families are absent, never zero::
-
-    triton_batching_gpu_utilization_ratio{target="http://triton:8000",gpu_uuid="GPU-5a1f..."} 0.42
-"""  # noqa: E501
+duration and its data age; a ratio without a denominator is left out. What it
+writes, by example: :class:`BatchingCollector`.
+"""
 
 from __future__ import annotations
 
@@ -163,7 +147,24 @@ class BatchingCollector(Collector):
     (already rendered), so its time no longer grows with the fleet or waits for a slow
     target. ``triton_batching_data_age_seconds`` says how old each target's data is; a
     scrape that finds a read older than twice the interval waits for a fresh one.
-    """
+
+    Example (one model, one target)::
+
+        # HELP triton_batching_batch_executions_total Executions per formed batch size ...
+        # TYPE triton_batching_batch_executions_total counter
+        triton_batching_batch_executions_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",batch_size="2"} 913.0
+        # HELP triton_batching_average_batch_size Inferences per execution since Triton started ...
+        # TYPE triton_batching_average_batch_size gauge
+        triton_batching_average_batch_size{target="http://127.0.0.1:8000",model="batch_add_model",version="1"} 1.483
+        # HELP triton_batching_target_up 1 if every endpoint of the target answered usably, else 0.
+        # TYPE triton_batching_target_up gauge
+        triton_batching_target_up{target="http://127.0.0.1:8000"} 1.0
+
+    On a server where Triton reports GPUs (through DCGM), their gauges pass through
+    with the target added; without a GPU these families are absent, never zero::
+
+        triton_batching_gpu_utilization_ratio{target="http://triton:8000",gpu_uuid="GPU-5a1f..."} 0.42
+    """  # noqa: E501
 
     def __init__(
         self,

@@ -1,32 +1,15 @@
 """Triton's other batching features as series: queue limits, priorities, the response
 cache, sequence batching and ensembles.
 
-Each changes what the batcher sees, so each is shown beside the batching series:
-
-- a bounded queue: ``triton_batching_max_queue_size`` per queue (``priority="default"``,
-  or the priority level). Triton 2.51 counts a request rejected by a full queue
-  nowhere (not in the statistics' failures, not in
-  ``nv_inference_request_failure{reason="REJECTED"}``, checked): the bound beside the
-  pending count is what the alert reads, and the clients' HTTP 503s are the count;
-- the response cache: hits and misses from the statistics API, only for models with
-  ``response_cache { enable: true }``. A hit never reaches the batcher: Triton leaves it
-  out of ``inference_count`` and ``execution_count``, so the batch size and efficiency
-  are those of the requests the batcher saw;
-- the scheduler: ``triton_batching_scheduler_info{scheduler="dynamic|sequence|ensemble|default"}``;
-- an ensemble: one ``triton_batching_ensemble_step_info`` per step. The ensemble has no
-  batcher: Triton reports each of its requests as an "execution of batch size 1", which
-  is not a batch the ensemble formed, and its steps report the same inferences again.
-  The ensemble's inference, execution and batch series are therefore left out (its
-  requests, failures and times stay): summing over models counts each inference once,
-  at the step that executed it.
-
-Example::
-
-    triton_batching_max_queue_size{target="http://127.0.0.1:8000",model="add_slow_queue",version="1",priority="default"} 2.0
-    triton_batching_cache_hits_total{target="http://127.0.0.1:8000",model="add_cached",version="1"} 5.0
-    triton_batching_scheduler_info{target="http://127.0.0.1:8000",model="add_pipeline",version="1",scheduler="ensemble"} 1.0
-    triton_batching_ensemble_step_info{target="http://127.0.0.1:8000",model="add_pipeline",version="1",step="1",step_model="preprocess"} 1.0
-"""  # noqa: E501
+Each changes what the batcher sees, so each is shown beside the batching series: a bounded
+queue's size per priority (Triton 2.51 counts a request rejected by a full queue nowhere, so
+the bound beside the pending count is what the alert reads); the response cache's hits and
+misses (a hit never reaches the batcher); the scheduler; and an ensemble's steps. An ensemble
+has no batcher: Triton reports each of its requests as an "execution of batch size 1", and
+its steps report the same inferences again, so its inference, execution and batch series are
+left out and summing over models counts each inference once. What it writes, by example:
+:class:`FeatureFamilies`.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +30,29 @@ def batches_of(config: ModelConfig) -> bool:
 
 
 class FeatureFamilies:
-    """The features' families for one scrape; ``add`` one model at a time."""
+    """The features' families for one scrape; ``add`` one model at a time.
+
+    - a bounded queue: ``triton_batching_max_queue_size`` per queue (``priority="default"``,
+      or the priority level). Triton 2.51 counts a request rejected by a full queue
+      nowhere (not in the statistics' failures, not in
+      ``nv_inference_request_failure{reason="REJECTED"}``, checked): the bound beside the
+      pending count is what the alert reads, and the clients' HTTP 503s are the count;
+    - the response cache: hits and misses from the statistics API, only for models with
+      ``response_cache { enable: true }``. A hit never reaches the batcher: Triton leaves it
+      out of ``inference_count`` and ``execution_count``, so the batch size and efficiency
+      are those of the requests the batcher saw;
+    - the scheduler: ``triton_batching_scheduler_info{scheduler="dynamic|sequence|ensemble|default"}``;
+    - an ensemble: one ``triton_batching_ensemble_step_info`` per step. The ensemble's
+      inference, execution and batch series are left out (its requests, failures and times
+      stay): summing over models counts each inference once, at the step that executed it.
+
+    Example::
+
+        triton_batching_max_queue_size{target="http://127.0.0.1:8000",model="add_slow_queue",version="1",priority="default"} 2.0
+        triton_batching_cache_hits_total{target="http://127.0.0.1:8000",model="add_cached",version="1"} 5.0
+        triton_batching_scheduler_info{target="http://127.0.0.1:8000",model="add_pipeline",version="1",scheduler="ensemble"} 1.0
+        triton_batching_ensemble_step_info{target="http://127.0.0.1:8000",model="add_pipeline",version="1",step="1",step_model="preprocess"} 1.0
+    """  # noqa: E501
 
     def __init__(self) -> None:
         self.max_queue_size = GaugeMetricFamily(

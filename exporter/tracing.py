@@ -12,16 +12,8 @@ removes them, and keeps:
   stopped): their traces written so far are kept, and marked incomplete by the span of
   Triton's steady clock the window covered (``/api/traces`` returns the spans).
 
-Example::
-
-    # HELP triton_batching_queue_wait_seconds Queue wait of traced requests ...
-    # TYPE triton_batching_queue_wait_seconds histogram
-    triton_batching_queue_wait_seconds_bucket{target="http://127.0.0.1:8000",model="batch_add_model",version="1",le="0.0005"} 412.0
-    # TYPE triton_batching_batches_total counter
-    triton_batching_batches_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",reason="preferred_size"} 388.0
-    # TYPE triton_batching_trace_sample_ratio gauge
-    triton_batching_trace_sample_ratio{target="http://127.0.0.1:8000",model="batch_add_model"} 1.0
-"""  # noqa: E501
+What it writes, by example: :class:`TraceCollector`.
+"""
 
 from __future__ import annotations
 
@@ -381,7 +373,18 @@ def declared() -> tuple[
 
 
 class TraceCollector(Collector):
-    """The trace families of every target that has a :class:`TraceBook`."""
+    """The trace families of every target that has a :class:`TraceBook`.
+
+    Example::
+
+        # HELP triton_batching_queue_wait_seconds Queue wait of traced requests ...
+        # TYPE triton_batching_queue_wait_seconds histogram
+        triton_batching_queue_wait_seconds_bucket{target="http://127.0.0.1:8000",model="batch_add_model",version="1",le="0.0005"} 412.0
+        # TYPE triton_batching_batches_total counter
+        triton_batching_batches_total{target="http://127.0.0.1:8000",model="batch_add_model",version="1",reason="preferred_size"} 388.0
+        # TYPE triton_batching_trace_sample_ratio gauge
+        triton_batching_trace_sample_ratio{target="http://127.0.0.1:8000",model="batch_add_model"} 1.0
+    """  # noqa: E501
 
     def __init__(self, books: Sequence[TraceBook]) -> None:
         self.books = list(books)

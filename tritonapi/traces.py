@@ -1,26 +1,18 @@
 """Triton's own per-request traces: read them as Triton writes them, rebuild the batches.
 
-Triton (started with ``--trace-config triton,file=PREFIX``) writes the traces it has
-collected to ``PREFIX.0``, ``PREFIX.1``, ... each time a model's buffer reaches its
-``log_frequency`` (and when a trace setting changes, and at shutdown): one JSON list per
-file, several entries per trace id, each with the id and either the model, version and
-request id, or one named timestamp in nanoseconds of the server's steady clock (Linux
-``CLOCK_MONOTONIC``)::
+Triton (started with ``--trace-config triton,file=PREFIX``) writes the traces it has collected
+to ``PREFIX.0``, ``PREFIX.1``, ... each time a model's buffer reaches its ``log_frequency``
+(and when a trace setting changes, and at shutdown): one JSON list per file, several entries
+per trace id, each with the id and either the model, version and request id, or one named
+timestamp in nanoseconds of the server's steady clock (``CLOCK_MONOTONIC``)::
 
     {"id": 1, "model_name": "batch_add_model", "model_version": 1, "request_id": "w2-0"}
     {"id": 1, "timestamps": [{"name": "QUEUE_START", "ns": 834473969376}]}
-    {"id": 1, "timestamps": [{"name": "COMPUTE_START", "ns": 834474228501}]}
 
 Requests executed together share one COMPUTE_START (and COMPUTE_END). A trace carries no
-batch size: the requests of a batch that were *traced* are found, so a batch's size and
-the reason it left are known only when every request of the window was traced (trace
-rate 1) and each request holds one batch row. Queue waits are exact per traced request,
+batch size, so a batch's size and why it left (:func:`departure_reason`) are known only when
+every request of the window was traced (rate 1). Queue waits are exact per traced request,
 so their percentiles need only a sample.
-
-Why a batch left, from Triton's dynamic batcher (docs/user_guide/batcher.md): it sends a
-batch at once when it reaches ``max_batch_size`` or a preferred size; otherwise it holds
-the requests until the oldest has waited ``max_queue_delay_microseconds``, unless that
-delay is 0 or the next request does not fit, when an idle instance takes what is queued.
 """
 
 from __future__ import annotations
@@ -255,7 +247,13 @@ def assign_lanes(batches: list[Batch]) -> list[Batch]:
 
 
 def departure_reason(batch: Batch, config: ModelConfig) -> str:
-    """Why the batcher sent ``batch`` when it did (see the module docstring)."""
+    """Why the batcher sent ``batch`` when it did.
+
+    From Triton's dynamic batcher (docs/user_guide/batcher.md): it sends a batch at once when
+    it reaches ``max_batch_size`` or a preferred size; otherwise it holds the requests until
+    the oldest has waited ``max_queue_delay_microseconds``, unless that delay is 0 or the
+    next request does not fit, when an idle instance takes what is queued.
+    """
     if config.dynamic is None or config.max_batch_size <= 1:
         return INSTANCE_IDLE  # no batcher: each request goes to the next free instance
     size = batch.size
@@ -390,7 +388,7 @@ class TraceFollower:
 # of 5,000 once): the reader reports what it found. Triton before 2.57 can crash while it
 # traces (server PR #8144), the more likely the more traced requests it has handled:
 # ``tritonapi.tracesafety`` holds the window sizes that stay safe there, from the map
-# that bench/trace_safety.py draws (docs/validation.md: "Trace safety on Triton 2.51").
+# that bench/trace_safety.py draws (docs/validation/trace-safety.md).
 
 # What one traced request costs on disk until it is read (measured: 50 traces of the add
 # model, with HTTP timestamps, take 45 KB).

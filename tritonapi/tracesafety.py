@@ -1,24 +1,18 @@
 """Trace windows a Triton survives: one answer for every place that starts tracing.
 
-Triton before 2.57 (release 25.04) can die while it traces: server PR #8144 ("Fix
-segfaults in tracing mode after long run") found that ``TraceRelease`` deleted a trace
-while holding that trace's mutex, undefined behaviour that ends in SIGSEGV or SIGABRT
-once enough traced requests have gone through. ``bench/trace_safety.py`` maps how often a
-window takes 2.51 (the runtime installed here) down, by window count, load, sampling rate
-and protocol; the manual's validation page ("Trace safety on Triton 2.51") holds the
-table with its command and date. This module holds the limits chosen from that table, so that
-``stack trace``, the dashboard's button, ``loadgen --trace``, the benches and the
-always-on sampler all ask the same question::
+Triton before 2.57 (release 25.04) can die while it traces: server PR #8144 found that
+``TraceRelease`` deleted a trace while holding its mutex, undefined behaviour that ends in
+SIGSEGV or SIGABRT once enough traced requests have gone through. ``bench/trace_safety.py``
+maps how often a window takes 2.51 down (docs/validation/trace-safety.md); this module holds
+the limits chosen from that map, so that every place that traces (the trace command, the
+dashboard's button, traced load runs, the benches, the always-on sampler) asks the same::
 
-    version = server_version(client)           # GET /v2, field "version"
-    window = plan(version, Load.closed(8), count=5_000, rate=1, shrink=True)
+    window = plan(server_version(client), Load.closed(8), count=5_000, rate=1, shrink=True)
     window.count, window.rate, window.note     # the count to ask for, and why it shrank
 
-On a release with the fix, a window is taken as asked (up to ``MAX_COUNT``, a bound on
-the disk a window takes until it is read). Before it, the window must lie where the
-map's crash probability per window is under ``BOUND``; a request outside is shrunk when
-the caller allows it, else refused with :class:`UnsafeTrace`: one line that names the
-version, the bound and the fix. A version that cannot be read is treated as unfixed.
+On a fixed release a window is taken as asked (up to ``MAX_COUNT``, a bound on its disk);
+before it (or on a version that cannot be read), a window must lie where the map's crash
+probability is under ``BOUND``: shrunk if the caller allows, else refused (:class:`UnsafeTrace`).
 """
 
 from __future__ import annotations

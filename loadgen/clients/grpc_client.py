@@ -4,30 +4,11 @@ HTTP/2 frames on asyncio transports, as the HTTP client writes HTTP/1.1.
 Why not grpc.aio: its call machinery and its poller thread's hand-offs to the event loop
 cost several times the CPU of everything else loadgen does per request, and neither pre-
 encoded bytes nor one ``ModelStreamInfer`` stream per slot removed the cross-thread wake-
-ups. Here a request is two frames in one ``write()``, the requests made while one read's
-answers are handled go out in one ``write()`` together, and an answer is parsed from the
-bytes ``data_received`` hands over. Why not python-hyper's ``h2``, the sans-IO HTTP/2
-library: its client side alone costs about what grpc.aio costs in all. (The profiles and
-runs behind these choices: docs/validation.md, "Measurements behind the code".) The frames a
-gRPC client needs are few, so they are written here, and HPACK, the part with real state, is
-python-hyper's ``hpack``.
-
-A request is the gRPC message bytes: the fixed part (model, input and output specs)
-serialized once, and each request's ``raw_input_contents`` (and id, in traced runs)
-appended as protobuf fields; protobuf parses concatenated messages as one merged message.
-The header block is the same bytes for every request (literals the server never indexes),
-and the client asks for an HPACK table of size 0, so the server's header blocks decode
-without state and are looked up by their bytes (``loadgen.clients.http2``). Flow control: the
-client opens its receive windows wide at the start and tops the connection's up; its
-sends respect the server's windows and frame size (a request that does not fit waits for
-the server's WINDOW_UPDATE). PINGs are answered, SETTINGS acknowledged, a GOAWAY moves
-new requests to a fresh connection.
-
-The answer is checked like the HTTP one (grpc-status, metadata shapes and datatypes,
-OUTPUT_SUM bytes). Slots share one connection up to ``SLOTS_PER_CONNECTION``, as
-perf_analyzer's workers share tritonclient's cached channel (4-slot connections measured
-no better). A request past its timeout is cancelled with RST_STREAM and recorded as timed
-out; its slot goes on at once on the same connection.
+ups. Why not python-hyper's ``h2``, the sans-IO HTTP/2 library: its client side alone costs
+about what grpc.aio costs in all. The frames a gRPC client needs are few, so they are
+written here, and HPACK, the part with real state, is python-hyper's ``hpack``. (The
+profiles and runs behind these choices: docs/validation/client-efficiency.md.) How a
+request and its answer travel: :class:`GrpcClient`.
 """
 
 from __future__ import annotations
@@ -293,6 +274,30 @@ def _unpad(flags: int, payload: bytes) -> bytes:
 
 
 class GrpcClient(Client):
+    """Unary ``ModelInfer`` calls over connections of our own frames.
+
+    A request is two frames in one ``write()``, the requests made while one read's answers are
+    handled go out in one ``write()`` together, and an answer is parsed from the bytes
+    ``data_received`` hands over.
+
+    A request is the gRPC message bytes: the fixed part (model, input and output specs)
+    serialized once, and each request's ``raw_input_contents`` (and id, in traced runs)
+    appended as protobuf fields; protobuf parses concatenated messages as one merged message.
+    The header block is the same bytes for every request (literals the server never indexes),
+    and the client asks for an HPACK table of size 0, so the server's header blocks decode
+    without state and are looked up by their bytes (``loadgen.clients.http2``). Flow control: the
+    client opens its receive windows wide at the start and tops the connection's up; its
+    sends respect the server's windows and frame size (a request that does not fit waits for
+    the server's WINDOW_UPDATE). PINGs are answered, SETTINGS acknowledged, a GOAWAY moves
+    new requests to a fresh connection.
+
+    The answer is checked like the HTTP one (grpc-status, metadata shapes and datatypes,
+    OUTPUT_SUM bytes). Slots share one connection up to ``SLOTS_PER_CONNECTION``, as
+    perf_analyzer's workers share tritonclient's cached channel (smaller connections measured
+    no better: docs/validation/client-efficiency.md). A request past its timeout is cancelled
+    with RST_STREAM and recorded as timed out; its slot goes on at once on the same connection.
+    """
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.template, self.offsets = self._template(self.tensors)

@@ -1,25 +1,17 @@
 """Open-loop sends at their due time to the microsecond, on the event loop that sends them.
 
-asyncio's default selector waits in epoll, whose timeout is whole milliseconds rounded up:
-a request due in 300 us left about a millisecond later, and at 2,000/s the sends went out in
-pairs once a millisecond (issue 25: 36 % of the gaps on the wire under half the ideal).
-Batching feeds on exactly that error, so open-loop runs are paced here instead:
-
-- their loop (``loop_factory``) still waits in epoll, but each wait also arms a timerfd
-  for the exact timeout (nanoseconds, CLOCK_MONOTONIC like the loop's clock), so the wait
-  ends when the timer says and not at the next millisecond; select() would do it too, but
-  it refuses descriptors numbered past 1,024, which a dashboard or a test session holds;
-- the loop's thread asks the kernel for 1 ns of timer slack (``prctl(PR_SET_TIMERSLACK)``;
-  Linux lets a normal thread's timers fire up to 50 us late to batch wake-ups);
-- ``until(due)`` sleeps on that loop until ``YIELD_S`` before the due time (answers are
-  read meanwhile), then hands the loop turns without sleeping (each turn still polls the
-  sockets, so answers are still read) until ``SPIN_S`` before it, then spins on the clock
-  for the last microseconds, where one turn of the loop could overshoot.
+asyncio's default selector waits in epoll, whose timeout is whole milliseconds rounded up, so
+sends due within a millisecond went out together (docs/validation/pacing.md). Batching feeds
+on exactly that error, so open-loop runs are paced here: their loop (``loop_factory``) also
+arms a timerfd for each wait's exact timeout (select() would do it too, but refuses
+descriptors past 1,024); the loop's thread asks for 1 ns of timer slack (Linux lets a normal
+thread's timers fire up to 50 us late to batch wake-ups); and ``until(due)`` sleeps until
+``YIELD_S`` before the due time, then turns the loop without sleeping until ``SPIN_S``
+before it, then spins on the clock for the last microseconds.
 
 perf_analyzer paces its request-rate mode the same way (sleep, then spin). A send that is
 late anyway (a busy core, a long callback) leaves at once, and the recorder keeps how late
-it was (``Recorder.mark_sent``): the run's lateness distribution says whether the schedule
-was kept.
+it was (``Recorder.mark_sent``): the run's lateness says whether the schedule was kept.
 """
 
 from __future__ import annotations

@@ -4,19 +4,14 @@
     result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
     result.summary.client.throughput_per_s, result.run_id
 
-The result is a ``LoadRun`` (``loadgen.results.summary``): params, status, times and a typed
-``RunSummary``; ``RunStore.load_run`` (``loadgen.store.runstore``) reads a stored run back
-as the same type.
-
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
-deltas for the window, and stores the run. The store gets it while it goes
-(``loadgen.store.writer``): status ``running``, the records and timeline committed each second,
-the final status at the end, so memory stays flat however long the run and a crash loses at
-most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
-another thread) ends sending, waits for the requests in flight, and stores the partial run
-with status ``interrupted``. A run ends only by its own limits, a stop or an error, and
-``summary.client.ended`` says which.
+deltas for the window, and returns a ``LoadRun`` (``loadgen.results.summary``), the type
+``RunStore.load_run`` reads back. The store gets the run while it goes
+(``loadgen.store.writer``), so memory stays flat however long the run and a crash loses at
+most the last second. A stop (Ctrl-C or SIGTERM in the CLI, ``stop.set()`` from another
+thread) ends sending, waits for the requests in flight and stores the partial run as
+``interrupted``; ``summary.client.ended`` says what ended a run.
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """One run from several worker processes (``--processes N``), merged into one stored run.
 
-One Python process sends only so much (its event loop and the per-request Python work
-share one core); ``--processes N`` starts N workers (multiprocessing, spawn), each with its
-share of the load:
+One Python process sends only so much (its event loop and the per-request Python work share
+one core), so ``--processes N`` starts N workers (multiprocessing, spawn), each with its
+share of the load: C / N requests in flight, R / N of a rate and of each --stage's rate (N
+Poisson streams of R / N are one of R), --requests and --max-in-flight split like
+concurrency (the first C mod N workers one more).
 
-- concurrency C: C / N requests in flight each (the first C mod N workers one more);
-- rate R (and each --stage's rate): R / N each (N Poisson streams of R / N are one Poisson
-  stream of R);
-- --requests and --max-in-flight: split like concurrency.
-
-Each worker checks the target and its inputs, waits at a barrier until all are ready (so
-they start together), and streams its run into a store of its own in a temporary folder.
-Open-loop workers share one start (``START_AHEAD_S`` after the barrier, on CLOCK_MONOTONIC,
-which every process reads alike) and worker i's schedule begins i / R after it (R the
-whole rate): N constant streams of R / N interleave into one of R instead of sending N
-requests together each N / R seconds.
-The parent reads the server's statistics before the barrier and after the last worker's
-last answer (the whole window's server side, once), then merges the workers' runs exactly
-(``loadgen.reports.merge``) into one run of the real store, records included, and removes the
-workers' stores.
-
-The merged run is stored when all workers have ended: while it goes, each worker's run is
-only in its own store.
+Each worker checks the target and its inputs, waits at a barrier so that all start together,
+and streams its run into a store of its own in a temporary folder. Open-loop workers share
+one start (``START_AHEAD_S`` after the barrier, on CLOCK_MONOTONIC) and worker i's schedule
+begins i / R after it, so N constant streams interleave into one of R. The parent reads the
+server's statistics once around the whole window, then merges the workers' runs exactly
+(``loadgen.reports.merge``) into one run of the real store, records included, and removes
+the workers' stores; until then each worker's run is only in its own store.
 """
 
 from __future__ import annotations

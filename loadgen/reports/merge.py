@@ -1,24 +1,17 @@
 """Several runs made side by side (worker processes, pods, machines) as one stored run.
 
-Every part brings its client account, its latency histogram of the successful requests and
-its timeline; the merged run is what one load generator doing all of it would have stored:
-
-- counts add (sent, ok, failed, timed out, not sent, errors by kind, and any other whole
-  number a run's client summary holds, such as late sends), so sent = ok + failed + timed
-  out still holds;
-- latency histograms merge exactly (``Histogram.merge``): the merged percentiles are those
-  of one histogram fed every request;
-- timelines sum second by second on a common clock: the earliest part's start is second 0,
-  and each part's seconds move by its start's offset from it (whole seconds), and each
-  second's p50/p99/mean come from the merged histograms of that second;
-- records (stores only) keep their order of completion across parts, their start times on
-  the common clock.
+The merged run is what one load generator doing all of it would have stored: counts add (any
+whole number of a run's client summary, late sends too, so sent = ok + failed + timed out
+still holds); latency histograms merge exactly (``Histogram.merge``), so the percentiles are
+those of one histogram fed every request; timelines sum second by second on a common clock
+(the earliest part's start is second 0, each part moved by its whole-second offset, each
+second's percentiles from the merged histograms); records keep their order of completion.
 
 A part comes from a store (its records give the histograms) or from the JSON a run prints
 with ``--json`` (``portable`` adds the histograms to it). The server side is not the sum of
-the parts' (each part's statistics window saw the other parts' requests too): the caller
-gives the server side of the whole window when it has one (``--processes``), else the
-merged run says why it has none.
+the parts' (each part's window saw the others' requests too): the caller gives the server
+side of the whole window when it has one (``--processes``), else the merged run says why it
+has none.
 """
 
 from __future__ import annotations

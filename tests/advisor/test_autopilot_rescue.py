@@ -182,8 +182,8 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     its second interval, one change to bigger batches is applied and kept, and the steps after
     it change nothing. The model's cost is its sleep, not these two cores' CPU, so the start
     config is near capacity at 2,000/s on a busy minute as on a quiet one (on the CPU-bound
-    add model it overloaded on busy minutes and the clients timed out: docs/validation.md,
-    "The autopilot at 200/s then 2,000/s").
+    add model it overloaded on busy minutes and the clients timed out:
+    docs/validation/autopilot-rate-shift.md).
 
     Up to 12 at 2,000/s sits at the edge of the saturation rule (requests waited 130 to 140
     ms against its 138 ms), so its intervals read saturated and not by turns. Read from the
@@ -265,7 +265,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     # Triton's own statistics: batches past 12 formed once the change was in, none before; over
     # the last interval the offered rate was served from a queue that is no backlog.
     assert max(executed_before) <= start.max_batch_size < max(executed_after), said
-    print(said)  # the lines, for `pytest -s` (docs/validation.md quotes them)
+    print(said)  # the lines, for `pytest -s` (docs/validation/autopilot-rate-shift.md quotes them)
     delta = last.minus(first)
     assert delta.phase("success").count > 0.8 * 2000 * opts.interval_s, delta
     assert delta.phase("queue").ns / delta.phase("queue").count < 20e6, delta
