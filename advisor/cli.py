@@ -47,13 +47,13 @@ from advisor.predict import (
     predict,
 )
 from advisor.storedrun import run_ids
-from exporter.targets import normalize_url
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from loadgen.store.schema import check_writable
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelname import model_name
+from tritonapi.urls import normalize_url
 
 
 class UsageError(Exception):
@@ -98,7 +98,7 @@ def _non_negative_int(what: str) -> Any:
 
 
 def _http_url(what: str) -> Any:
-    """The exporter's URL rule (``exporter.targets.normalize_url``), as an argparse type."""
+    """The URL rule (``tritonapi.urls.normalize_url``), as an argparse type."""
 
     def parse(text: str) -> str:
         try:
