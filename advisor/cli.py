@@ -49,7 +49,8 @@ from advisor.predict import (
 from advisor.storedrun import run_ids
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
-from loadgen.store.schema import check_writable
+from runs.errors import StoreError
+from runs.schema import check_writable
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelname import model_name
@@ -587,7 +588,7 @@ def advise(args: argparse.Namespace) -> int:
     check_path(args.calibrations, "--calibrations", folder=False)
     try:  # checked whether or not --apply uses it: a bad path is a slip either way
         check_writable(args.db)
-    except LoadgenError as exc:
+    except StoreError as exc:
         raise UsageError(str(exc)) from None
     if args.traces:
         probe_traces(args.traces)
@@ -830,7 +831,7 @@ def autopilot_command(args: argparse.Namespace) -> int:
     try:
         check_writable(args.db)
         policy = policy_mod.load(args.policy) if args.policy else policy_mod.Policy()
-    except (LoadgenError, policy_mod.PolicyError) as exc:
+    except (StoreError, policy_mod.PolicyError) as exc:
         raise UsageError(str(exc)) from None
     inputs = Options(
         url=args.url,

@@ -66,7 +66,7 @@ from bench.advisor_regret import (
 from bench.advisor_validation import HELDOUT, RATES, SHAPES, repository
 from bench.common import stack
 from loadgen.engine.runner import RunParams, RunResult, run
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stacksettings import PORTS, ROOT, Settings
 from tritonapi.client import TritonClient
 

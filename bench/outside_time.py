@@ -31,7 +31,7 @@ from pathlib import Path
 from advisor.handoff import outside
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.summary import ServerSummary
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import PORTS, isolated
 

@@ -39,7 +39,7 @@ import requests
 
 from bench.common import MODEL, stack
 from loadgen.engine.runner import RunParams, run
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import Supervisor, group_members
 from stacksettings import ROOT, Settings
 from tritonapi.client import TritonClient

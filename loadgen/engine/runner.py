@@ -5,13 +5,13 @@
     result.summary.client.throughput_per_s, result.run_id
 
 The result is a ``LoadRun`` (``loadgen.results.summary``): params, status, times and a typed
-``RunSummary``; ``RunStore.load_run`` (``loadgen.store.runstore``) reads a stored run back
+``RunSummary``; ``loadgen.results.stored.load_run`` reads a stored run back
 as the same type.
 
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
 deltas for the window, and stores the run. The store gets it while it goes
-(``loadgen.store.writer``): status ``running``, the records and timeline committed each second,
+(``loadgen.engine.writer``): status ``running``, the records and timeline committed each second,
 the final status at the end, so memory stays flat however long the run and a crash loses at
 most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
 another thread) ends sending, waits for the requests in flight, and stores the partial run
@@ -49,13 +49,13 @@ from loadgen.clients.slots import Client
 from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from loadgen.engine import pacing, scenarios, serverside
 from loadgen.engine.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
+from loadgen.engine.writer import RunWriter, Tick
 from loadgen.errors import LoadgenError
 from loadgen.results.params import RunParams, default_urls, validate
 from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
 from loadgen.results.result import RunResult
 from loadgen.results.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.results.tracing import Window, expected_requests, summarize
-from loadgen.store.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT

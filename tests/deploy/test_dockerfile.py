@@ -106,7 +106,7 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = [
         p
-        for p in ("stack", "exporter", "loadgen", "dashboard", "advisor", "batchscope")
+        for p in ("stack", "exporter", "loadgen", "runs", "dashboard", "advisor", "batchscope")
         if (ROOT / p).is_dir()
     ]
     for package in packages:
