@@ -68,6 +68,7 @@ class ChangesCollector(Collector):
         (family,) = declared()
         for server, model in sorted({(s, m) for s, m, _ in counts}):
             outcomes = {o for s, m, o in counts if (s, m) == (server, model)}
+            # Every known outcome, at 0 until it happens, so that rate() sees the first one.
             for outcome in (*OUTCOMES, *sorted(outcomes - set(OUTCOMES))):
                 family.add_metric([server, model, outcome], counts.get((server, model, outcome), 0))
         yield family
