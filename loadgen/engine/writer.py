@@ -6,16 +6,12 @@ time, the timeline seconds that changed and a summary of the run so far (``push`
 writer commits them in a thread of its own, so a slow or locked store never holds up the
 requests. The run's row says ``running`` until ``finish`` writes its final status.
 
-When the store cannot take a commit, nothing is dropped:
-
-- locked (another writer holds it past SQLite's 10 s busy wait): the items wait in memory
-  and are tried again at the next second, up to ``MAX_BACKLOG`` records;
-- full, corrupt, not a store, or locked past that backlog or at the end: from then on the
-  run goes to files beside the store, ``<store>.run-<start time>.records.csv`` (the
-  records the store did not take) and, at the end, ``<store>.run-<start time>.json`` (the
-  run's summary and timeline as ``--json`` prints them, and which records are where).
-  ``note`` then holds the one line that says where, and ``loadgen import`` puts the run
-  into the store later (``loadgen.engine.saved.import_saved``).
+When the store cannot take a commit, nothing is dropped. Locked: the items wait in memory
+and are tried again at the next second, up to ``MAX_BACKLOG`` records. Full, corrupt, not a
+store, or locked past that backlog or at the end: the run goes to files beside the store,
+``<store>.run-<start time>.records.csv`` and, at the end, ``<store>.run-<start time>.json``
+(the run as ``--json`` prints it, and which records are where); ``note`` says where, and
+``loadgen import`` puts the run back (``loadgen.engine.saved``).
 """
 
 from __future__ import annotations
