@@ -15,7 +15,7 @@
    to load, the server stopped answering, failures rose, the latency got worse beyond the
    noise, or the throughput fell beyond it (:func:`judge`);
 5. records the change, the two windows, the prediction and the outcome in the store
-   (``loadgen.store.changes``).
+   (``runs.changes``).
 
 What a window measures: Triton's statistics API (an observer the autopilot does not control)
 gives the requests answered, failed and their mean time inside Triton; the load-run store
@@ -39,8 +39,8 @@ from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import queue_and_execution
 from advisor.predict import MIN_GAIN, Prediction, quantile
 from advisor.verify import scratch_config
-from loadgen.store.changes import Change
-from loadgen.store.runstore import RunStore
+from runs.changes import Change
+from runs.store import RunStore
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelconfig import parse_json
 from tritonapi.stats import ModelStats

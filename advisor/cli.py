@@ -47,13 +47,14 @@ from advisor.predict import (
     predict,
 )
 from advisor.storedrun import run_ids
-from exporter.targets import normalize_url
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
-from loadgen.store.schema import check_writable
+from runs.errors import StoreError
+from runs.schema import check_writable
 from stacksettings import admin_headers, from_env_or_default
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelname import model_name
+from tritonapi.urls import normalize_url
 
 
 class UsageError(Exception):
@@ -98,7 +99,7 @@ def _non_negative_int(what: str) -> Any:
 
 
 def _http_url(what: str) -> Any:
-    """The exporter's URL rule (``exporter.targets.normalize_url``), as an argparse type."""
+    """The URL rule (``tritonapi.urls.normalize_url``), as an argparse type."""
 
     def parse(text: str) -> str:
         try:
@@ -587,7 +588,7 @@ def advise(args: argparse.Namespace) -> int:
     check_path(args.calibrations, "--calibrations", folder=False)
     try:  # checked whether or not --apply uses it: a bad path is a slip either way
         check_writable(args.db)
-    except LoadgenError as exc:
+    except StoreError as exc:
         raise UsageError(str(exc)) from None
     if args.traces:
         probe_traces(args.traces)
@@ -830,7 +831,7 @@ def autopilot_command(args: argparse.Namespace) -> int:
     try:
         check_writable(args.db)
         policy = policy_mod.load(args.policy) if args.policy else policy_mod.Policy()
-    except (LoadgenError, policy_mod.PolicyError) as exc:
+    except (StoreError, policy_mod.PolicyError) as exc:
         raise UsageError(str(exc)) from None
     inputs = Options(
         url=args.url,

@@ -36,7 +36,6 @@ from advisor.fit import (
     traffic_from_prometheus,
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
-from exporter.targets import default_metrics_url
 from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
@@ -52,6 +51,7 @@ from tritonapi.client import (
 from tritonapi.metrics import parse_metrics
 from tritonapi.stats import ModelStats
 from tritonapi.traces import ExporterUnavailable, read_exporter
+from tritonapi.urls import default_metrics_url
 
 UNKNOWN = "capacity: unknown (run with --probe)"
 OUTSIDE_UNKNOWN = (

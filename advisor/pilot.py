@@ -50,8 +50,8 @@ from advisor.inputs import InputError, Options, ServerWindow, fit_window, watch
 from advisor.model import OpenLoop
 from advisor.policy import Policy
 from advisor.predict import Prediction
-from loadgen.store.changes import Change
-from loadgen.store.runstore import RunStore
+from runs.changes import Change
+from runs.store import RunStore
 from tritonapi.client import TritonClient, TritonError
 
 # A rate fitted from a 30 s window of Poisson traffic at tens per second is within a few

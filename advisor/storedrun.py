@@ -49,8 +49,10 @@ from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
+from loadgen.results.stored import load_run
 from loadgen.results.summary import LoadRun, ServerSummary
-from loadgen.store.runstore import RunStore
+from runs.errors import StoreError
+from runs.store import RunStore
 from tritonapi.traces import TracedRequest
 
 # The timer slack of a run's server, by its URL (advisor.handoff.timer_slack reads a local
@@ -148,12 +150,12 @@ class _Read:
 
 
 def _read(runs: RunStore, run_id: int) -> _Read:
-    run = runs.load_run(run_id)
+    run = load_run(runs, run_id)
     records = runs.load_records(run_id)
     traced = runs.load_traced_requests(run_id, run.params.model)
     try:
         samples = runs.load_traced_latencies(run_id)
-    except LoadgenError:  # a store without the traced tables: no time outside
+    except StoreError:  # a store without the traced tables: no time outside
         samples = []
     server = run.summary.server
     if server is None or not server.executions:
@@ -289,7 +291,7 @@ def load_runs(
     try:
         with RunStore(db) as runs:
             reads = [_read(runs, run_id) for run_id in run_ids]
-    except LoadgenError as exc:
+    except (LoadgenError, StoreError) as exc:
         raise ValueError(str(exc)) from None
     check_poolable([(r.run_id, r.run) for r in reads])
     first = reads[0]

@@ -37,19 +37,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor import verify  # noqa: E402
-from advisor.advice import SearchOptions, advise  # noqa: E402
-from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from advisor.fit import fit_traffic, received_counts  # noqa: E402
-from advisor.inputs import Options, watch  # noqa: E402
-from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository  # noqa: E402
-from bench.common import stack  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from loadgen.results.result import RunResult  # noqa: E402
-from stacksettings import PORTS, Settings  # noqa: E402
-from tritonapi.client import TritonClient, TritonError  # noqa: E402
+from advisor import verify
+from advisor.advice import SearchOptions, advise
+from advisor.config import BatcherConfig, from_model_config
+from advisor.fit import fit_traffic, received_counts
+from advisor.inputs import Options, watch
+from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository
+from bench.common import stack
+from loadgen.engine.runner import RunParams, run
+from loadgen.results.result import RunResult
+from stacksettings import PORTS, Settings
+from tritonapi.client import TritonClient, TritonError
 
 DELAYS_US = (0, 100, 300, 1000, 3000)
 

@@ -51,20 +51,18 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor import costs, storedrun, verify  # noqa: E402
-from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from advisor.inputs import Options, gather  # noqa: E402
-from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
-from advisor.predict import Prediction, predict, recommend  # noqa: E402
-from bench.common import stack  # noqa: E402
-from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
-from loadgen.engine.shapes import ConstantRate, count_arrivals  # noqa: E402
-from loadgen.errors import LoadgenError  # noqa: E402
-from stacksettings import PORTS, ROOT, Settings  # noqa: E402
-from tritonapi.client import TritonClient, TritonError  # noqa: E402
-from tritonapi.tracesafety import safe_count, server_version  # noqa: E402
+from advisor import costs, storedrun, verify
+from advisor.config import BatcherConfig, from_model_config
+from advisor.inputs import Options, gather
+from advisor.model import CpuModel, OpenLoop, ServiceModel
+from advisor.predict import Prediction, predict, recommend
+from bench.common import stack
+from loadgen.engine.runner import RunParams, RunResult, run
+from loadgen.engine.shapes import ConstantRate, count_arrivals
+from loadgen.errors import LoadgenError
+from stacksettings import PORTS, ROOT, Settings
+from tritonapi.client import TritonClient, TritonError
+from tritonapi.tracesafety import safe_count, server_version
 
 VAR_CONFIG = """name: "var_add"
 backend: "python"

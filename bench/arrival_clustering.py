@@ -2,7 +2,7 @@
 the share of executions that hold up the front end (``advisor.handoff``), from Triton's own
 traces of Poisson runs of the load generator.
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/arrival_clustering.py [--rates 500,800]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.arrival_clustering [--rates 500,800]
 
 Issue 25 asked which of these the advisor learned from Triton and which from the load
 generator's old pacing (sends on asyncio's 1 ms tick): run this on both and compare. Each
@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor.handoff import clustering, measure  # noqa: E402
-from advisor.storedrun import stored_config  # noqa: E402
-from bench.common import stack  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from stacksettings import PORTS  # noqa: E402
+from advisor.handoff import clustering, measure
+from advisor.storedrun import stored_config
+from bench.common import stack
+from loadgen.engine.runner import RunParams, run
+from stacksettings import PORTS
 
 TRACED = 4000  # requests per traced run (Triton 2.51's window bound is 5,000)
 

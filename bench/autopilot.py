@@ -51,12 +51,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor import autopilot as rule  # noqa: E402
-from advisor import pilot  # noqa: E402
-from advisor.config import BatcherConfig, from_model_config  # noqa: E402
-from bench.advisor_regret import (  # noqa: E402
+from advisor import autopilot as rule
+from advisor import pilot
+from advisor.config import BatcherConfig, from_model_config
+from bench.advisor_regret import (
     Measured,
     best_of_grid,
     grid_for,
@@ -65,12 +63,12 @@ from bench.advisor_regret import (  # noqa: E402
     print_grid,
     print_head_to_head,
 )
-from bench.advisor_validation import HELDOUT, RATES, SHAPES, repository  # noqa: E402
-from bench.common import stack  # noqa: E402
-from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
-from loadgen.store.runstore import RunStore  # noqa: E402
-from stacksettings import PORTS, ROOT, Settings  # noqa: E402
-from tritonapi.client import TritonClient  # noqa: E402
+from bench.advisor_validation import HELDOUT, RATES, SHAPES, repository
+from bench.common import stack
+from loadgen.engine.runner import RunParams, RunResult, run
+from runs.store import RunStore
+from stacksettings import PORTS, ROOT, Settings
+from tritonapi.client import TritonClient
 
 GOAL_REGRET = 1.10
 GOAL_CONVERGE_S = 300.0

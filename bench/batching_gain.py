@@ -4,7 +4,7 @@ add model (batch_add_model / add_unbatched), whose compute is nothing beside Tri
 per-request work, and the compute-heavy MLP (mlp_model / mlp_unbatched, the twin made here
 with dynamic batching off), where batching pays most.
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/batching_gain.py [--concurrency 8,16]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.batching_gain [--concurrency 8,16]
         [--pairs add,mlp]
 
 Both models of a pair run the same model.py; only dynamic batching differs. For each run:
@@ -27,11 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import median, stack  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from stacksettings import ROOT, procstat  # noqa: E402
+from bench.common import median, stack
+from loadgen.engine.runner import RunParams, run
+from stacksettings import ROOT, procstat
 
 PAIRS = {"add": ("batch_add_model", "add_unbatched"), "mlp": ("mlp_model", "mlp_unbatched")}
 

@@ -10,7 +10,7 @@ as a fresh ``python -m`` process:
 - with ``--against REV``, the same commands at another commit (a temporary git worktree,
   removed after), so a change's gain is a ratio measured on the same machine minutes apart.
 
-    .venv/bin/python bench/cli_startup.py [--rounds 7] [--against REV]
+    .venv/bin/python -m bench.cli_startup [--rounds 7] [--against REV]
 
 It prints the median wall time per command and tree, and the ratios.
 """

@@ -2,7 +2,7 @@
 same protocol and concurrency, measured alternately (perf_analyzer, loadgen, perf_analyzer,
 ...) so that both see the same machine load. Goal: >= 0.9 on HTTP and on gRPC.
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/client_efficiency.py [--rounds 3] [--seconds 4]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.client_efficiency [--rounds 3] [--seconds 4]
         [--protocols http,grpc] [--concurrency 8,16]
 
 perf_analyzer comes from bench/perf_analyzer_env.sh (its own .venv-bench, never a project
@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import median, private_triton  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from tritonapi.client import TritonClient  # noqa: E402
+from bench.common import median, private_triton
+from loadgen.engine.runner import RunParams, run
+from tritonapi.client import TritonClient
 
 ROOT = Path(__file__).resolve().parent.parent
 

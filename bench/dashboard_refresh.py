@@ -13,7 +13,7 @@ starts the real Prometheus on that data folder, and times, side by side in one r
 - the whole page (``streamlit.testing`` AppTest run of dashboard/app.py), cold
   (caches cleared) and cached (the refresh that follows within the same step).
 
-    .venv/bin/python bench/dashboard_refresh.py [--rounds 5]
+    .venv/bin/python -m bench.dashboard_refresh [--rounds 5]
 
 Goal: a refresh under 1 s.
 """
@@ -37,8 +37,8 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-# AppTest runs the page without a server; Streamlit logs a warning per run about that.
+# AppTest runs the page without a server; Streamlit logs a warning per run about that, unless
+# this is set before the dashboard (and Streamlit) is imported.
 os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")
 
 from dashboard import live  # noqa: E402

@@ -2,7 +2,7 @@
 5 ms per execution and batches up to 64 in two instances, so the server has capacity to
 spare and spends little CPU; the load client's own cost per request is what limits.
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/multiprocess.py [--rounds 3] [--seconds 5]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.multiprocess [--rounds 3] [--seconds 5]
 
 Each round runs `python -m loadgen concurrency` with --processes 1, then 2 (alternating, so
 that both see the same machine load), the same total concurrency, every answer checked.
@@ -27,11 +27,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import median  # noqa: E402
-from stack.supervisor import running  # noqa: E402
-from stacksettings import ROOT, isolated, procstat  # noqa: E402
+from bench.common import median
+from stack.supervisor import running
+from stacksettings import ROOT, isolated, procstat
 
 MODELS = ROOT / "bench" / "models"
 MODEL = "add_sleep"

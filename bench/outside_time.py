@@ -28,14 +28,12 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor.handoff import outside  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from loadgen.results.summary import ServerSummary  # noqa: E402
-from loadgen.store.runstore import RunStore  # noqa: E402
-from stack.supervisor import running  # noqa: E402
-from stacksettings import PORTS, isolated  # noqa: E402
+from advisor.handoff import outside
+from loadgen.engine.runner import RunParams, run
+from loadgen.results.summary import ServerSummary
+from runs.store import RunStore
+from stack.supervisor import running
+from stacksettings import PORTS, isolated
 
 HELD_OUT = Path(__file__).resolve().parent / "models" / "heldout"
 

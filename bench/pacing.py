@@ -1,7 +1,7 @@
 """Open-loop pacing on the wire: loadgen and perf_analyzer's request-rate mode, measured by a
 packet capture on loopback (``bench.wire``: tcpdump, a process neither client controls).
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/pacing.py [--seconds 3]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.pacing [--seconds 3]
         [--rates 500,2000,5000] [--protocols http,grpc] [--no-perf-analyzer]
 
 Each row: one client, one protocol, one schedule (constant or Poisson) at one rate, one
@@ -25,18 +25,15 @@ import argparse
 import math
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import private_triton  # noqa: E402
-from bench.wire import Capture, GapStats, gap_stats  # noqa: E402
-from loadgen.engine import workers  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from loadgen.results.summary import Latency  # noqa: E402
-from stacksettings import Settings  # noqa: E402
+from bench.common import private_triton
+from bench.wire import Capture, GapStats, gap_stats
+from loadgen.engine import workers
+from loadgen.engine.runner import RunParams, run
+from loadgen.results.summary import Latency
+from stacksettings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "batch_add_model"

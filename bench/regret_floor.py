@@ -27,13 +27,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from advisor import verify  # noqa: E402
-from advisor.config import from_model_config  # noqa: E402
-from bench.advisor_regret import (  # noqa: E402
+from advisor import verify
+from advisor.config import from_model_config
+from bench.advisor_regret import (
     Measured,
     best_of_grid,
     client_p99,
@@ -44,9 +41,9 @@ from bench.advisor_regret import (  # noqa: E402
     print_head_to_head,
     private_triton,
 )
-from bench.advisor_validation import RATES  # noqa: E402
-from stacksettings import Settings  # noqa: E402
-from tritonapi.client import TritonClient, TritonError  # noqa: E402
+from bench.advisor_validation import RATES
+from stacksettings import Settings
+from tritonapi.client import TritonClient, TritonError
 
 # The regret bench's grid: 15 configs plus the pick.
 COPIES = 16

@@ -37,15 +37,13 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import MODEL, stack  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from loadgen.store.runstore import RunStore  # noqa: E402
-from stack.supervisor import Supervisor, group_members  # noqa: E402
-from stacksettings import ROOT, Settings  # noqa: E402
-from tritonapi.client import TritonClient  # noqa: E402
-from tritonapi.stats import ModelStats  # noqa: E402
+from bench.common import MODEL, stack
+from loadgen.engine.runner import RunParams, run
+from runs.store import RunStore
+from stack.supervisor import Supervisor, group_members
+from stacksettings import ROOT, Settings
+from tritonapi.client import TritonClient
+from tritonapi.stats import ModelStats
 
 SERVICES = ("triton", "exporter", "alertmanager", "prometheus", "dashboard")
 SAMPLE_S = 5.0

@@ -1,7 +1,7 @@
 """What Triton's per-request tracing costs: throughput with tracing off and at sampling
 rates from 1/1000 to 1/1, measured alternately in one run, and what reading them costs.
 
-    STACK_TRITON_VENV=... .venv/bin/python bench/trace_overhead.py [--rounds 5 --requests 5000]
+    STACK_TRITON_VENV=... .venv/bin/python -m bench.trace_overhead [--rounds 5 --requests 5000]
 
 A private Triton (the launcher's code: trace file in its state folder, tracing off)
 serves batch_add_model under closed-loop load (the load generator, concurrency 8). Each
@@ -21,15 +21,12 @@ import argparse
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import MODEL, median, private_triton  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from stacksettings import Settings  # noqa: E402
-from tritonapi.client import TritonClient  # noqa: E402
-from tritonapi.traces import (  # noqa: E402
+from bench.common import MODEL, median, private_triton
+from loadgen.engine.runner import RunParams, run
+from stacksettings import Settings
+from tritonapi.client import TritonClient
+from tritonapi.traces import (
     TracedRequest,
     TraceFollower,
     group_batches,
@@ -37,7 +34,7 @@ from tritonapi.traces import (  # noqa: E402
     stop_window,
     window_left,
 )
-from tritonapi.tracesafety import Load, UnsafeTrace, plan, server_version  # noqa: E402
+from tritonapi.tracesafety import Load, UnsafeTrace, plan, server_version
 
 SETTINGS = {"off": 0, "1/1000": 1000, "1/100": 100, "1/10": 10, "1/1": 1}
 

@@ -40,15 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import MODEL, median  # noqa: E402
-from loadgen.engine.runner import RunParams, run  # noqa: E402
-from loadgen.errors import LoadgenError  # noqa: E402
-from stack.supervisor import Supervisor, running  # noqa: E402
-from stacksettings import PORTS, ROOT, Settings, isolated  # noqa: E402
-from tritonapi.client import TritonClient, TritonError  # noqa: E402
-from tritonapi.traces import stop_window, window_left  # noqa: E402
+from bench.common import MODEL, median
+from loadgen.engine.runner import RunParams, run
+from loadgen.errors import LoadgenError
+from stack.supervisor import Supervisor, running
+from stacksettings import PORTS, ROOT, Settings, isolated
+from tritonapi.client import TritonClient, TritonError
+from tritonapi.traces import stop_window, window_left
 
 # A window whose load has not finished after this long is a hung server (the slowest cell
 # sends 20,000 requests at concurrency 8 in about 6 s).

@@ -1,7 +1,7 @@
 """Load runs from the dashboard: bounded parameters, one background run at a time, results.
 
 Plain Python over the load generator's API (``loadgen.engine.runner``) and store
-(``loadgen.store.runstore.RunStore``). The dashboard's bounds are far below the load generator's
+(``runs.store.RunStore``). The dashboard's bounds are far below the load generator's
 own: a click in a browser must never be able to overload the host that serves
 the page, Triton and Prometheus.
 """
@@ -23,7 +23,9 @@ from loadgen.engine.runner import LoadRun, RunParams, run
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.reports.compare import compare as compare_runs
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.errors import StoreError
+from runs.store import RunStore
 
 SCENARIOS = {
     "concurrency": "closed loop: N clients, each sends its next request when answered",
@@ -182,7 +184,7 @@ class RunManager:
             result = run(active.params, db=str(db), stop=self._stop, progress=progress)
             active.run_id, active.status = result.run_id, result.status
             active.note = result.store_note
-        except LoadgenError as exc:
+        except (LoadgenError, StoreError) as exc:
             active.status, active.error = "error", str(exc)
         except Exception as exc:  # the thread must always finish and say why
             active.status, active.error = "error", f"{type(exc).__name__}: {exc}"
@@ -248,7 +250,7 @@ def changes(db: Path, limit: int = 50) -> pd.DataFrame:
 
 def load(db: Path, run_id: int) -> LoadRun:
     with RunStore(db) as runs:
-        return runs.load_run(run_id)
+        return load_run(runs, run_id)
 
 
 def timeline(db: Path, run_id: int) -> pd.DataFrame:

@@ -24,9 +24,11 @@ from doctor.prescribe import searched
 from doctor.window import Window, from_summary, summed
 from loadgen.errors import LoadgenError
 from loadgen.results.params import default_db
+from loadgen.results.stored import load_run
 from loadgen.results.summary import RunSummary
-from loadgen.store.runstore import RunStore
 from promapi import PromClient, PrometheusError
+from runs.errors import StoreError
+from runs.store import RunStore
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelconfig import parse_json
@@ -331,10 +333,10 @@ def shape_mix(model: str) -> tuple[ShapeMix | None, list[str]]:
             for row in store.list_runs(RUNS_READ):
                 if row["model"] != model:
                     continue
-                mix = run_mix(int(row["id"]), store.load_run(int(row["id"])).summary)
+                mix = run_mix(int(row["id"]), load_run(store, int(row["id"])).summary)
                 if mix is not None:
                     return mix, []
-    except (LoadgenError, sqlite3.Error) as exc:
+    except (LoadgenError, StoreError, sqlite3.Error) as exc:
         return None, [f"shape mix not read from the load-run store {path}: {exc}"]
     return None, []
 
@@ -348,9 +350,9 @@ def stored(args: argparse.Namespace) -> Diagnosis:
     ids: tuple[int, ...] = args.run
     try:
         with RunStore(args.store) as store:
-            runs = [(run_id, store.load_run(run_id)) for run_id in ids]
+            runs = [(run_id, load_run(store, run_id)) for run_id in ids]
         check_poolable(runs)
-    except (LoadgenError, ValueError) as exc:
+    except (LoadgenError, StoreError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     windows = []
     for run_id, run in runs:

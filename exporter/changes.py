@@ -1,7 +1,7 @@
 """Config changes made on live models (``batchscope advise --apply``), counted by outcome.
 
-The autopilot records each change in the load-run store's ``config_changes`` table; this
-collector reads that table at scrape time (read-only, a short busy wait) and exports one
+The autopilot records each change in the load-run store's change log; this collector asks
+the store for the counts at scrape time (``runs.changes.count_changes``) and exports one
 counter per server, model and outcome. The store is the count: nothing is mirrored in
 memory, so an exporter restart loses nothing. No store, or a store from before the table:
 no series.
@@ -19,24 +19,14 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-log = logging.getLogger(__name__)
+from runs.changes import OUTCOMES, count_changes
 
-# The outcomes the autopilot writes (loadgen.store.changes.OUTCOMES, which this layer may not
-# import): each is exported, at 0 until it happens, so that rate() sees the first one.
-OUTCOMES = (
-    "kept",
-    "rolled_back",
-    "failed_to_apply",
-    "rollback_failed",
-    "reapplied",
-    "reapply_failed",
-)
+log = logging.getLogger(__name__)
 
 
 def declared() -> tuple[CounterMetricFamily]:
@@ -53,22 +43,13 @@ def declared() -> tuple[CounterMetricFamily]:
     )
 
 
-def read_counts(store: Path, timeout_s: float = 0.5) -> dict[tuple[str, str, str], int]:
-    """(server, model, outcome) -> changes; {} without a store or its table."""
-    if not store.is_file():
-        return {}
+def read_counts(store: Path) -> dict[tuple[str, str, str], int]:
+    """(server, model, outcome) -> changes, from the store; {} when it cannot be read."""
     try:
-        uri = f"file:{store}?mode=ro"
-        with closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
-            rows = conn.execute(
-                "SELECT server, model, outcome, COUNT(*) FROM config_changes "
-                "GROUP BY server, model, outcome"
-            ).fetchall()
+        return count_changes(store)
     except sqlite3.Error as exc:
-        if "no such table" not in str(exc):
-            log.warning("config changes: cannot read %s (%s)", store, exc)
+        log.warning("config changes: cannot read %s (%s)", store, exc)
         return {}
-    return {(str(s), str(m), str(o)): int(n) for s, m, o, n in rows}
 
 
 class ChangesCollector(Collector):
@@ -87,6 +68,7 @@ class ChangesCollector(Collector):
         (family,) = declared()
         for server, model in sorted({(s, m) for s, m, _ in counts}):
             outcomes = {o for s, m, o in counts if (s, m) == (server, model)}
+            # Every known outcome, at 0 until it happens, so that rate() sees the first one.
             for outcome in (*OUTCOMES, *sorted(outcomes - set(OUTCOMES))):
                 family.add_metric([server, model, outcome], counts.get((server, model, outcome), 0))
         yield family

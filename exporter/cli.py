@@ -19,10 +19,11 @@ from prometheus_client import CollectorRegistry
 from exporter.changes import ChangesCollector
 from exporter.collector import BatchingCollector
 from exporter.scrape import CONFIG_TTL_S, Fetcher
-from exporter.targets import DEFAULT_METRICS_PORT, Target, make_targets
+from exporter.targets import Target, make_targets
 from exporter.tracing import TraceBook, TraceCollector
 from exporter.web import make_app, make_web_server
 from stacksettings import ADMIN_KEY_HEADER, read_secret
+from tritonapi.urls import DEFAULT_METRICS_PORT
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_TRITON = "http://127.0.0.1:8000"

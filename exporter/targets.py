@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
-DEFAULT_METRICS_PORT = 8002
+from tritonapi.urls import DEFAULT_METRICS_PORT, default_metrics_url, normalize_url
 
 
 @dataclass(frozen=True)
@@ -14,38 +13,6 @@ class Target:
     url: str
     # Triton's Prometheus endpoint, on its own port.
     metrics_url: str
-
-
-# Longer than any real address: a paste gone wrong.
-MAX_URL = 2048
-
-
-def normalize_url(value: str, what: str) -> str:
-    """``host:port`` or ``http(s)://host:port[/path]`` without a trailing slash."""
-    text = value.strip()
-    if len(text) > MAX_URL:
-        raise ValueError(
-            f"{what}: {value[:40]!r}... is {len(text):,} characters long; give the URL"
-        )
-    if "://" not in text:
-        text = f"http://{text}"
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what}: {value!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ValueError(f"{what}: {value!r} has a bad port (use 1-65535)") from None
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
-
-
-def default_metrics_url(url: str) -> str:
-    """Triton's default layout: same host, port 8002, path /metrics."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal goes back in brackets
-        host = f"[{host}]"
-    return urlunsplit((parts.scheme, f"{host}:{DEFAULT_METRICS_PORT}", "/metrics", "", ""))
 
 
 def make_targets(urls: list[str], metrics_urls: list[str]) -> list[Target]:

@@ -21,13 +21,15 @@ from typing import Any
 
 from loadgen import cli_multi, inputopts
 from loadgen.engine import capacity, runner
+from loadgen.engine.saved import import_saved
 from loadgen.errors import LoadgenError
 from loadgen.reports import report
 from loadgen.results.params import RunParams, default_db
 from loadgen.results.summary import result_json
-from loadgen.store.prune import check_rules
-from loadgen.store.runstore import RunStore
-from loadgen.store.schema import STALE_S, check_writable, is_locked
+from runs.errors import StoreError
+from runs.prune import check_rules
+from runs.schema import STALE_S, check_writable, is_locked
+from runs.store import RunStore
 from tritonapi.modelname import model_name
 
 SCENARIO_HELP = {
@@ -465,7 +467,7 @@ def prune_runs(args: argparse.Namespace) -> int:
 def import_run(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     with RunStore(db, create=True) as runs:
-        run_id, added = runs.import_saved(args.saved)
+        run_id, added = import_saved(runs, args.saved)
     print(f"run #{run_id} in {db}, {added:,} records added from {args.saved}")
     return 0
 
@@ -519,7 +521,7 @@ def _main(args: argparse.Namespace) -> int:
         if args.command == "merge":
             return cli_multi.merge_runs(args)
         return export_run(args)
-    except LoadgenError as exc:
+    except (LoadgenError, StoreError) as exc:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except sqlite3.DatabaseError as exc:

@@ -13,10 +13,11 @@ from loadgen.engine import workers
 from loadgen.errors import LoadgenError
 from loadgen.reports import merge, report
 from loadgen.reports.hgrm import UNITS, hgrm
+from loadgen.results import stored
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams, default_db
 from loadgen.results.summary import LoadRun, result_json
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 
 PROCESSES_HELP = (
     "split the run across N worker processes and store it as one run: concurrency, "
@@ -63,11 +64,7 @@ def json_of(result: Any, db: str | None) -> dict[str, Any]:
     base = result_json(result)
     if db is not None and result.run_id is not None:
         with RunStore(db) as runs:
-            rows = runs.conn.execute(
-                "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?",
-                (result.run_id,),
-            )
-            found = merge.from_records((r[0], r[1], r[2]) for r in rows)
+            found = merge.from_records(runs.record_times(result.run_id))
     else:
         found = merge.from_records((r[1], r[2], r[3]) for r in result.records())
     if result.summary.client.send_lateness_s is not None:
@@ -124,11 +121,8 @@ def merge_runs(args: argparse.Namespace) -> int:
 def export_hgrm(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     with RunStore(db) as runs:
-        run = runs.load_run(args.run_id)
-        rows = runs.conn.execute(
-            "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (args.run_id,)
-        )
-        found = merge.from_records((r[0], r[1], r[2]) for r in rows)
+        run = stored.load_run(runs, args.run_id)
+        found = merge.from_records(runs.record_times(args.run_id))
     if found.n != run.summary.client.sent:
         raise LoadgenError(
             f"run {args.run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "

@@ -20,6 +20,7 @@ from loadgen.errors import LoadgenError
 from loadgen.reports.report import input_lines
 from loadgen.results.summary import LoadRun, RunSummary
 from promapi import PrometheusError, Range, choose_step
+from runs.errors import StoreError
 from stacksettings import Settings, admin_headers
 from tritonapi.client import TritonClient, TritonError
 
@@ -42,7 +43,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     render_changes(cfg)
     try:
         listed = runs.list_runs(cfg.store)
-    except LoadgenError as exc:
+    except (LoadgenError, StoreError) as exc:
         st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
         return
     if listed.empty:
@@ -74,7 +75,7 @@ def render_changes(cfg: DashboardSettings) -> None:
     """The record of `advise --apply`: each change, its outcome, and p99 before and after."""
     try:
         made = runs.changes(cfg.store)
-    except LoadgenError as exc:
+    except (LoadgenError, StoreError) as exc:
         st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
         return
     if made.empty:
@@ -344,7 +345,7 @@ def poolable(cfg: DashboardSettings, run: LoadRun, ids: list[int]) -> list[int]:
             continue
         try:
             check_poolable([(run.run_id or 0, run), (other_id, runs.load(cfg.store, other_id))])
-        except (ValueError, LoadgenError):
+        except (ValueError, LoadgenError, StoreError):
             continue
         found.append(other_id)
     return found

@@ -4,14 +4,19 @@
     result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
     result.summary.client.throughput_per_s, result.run_id
 
+The result is a ``LoadRun`` (``loadgen.results.summary``): params, status, times and a typed
+``RunSummary``; ``loadgen.results.stored.load_run`` reads a stored run back
+as the same type.
+
 ``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
 LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
-deltas for the window, and returns a ``LoadRun`` (``loadgen.results.summary``), the type
-``RunStore.load_run`` reads back. The store gets the run while it goes
-(``loadgen.store.writer``), so memory stays flat however long the run and a crash loses at
-most the last second. A stop (Ctrl-C or SIGTERM in the CLI, ``stop.set()`` from another
-thread) ends sending, waits for the requests in flight and stores the partial run as
-``interrupted``; ``summary.client.ended`` says what ended a run.
+deltas for the window, and stores the run. The store gets it while it goes
+(``loadgen.engine.writer``): status ``running``, the records and timeline committed each second,
+the final status at the end, so memory stays flat however long the run and a crash loses at
+most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
+another thread) ends sending, waits for the requests in flight, and stores the partial run
+with status ``interrupted``. A run ends only by its own limits, a stop or an error, and
+``summary.client.ended`` says which.
 """
 
 from __future__ import annotations
@@ -44,13 +49,13 @@ from loadgen.clients.slots import Client
 from loadgen.clients.target import Address, ModelSpec, check_target, fetch_model, parse_address
 from loadgen.engine import pacing, scenarios, serverside
 from loadgen.engine.shapes import Arrivals, ConstantRate, LoadShape, Steps, count_arrivals
+from loadgen.engine.writer import RunWriter, Tick
 from loadgen.errors import LoadgenError
 from loadgen.results.params import RunParams, default_urls, validate
 from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
 from loadgen.results.result import RunResult
 from loadgen.results.summary import LoadRun, RunSummary, ServerSummary
 from loadgen.results.tracing import Window, expected_requests, summarize
-from loadgen.store.writer import RunWriter, Tick
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.stats import ModelStats
 from tritonapi.traces import MAX_COUNT as MAX_TRACE_COUNT

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import LoadgenError
+from loadgen.results import stored
 from loadgen.results.histogram import Histogram, hist_from_json, hist_json
 from loadgen.results.params import RunParams
-from loadgen.results.recorder import QUANTILES, TIMELINE_COLUMNS, lateness_of
+from loadgen.results.recorder import QUANTILES, lateness_of
 from loadgen.results.summary import ClientSummary, Latency, LoadRun, RunSummary, ServerSummary
-from loadgen.store import writes
-from loadgen.store.runstore import RunStore
+from runs import writes
+from runs.schema import TIMELINE_COLUMNS
+from runs.store import RunStore
 
 Row = tuple[float, float, str]  # start_s, latency_s, outcome
 # What must match for runs to be one run: the same requests to the same model.
@@ -120,14 +122,11 @@ def part_from_store(db: Path, run_id: int | None, name: str) -> Part:
                 many = f"holds {len(listed)}+ runs" if listed else "holds no run"
                 raise LoadgenError(f"{name} {many}: name one as {db}:RUN_ID")
             run_id = int(listed[0]["id"])
-        run = runs.load_run(run_id)
-        lateness = runs.load_lateness(run_id)
+        run = stored.load_run(runs, run_id)
+        lateness = stored.load_lateness(runs, run_id)
         if run.status == "running":
             raise LoadgenError(f"{name}: run #{run_id} is still going; merge it once it has ended")
-        rows = runs.conn.execute(
-            "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (run_id,)
-        )
-        found = from_records((r[0], r[1], r[2]) for r in rows)
+        found = from_records(runs.record_times(run_id))
     if found.n != run.summary.client.sent:
         raise LoadgenError(
             f"{name}: run #{run_id} has {found.n:,} records of {run.summary.client.sent:,} sent "
@@ -381,57 +380,26 @@ def save(db: str | Path, merged: Merged, parts: Sequence[Part], group_id: str = 
     """The merged run into store ``db`` in one transaction, with its timeline and, when
     every part came from a store, its records in order of completion; returns its id."""
     run = merged.run
-    values = writes.run_values(
+    values = stored.row_values(
         run.params,
         group_id,
         run.status,
         run.started_at,
         run.finished_at,
         run.summary.client,
-        writes.server_column(run.summary),
+        stored.server_column(run.summary),
     )
+    sources = [
+        (p.source[0], p.source[1], offset)
+        for p, offset in zip(parts, merged.offsets, strict=True)
+        if p.source is not None
+    ]
+    lateness = None if merged.found.lateness is None else hist_json(merged.found.lateness)
     with RunStore(db, create=True) as runs:
-        conn = runs.conn
-        with conn:
-            cur = conn.execute(
-                f"INSERT INTO runs ({writes.RUN_VALUES}) VALUES ({','.join('?' * 18)})", values
-            )
-            run_id = int(cur.lastrowid or 0)
-            writes.upsert_timeline(conn, run_id, merged.timeline)
-            if merged.found.lateness is not None:
-                writes.save_lateness(conn, run_id, merged.found.lateness)
-        if all(p.source is not None for p in parts):
-            _copy_records(conn, run_id, parts, merged.offsets)
-    return run_id
-
-
-def _copy_records(
-    conn: sqlite3.Connection, run_id: int, parts: Sequence[Part], offsets: Sequence[float]
-) -> None:
-    """Every part's records, their start on the common clock, numbered by completion."""
-    conn.execute(
-        "CREATE TEMP TABLE merging (start_s REAL, latency_s REAL, outcome TEXT, error TEXT)"
-    )
-    try:
-        for i, (part, offset) in enumerate(zip(parts, offsets, strict=True)):
-            assert part.source is not None
-            src, src_id = part.source
-            conn.execute(f"ATTACH DATABASE ? AS part{i}", (str(src),))
-            try:
-                conn.execute(
-                    f"INSERT INTO merging SELECT start_s + ?, latency_s, outcome, error "
-                    f"FROM part{i}.records WHERE run_id = ?",
-                    (offset, src_id),
-                )
-                conn.commit()
-            finally:
-                conn.execute(f"DETACH DATABASE part{i}")
-        with conn:
-            conn.execute(
-                "INSERT INTO records SELECT ?, ROW_NUMBER() OVER "
-                "(ORDER BY start_s + latency_s, start_s) - 1, start_s, latency_s, outcome, "
-                "error FROM merging",
-                (run_id,),
-            )
-    finally:
-        conn.execute("DROP TABLE IF EXISTS temp.merging")
+        return writes.save_merged(
+            runs.conn,
+            values,
+            merged.timeline,
+            lateness,
+            sources if len(sources) == len(parts) else None,
+        )

@@ -9,7 +9,7 @@ folded into the run's when the second is over, and only its p50/p99/mean stay (t
 keeps 56 bytes a second in typed arrays).
 
 The per-request records wait in typed arrays (about 20 bytes each) until :meth:`drain` hands
-them on: a run with a store drains them every second (``loadgen.store.writer.RunWriter``), so they
+them on: a run with a store drains them every second (``loadgen.engine.writer.RunWriter``), so they
 never pile up. A run without one keeps the first ``keep`` records and counts the rest as
 ``dropped``.
 """
@@ -26,6 +26,7 @@ from typing import Any
 from loadgen.clients.slots import OK
 from loadgen.results.histogram import Histogram
 from loadgen.results.summary import ClientSummary, Latency
+from runs.schema import TIMELINE_COLUMNS
 
 OUTCOMES = ("ok", "failed", "timed_out")
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
@@ -39,7 +40,6 @@ KEEP_RECORDS = 1_000_000  # records a run without a store keeps in memory (about
 # microseconds; a millisecond late is a backlog or a client out of breath, and the run's
 # send-lateness distribution (Recorder.lateness) shows everything under it.
 LATE_THRESHOLD_S = 0.001
-TIMELINE_COLUMNS = ("second", "sent", "ok", "failed", "timed_out", "p50_s", "p99_s", "mean_s")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from advisor import costs
 from advisor.fit import fit_service_times
 from bench.advisor_validation import TUNING, repository, traced_run
 from bench.common import stack
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stacksettings import PORTS
 from tritonapi.client import TritonClient
 

@@ -31,8 +31,8 @@ from advisor.autopilot import Predicted, Window, judge
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from loadgen.engine.runner import RunParams
-from loadgen.store.changes import Change
-from loadgen.store.runstore import RunStore
+from runs.changes import Change
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tritonapi.client import TritonClient

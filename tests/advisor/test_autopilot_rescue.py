@@ -32,7 +32,7 @@ from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Options
 from advisor.policy import Policy
 from loadgen.engine.runner import RunParams
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.advisor.test_autopilot import poisson_traffic

@@ -22,7 +22,7 @@ import pytest
 from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
 from loadgen.engine.runner import RunParams
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import Supervisor, group_members, running
 from stacksettings import isolated
 from tests.advisor.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic

@@ -1,4 +1,4 @@
-"""``bench/advisor_validation.py --ceiling``'s accounting, on known measurements: the
+"""``python -m bench.advisor_validation --ceiling``'s accounting, on known measurements: the
 criteria applied to a second measurement of each point, as if it were the prediction."""
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from advisor.fit import fit_traffic
 from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated, procstat
 from tritonapi.client import TritonClient, TritonHTTPError
@@ -69,7 +70,7 @@ def test_a_stored_run_keeps_the_config_and_version_and_needs_nothing_else(
     run_id = run(params, db=str(db)).run_id
     assert run_id is not None
     with RunStore(db) as opened:
-        stored = opened.load_run(run_id)
+        stored = load_run(opened, run_id)
     client = TritonClient(url)
     assert stored.triton_version == client.server_metadata()["version"]
     assert stored.model_config == client.model_config_json(MODEL)
@@ -88,7 +89,7 @@ def test_an_old_store_has_no_config_and_reads_as_before() -> None:
     with RunStore(db) as opened:
         assert opened.load_server(1) == ("", None)
     with RunStore(db) as opened:
-        assert opened.load_run(1).model_config is None
+        assert load_run(opened, 1).model_config is None
 
 
 def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(

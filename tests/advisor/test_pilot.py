@@ -26,8 +26,8 @@ from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.policy import Policy, PolicyError, load, parse
 from advisor.predict import SearchSpace
-from loadgen.store.changes import Change
-from loadgen.store.runstore import RunStore
+from runs.changes import Change
+from runs.store import RunStore
 from stack.supervisor import Supervisor, running
 from stacksettings import isolated
 from tests.advisor.test_autopilot import MODEL, SPEC, live

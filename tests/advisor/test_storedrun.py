@@ -19,7 +19,8 @@ from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
 from loadgen.results.params import RunParams
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 
 DATA = Path(__file__).parent / "data"
 DB = DATA / "loadruns.sqlite3"
@@ -60,7 +61,7 @@ def test_service_times_count_every_phase_of_an_execution() -> None:
     with compute_input and compute_output spread in, give the first's total."""
     run = storedrun.load(DB, 1)
     with RunStore(DB) as runs:
-        server = runs.load_run(1).summary.server
+        server = load_run(runs, 1).summary.server
     assert server is not None and server.compute_s_by_phase["compute_input"] > 0
     by_size = server.executions_by_batch_size
     fitted = sum(n * size * run.service.time_s(size) for size, n in by_size.items())

@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
 from loadgen.engine.runner import RunParams, run
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.advisor.test_autopilot import MODEL, from_repository, poisson_traffic

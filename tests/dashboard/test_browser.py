@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from loadgen.results.stored import load_run
 from loadgen.results.summary import LoadRun
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.dashboard.conftest import wait_for
@@ -241,7 +242,7 @@ def submit_form(page: Page, s: Settings, fields: dict[str, str]) -> LoadRun:
             return False
         with RunStore(db) as store:
             for row in store.list_runs():
-                run = store.load_run(int(row["id"]))
+                run = load_run(store, int(row["id"]))
                 if run.params.label == fields["form_label"] and row["status"] != "running":
                     found.append(run)
                     return True

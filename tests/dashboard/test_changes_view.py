@@ -10,8 +10,8 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from dashboard import charts, runs
-from loadgen.store.changes import Change
-from loadgen.store.runstore import RunStore
+from runs.changes import Change
+from runs.store import RunStore
 from tests.dashboard.conftest import closed_url
 
 MakeApp = Callable[..., AppTest]

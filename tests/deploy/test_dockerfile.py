@@ -104,7 +104,7 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    ours = "stack exporter rules loadgen dashboard deploygen advisor batchscope".split()
+    ours = "stack exporter rules loadgen runs dashboard deploygen advisor batchscope".split()
     packages = [p for p in ours if (ROOT / p).is_dir()]
     for package in packages:
         modules = {n for n in names if n.startswith(f"{package}/") and n.endswith(".py")}

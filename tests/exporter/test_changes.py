@@ -11,8 +11,8 @@ import requests
 from prometheus_client import CollectorRegistry
 
 from exporter.changes import ChangesCollector
-from loadgen.store.changes import OUTCOMES, Change
-from loadgen.store.runstore import RunStore
+from runs.changes import OUTCOMES, Change
+from runs.store import RunStore
 from stacksettings import ROOT, free_ports
 from tests.exporter.test_cli import wait_healthy
 
@@ -55,7 +55,7 @@ def test_changes_are_counted_by_model_and_outcome(tmp_path: Path) -> None:
     # The store is the count: a change recorded after the registration is in the next scrape.
     store_with(db, change("b", "kept"))
     assert sample(registry, "b", "kept") == 1.0
-    # The exporter names the autopilot's outcomes without importing it: they agree.
+    # The exporter exports every outcome the store's change log knows.
     from exporter.changes import OUTCOMES as EXPORTED
 
     assert EXPORTED == OUTCOMES

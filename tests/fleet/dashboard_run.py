@@ -18,7 +18,8 @@ from typing import Any
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 # Run in a namespace, the page has no Prometheus (compose's `prometheus` service is not
@@ -72,11 +73,11 @@ def newest_run(db: Path, timeout_s: float = 60.0) -> dict[str, Any]:
         run_id = int(opened.runs_frame()["id"].iloc[0])
     deadline = time.monotonic() + timeout_s
     with RunStore(db) as opened:
-        run = opened.load_run(run_id)
+        run = load_run(opened, run_id)
     while run.status == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
         with RunStore(db) as opened:
-            run = opened.load_run(run_id)
+            run = load_run(opened, run_id)
     c = run.summary.client
     return {"url": run.params.url, "status": run.status, "sent": c.sent, "ok": c.ok}
 

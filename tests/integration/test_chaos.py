@@ -26,7 +26,8 @@ import pytest
 import requests
 import yaml
 
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 from stacksettings import PORTS, RULES_SETTINGS, Settings, isolated, procstat
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats
@@ -184,7 +185,7 @@ def test_every_service_comes_back_under_load_and_the_run_accounts_for_every_requ
     assert load.returncode in (0, 1, 130), err
     with RunStore(db) as opened:
         (row,) = opened.list_runs()
-        client = opened.load_run(row["id"]).summary.client
+        client = load_run(opened, row["id"]).summary.client
         records = opened.load_records(row["id"])
     assert client.sent > 0
     account(records, row["started_at"], kills["triton"], stopped_at, start, stack)
@@ -398,7 +399,7 @@ def test_a_hung_triton_is_restarted_and_the_client_agrees_with_tritons_statistic
     assert load.returncode in (0, 1), err
     with RunStore(db) as opened:
         (row,) = opened.list_runs()
-        run = opened.load_run(row["id"])
+        run = load_run(opened, row["id"])
         records = opened.load_records(row["id"])
     client = run.summary.client
     assert client.sent == client.ok + client.failed + client.timed_out

@@ -31,7 +31,7 @@ from playwright.sync_api import Browser, Locator, Page, WebSocket, sync_playwrig
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 from stack.supervisor import Supervisor, is_alive, running
 from stacksettings import RULES_SETTINGS, Settings, isolated
 from tests.helpers import RERUN_CAUSES, wait_for

@@ -19,7 +19,8 @@ import pytest
 
 from loadgen.reports import compare, merge, report
 from loadgen.results.histogram import Histogram
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import ROOT, isolated
 from tests.helpers import model_stats
@@ -56,7 +57,7 @@ def check_run_adds_up(db: Path, run_id: int) -> None:
     """sent = ok + failed + timed out; records = sent, numbered 0..n-1 by completion;
     the timeline sums to the totals; the summary's percentiles are the records'."""
     with RunStore(db) as opened:
-        run = opened.load_run(run_id)
+        run = load_run(opened, run_id)
     c = run.summary.client
     assert c.sent == c.ok + c.failed + c.timed_out
     with RunStore(db) as opened:
@@ -99,7 +100,7 @@ def test_two_processes_make_one_run_whose_counts_are_tritons(triton: str, tmp_pa
     assert all(r["sent"] > 0 for r in timeline[:2])
     # The run reads back as any run: the table and a comparison with itself.
     with RunStore(db) as opened:
-        run = opened.load_run(row["id"])
+        run = load_run(opened, row["id"])
     assert "2 processes" in report.run_table(run)
     ratios = {r.measure: r.b_over_a for r in compare.compare(run.summary, run.summary)}
     assert ratios["throughput (req/s)"] == 1.0
@@ -118,7 +119,7 @@ def test_an_open_loop_rate_is_split_and_adds_up(triton: str, tmp_path: Path) -> 
     assert row["sent"] == row["ok"] == after - before
     assert 360 <= row["sent"] <= 440  # 2 x 100/s for 2 s, constant arrivals
     with RunStore(db) as opened:
-        run = opened.load_run(row["id"])
+        run = load_run(opened, row["id"])
     assert run.params.rate == 200
     check_run_adds_up(db, row["id"])
 

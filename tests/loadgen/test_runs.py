@@ -18,11 +18,12 @@ import pytest
 from loadgen import limits
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
-from loadgen.errors import LoadgenError
 from loadgen.reports import report
+from loadgen.results.stored import load_run, save
 from loadgen.results.summary import ServerSummary
-from loadgen.store.runstore import RunStore
-from loadgen.store.schema import STALE_S
+from runs.errors import StoreError
+from runs.schema import STALE_S
+from runs.store import RunStore
 from stacksettings import ROOT, Settings
 from tests.helpers import model_stats
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 def stored_server(db: Path, run_id: int) -> ServerSummary:
     with RunStore(db) as opened:
-        server = opened.load_run(run_id).summary.server
+        server = load_run(opened, run_id).summary.server
     assert server is not None
     return server
 
@@ -177,7 +178,7 @@ def _running_with_records(db: Path) -> int:
             if first:
                 assert runs[0]["status"] == "running"
                 return int(runs[0]["id"])
-        except (sqlite3.OperationalError, LoadgenError):  # the store is being made
+        except (sqlite3.OperationalError, StoreError):  # the store is being made
             pass
         time.sleep(0.1)
 
@@ -196,7 +197,7 @@ def test_interrupted_run_is_stored(triton_url: str, tmp_path: Path, sig: signal.
     assert result["status"] == "interrupted" and result["run_id"] == run_id
     assert result["client"]["duration_s"] < 20 and result["client"]["ended"] == "stop"
     with RunStore(db) as opened:
-        stored = opened.load_run(result["run_id"])
+        stored = load_run(opened, result["run_id"])
     assert stored.status == "interrupted"
     c = stored.summary.client
     with RunStore(db) as opened:
@@ -229,7 +230,7 @@ def test_a_killed_run_keeps_all_but_its_last_second(triton_url: str, tmp_path: P
     with RunStore(db, create=True) as opened:
         assert opened.settle_abandoned(time.time() + STALE_S + 1) == [run_id]
     with RunStore(db) as opened:
-        assert opened.load_run(run_id).status == "failed"
+        assert load_run(opened, run_id).status == "failed"
 
 
 def test_a_run_is_cut_short_by_nothing_but_its_own_limits(
@@ -245,7 +246,7 @@ def test_a_run_is_cut_short_by_nothing_but_its_own_limits(
     assert c.sent > 50 and c.duration_s >= 1.9
     assert "ended by      its duration (2 s asked)" in report.run_table(result)
     with RunStore(db) as opened:
-        assert opened.load_run(result.run_id or 0).summary.client.ended == "duration"
+        assert load_run(opened, result.run_id or 0).summary.client.ended == "duration"
     monkeypatch.undo()
     counted = run(RunParams("concurrency", url=triton_url, concurrency=4, requests=300), str(db))
     assert (counted.summary.client.sent, counted.summary.client.ended) == (300, "requests")
@@ -364,7 +365,7 @@ def test_compare_two_models_prints_the_ratio_table(
     assert [r["model"] for r in runs] == ["batch_add_model", "add_unbatched"]
     assert runs[0]["group_id"] == runs[1]["group_id"] != ""
     with RunStore(db) as opened:
-        unbatched = opened.load_run(runs[1]["id"])
+        unbatched = load_run(opened, runs[1]["id"])
     # No batching: one execution per request.
     assert stored_server(db, runs[1]["id"]).executions == unbatched.summary.client.ok
     # B batches, A cannot (its average batch is exactly 1): B / A reads above 1.
@@ -410,7 +411,7 @@ def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path
     result = run(params, db=str(db))
     assert result.run_id is not None and result.summary.client.not_sent is not None
     with RunStore(db) as opened:
-        stored = opened.load_run(result.run_id)
+        stored = load_run(opened, result.run_id)
     assert stored.params == result.params
     assert stored.summary == result.summary
     assert (stored.status, stored.started_at, stored.finished_at, stored.group_id) == (
@@ -423,7 +424,7 @@ def test_a_stored_run_reads_back_as_the_same_typed_run(triton_url: str, tmp_path
     # The restart flag is kept too (a restart itself is not provoked here).
     restarted = replace(result, summary=replace(result.summary, server_restarted=True))
     with RunStore(db, create=True) as opened:
-        assert opened.load_run(opened.save(restarted)).summary.server_restarted
+        assert load_run(opened, save(opened, restarted)).summary.server_restarted
 
 
 def test_csv_export(triton_url: str, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ recorder fed on a fake clock, and the real writer and SQLite)."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import time
 import tracemalloc
@@ -13,18 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.cli import main, parse_age
+from loadgen.cli import main
 from loadgen.clients.slots import FAILED, OK
 from loadgen.engine.runner import RunResult
-from loadgen.errors import LoadgenError
+from loadgen.engine.saved import import_saved
+from loadgen.engine.writer import RunWriter, Tick
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
 from loadgen.results.recorder import OTHER_ERRORS, Recorder
+from loadgen.results.stored import load_run
 from loadgen.results.summary import RunSummary
-from loadgen.store.prune import check_rules
-from loadgen.store.runstore import RunStore
-from loadgen.store.schema import ABANDONED, IN_PROGRESS, STALE_S
-from loadgen.store.writer import RunWriter, Tick
+from runs.errors import StoreError
+from runs.schema import ABANDONED, IN_PROGRESS, STALE_S
+from runs.store import RunStore
 
 OLD_STORE = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 PARAMS = RunParams("concurrency", url="http://127.0.0.1:1", concurrency=8, duration_s=100)
@@ -71,7 +71,7 @@ def listed(db: Path) -> list[dict]:
     try:
         with RunStore(db) as opened:
             return opened.list_runs()
-    except (LoadgenError, sqlite3.OperationalError):
+    except (StoreError, sqlite3.OperationalError):
         return []
 
 
@@ -174,7 +174,7 @@ def test_memory_stays_flat_over_200k_requests_streamed_into_the_store(tmp_path: 
     writer.finish(result_of(rec), tick(rec))
     assert writer.note == ""
     with RunStore(db) as opened:
-        run = opened.load_run(writer.run_id or 0)
+        run = load_run(opened, writer.run_id or 0)
     assert run.status == "ok" and run.summary.client.sent == 200_000
     with sqlite3.connect(db) as conn:
         count, seqs = conn.execute("SELECT COUNT(*), COUNT(DISTINCT seq) FROM records").fetchone()
@@ -201,7 +201,7 @@ def test_a_run_in_progress_reads_as_running_with_what_is_committed(tmp_path: Pat
         (row,) = opened.list_runs()
     assert row["status"] == "running"
     with RunStore(db) as opened:
-        running = opened.load_run(row["id"])
+        running = load_run(opened, row["id"])
     assert running.summary.server is None and running.summary.server_error == IN_PROGRESS
     with RunStore(db) as opened:
         assert len(opened.load_records(row["id"])) == 3000
@@ -212,7 +212,7 @@ def test_a_run_in_progress_reads_as_running_with_what_is_committed(tmp_path: Pat
         assert opened.settle_abandoned(time.time()) == []
         assert opened.settle_abandoned(time.time() + STALE_S + 1) == [row["id"]]
     with RunStore(db) as opened:
-        dead = opened.load_run(row["id"])
+        dead = load_run(opened, row["id"])
     assert dead.status == "failed" and dead.summary.client.error == ABANDONED
     assert dead.summary.client.sent == 3000
 
@@ -252,7 +252,7 @@ def test_a_locked_store_costs_nothing_and_says_where_the_run_went(tmp_path: Path
     with RunStore(db) as opened:
         (row,) = opened.list_runs()
     with RunStore(db) as opened:
-        imported = opened.load_run(row["id"])
+        imported = load_run(opened, row["id"])
     assert imported.summary == result.summary and imported.status == "ok"
     with RunStore(db) as opened:
         assert len(opened.load_records(row["id"])) == 3000
@@ -287,10 +287,10 @@ def test_a_store_locked_midway_keeps_its_first_part_and_imports_the_rest(
     with RunStore(db) as opened:
         assert opened.list_runs()[0]["status"] == "running"
     with RunStore(db, create=True) as opened:
-        run_id, added = opened.import_saved(writer.saved_to)
+        run_id, added = import_saved(opened, writer.saved_to)
     assert (run_id, added) == (writer.run_id, 800)
     with RunStore(db) as opened:
-        assert opened.load_run(run_id).summary == result.summary
+        assert load_run(opened, run_id).summary == result.summary
     with RunStore(db) as opened:
         assert len(opened.load_records(run_id)) == 2000
 
@@ -326,77 +326,3 @@ def test_a_file_that_is_not_a_store_costs_nothing(tmp_path: Path) -> None:
     writer.finish(result_of(rec), tick(rec))
     assert writer.saved_to is not None and "is not a usable load-run store" in writer.note
     assert json.loads(writer.saved_to.read_text())["records_in_file"] == 700
-
-
-def test_an_old_store_learns_the_running_status_and_keeps_its_runs(tmp_path: Path) -> None:
-    db = tmp_path / "old.sqlite3"
-    shutil.copy(OLD_STORE, db)
-    with RunStore(db) as opened:
-        before = [opened.load_row(i) for i in (1, 2)]
-    with RunStore(db) as opened:
-        records = len(opened.load_records(1))
-    clock = Clock()
-    rec = Recorder(clock=clock)
-    writer = RunWriter(db, PARAMS)
-    writer.start(time.time(), rec.summary())
-    feed(rec, clock, 100, 1000)
-    writer.finish(result_of(rec), tick(rec))
-    assert writer.run_id == 3 and writer.note == ""
-    with RunStore(db) as opened:
-        assert [opened.load_row(i) for i in (1, 2)] == before
-    with RunStore(db) as opened:
-        assert len(opened.load_records(1)) == records
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        assert conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone() == (
-            3,
-        )
-
-
-def saved_run(db: Path, started_at: float, n: int = 10) -> int:
-    clock = Clock()
-    rec = Recorder(clock=clock)
-    feed(rec, clock, n, 1000)
-    result = result_of(rec)
-    result.started_at = started_at
-    with RunStore(db, create=True) as opened:
-        return opened.save(result)
-
-
-def test_prune_keeps_the_newest_and_the_young_and_a_run_still_going(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    db = tmp_path / "runs.sqlite3"
-    now = time.time()
-    ids = [saved_run(db, now - age * 86400, n=1000) for age in (40, 20, 10, 2, 1)]
-    live = RunWriter(db, PARAMS)
-    live.start(now, Recorder().summary())
-    live.push(tick(Recorder()))
-    while listed(db)[0]["status"] != "running":
-        time.sleep(0.02)
-    assert main(["prune", "--older-than", "15d", "--db", str(db)]) == 0
-    assert "pruned 2 runs (2,000 records)" in capsys.readouterr().out
-    with RunStore(db) as opened:
-        assert [r["id"] for r in opened.list_runs()] == [ids[-1] + 1, *reversed(ids[2:])]
-    with RunStore(db) as opened:
-        pruned = opened.prune(keep=2)
-    assert pruned.runs == [ids[2], ids[3]] and pruned.records == 2000
-    assert pruned.bytes_after < pruned.bytes_before
-    with RunStore(db) as opened:
-        remaining = [r["id"] for r in opened.list_runs()]
-    assert remaining == [ids[-1] + 1, ids[-1]]  # the running one is kept, and counts
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 1000
-        assert conn.execute("SELECT COUNT(DISTINCT run_id) FROM timeline").fetchone()[0] == 1
-    with RunStore(db) as opened:
-        assert opened.prune(keep=0).runs == [ids[-1]]  # never the run still going
-    live.abort("interrupted", "test over")
-
-
-def test_prune_refuses_no_rule_and_bad_ages(tmp_path: Path) -> None:
-    with pytest.raises(LoadgenError, match="--keep N, --older-than AGE"):
-        check_rules(None, None)
-    assert parse_age("30d") == 30 * 86400 and parse_age("90s") == 90
-    for bad in ("30", "d", "-1h", "3x"):
-        with pytest.raises(LoadgenError, match="--older-than"):
-            parse_age(bad)

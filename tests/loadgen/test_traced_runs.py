@@ -21,7 +21,8 @@ from advisor.cli import main as advisor_main
 from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
-from loadgen.store.runstore import RunStore
+from loadgen.results.stored import load_run
+from runs.store import RunStore
 from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
@@ -84,7 +85,7 @@ def test_every_request_joined_to_its_trace_and_batch(
     db = tmp_path / "runs.sqlite3"
     run_id = traced_run(traced_stack, db, concurrency=4, requests=300, protocol=protocol)
     with RunStore(db) as opened:
-        loaded = opened.load_run(run_id)
+        loaded = load_run(opened, run_id)
     trace, server = loaded.trace, loaded.summary.server
     assert trace is not None and server is not None
     # Triton 2.51 sometimes leaves the last trace of a window out of its file.
@@ -132,7 +133,7 @@ def test_a_poisson_run_shorter_than_its_rate_says_is_traced_whole(
     served_whole(result.summary.client.failed, result.summary.client.errors, wire)
     assert result.status == "ok" and result.run_id is not None
     with RunStore(db) as opened:
-        trace = opened.load_run(result.run_id).trace
+        trace = load_run(opened, result.run_id).trace
     assert trace is not None
     assert trace.sent == planned and not trace.note, trace
     assert trace.traced in (planned - 1, planned), trace  # Triton may drop a window's last
@@ -147,7 +148,7 @@ def test_the_cli_report_shows_the_traced_side(
         code = main([*argv, "--url", s.url("triton_http"), "--exporter-url", s.url("exporter")])
     out = capsys.readouterr().out
     with RunStore(tmp_path / "r") as opened:
-        clients = [opened.load_run(r["id"]).summary.client for r in opened.list_runs()]
+        clients = [load_run(opened, r["id"]).summary.client for r in opened.list_runs()]
     for client in clients:
         served_whole(client.failed, client.errors, wire)
     assert code == 0
@@ -241,7 +242,7 @@ def test_the_advisor_pools_several_traced_runs(
     assert untraced.summary.client.failed == 0
     ids.append(untraced.run_id)
     with RunStore(db) as opened:
-        loaded = [opened.load_run(run_id) for run_id in ids]
+        loaded = [load_run(opened, run_id) for run_id in ids]
     traced = [run.trace.traced for run in loaded if run.trace]
     servers = [run.summary.server for run in loaded if run.summary.server]
     assert len(traced) == 3 and len(servers) == 4

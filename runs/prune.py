@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.errors import LoadgenError
-from loadgen.store.writes import settle_abandoned
+from runs.errors import StoreError
+from runs.writes import settle_abandoned
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,11 @@ def _size(path: Path) -> int:
 def check_rules(keep: int | None, older_than_s: float | None) -> None:
     """One clear line for a prune without a rule or with a negative one."""
     if keep is None and older_than_s is None:
-        raise LoadgenError("prune needs --keep N, --older-than AGE or both")
+        raise StoreError("prune needs --keep N, --older-than AGE or both")
     if keep is not None and keep < 0:
-        raise LoadgenError(f"--keep must be 0 or more (got {keep})")
+        raise StoreError(f"--keep must be 0 or more (got {keep})")
     if older_than_s is not None and not older_than_s >= 0:
-        raise LoadgenError("--older-than must be 0 or more")
+        raise StoreError("--older-than must be 0 or more")
 
 
 def prune(

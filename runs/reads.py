@@ -1,23 +1,21 @@
-"""Reading runs back: the listing, one run as stored or as a typed ``LoadRun``, its timeline,
-records and traces, and pandas frames of them (pandas is imported only when a frame is
-asked for).
+"""Reading runs back: the listing, one run's row, its timeline, records, traces, server and
+send lateness, and pandas frames of them (pandas is imported only when a frame is asked for).
 
-Each function takes the connection of an open ``RunStore`` (``loadgen.store.runstore``).
-A table added after a store was made (traces, the server's config) reads as empty in it.
+Values come back plain: rows as dicts or tuples, the stored JSON decoded (the typed run is
+the load generator's ``loadgen.results.stored.load_run``). Each function takes the connection
+of an open ``RunStore`` (``runs.store``). A table added after a store was made (traces, the
+server's config) reads as empty in it.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from loadgen.errors import LoadgenError
-from loadgen.results.histogram import Histogram, hist_from_json
-from loadgen.results.params import RunParams
-from loadgen.results.summary import LoadRun, RunSummary
-from loadgen.results.tracing import TracedRecord, summarize
-from loadgen.store.schema import RUN_COLUMNS
+from runs.errors import StoreError
+from runs.schema import RECORD_COLUMNS, RUN_COLUMNS, TIMELINE_COLUMNS
 from tritonapi.traces import TracedRequest
 
 if TYPE_CHECKING:
@@ -41,9 +39,10 @@ def load_server(conn: sqlite3.Connection, run_id: int) -> tuple[str, dict[str, A
 
 def load_traced(
     conn: sqlite3.Connection, run_id: int
-) -> tuple[list[TracedRecord], int, str] | None:
-    """A traced run's requests as Triton traced them, requests sent and note; None if the
-    run was not traced (or the store predates tracing)."""
+) -> tuple[list[tuple[Any, ...]], int, str] | None:
+    """A traced run's requests as Triton traced them (idx, queue_wait_s, compute_s, batch,
+    batch_size, reason), requests sent and note; None if the run was not traced (or the
+    store predates tracing)."""
     try:
         window = conn.execute(
             "SELECT sent, note FROM trace_windows WHERE run_id = ?", (run_id,)
@@ -57,7 +56,7 @@ def load_traced(
         return None
     if window is None:
         return None
-    return [TracedRecord(*row) for row in rows], int(window["sent"]), str(window["note"])
+    return [tuple(row) for row in rows], int(window["sent"]), str(window["note"])
 
 
 def load_traced_requests(conn: sqlite3.Connection, run_id: int, model: str) -> list[TracedRequest]:
@@ -94,16 +93,16 @@ def load_traced_latencies(
     return [(float(a), float(b), float(c)) for a, b, c in rows]
 
 
-def load_lateness(conn: sqlite3.Connection, run_id: int) -> Histogram | None:
-    """An open-loop run's send-lateness histogram; None for closed-loop runs and for runs
-    stored before it was kept (a store without the table reads the same)."""
+def load_lateness(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:
+    """An open-loop run's send-lateness histogram (its JSON); None for closed-loop runs and
+    for runs stored before it was kept (a store without the table reads the same)."""
     try:
         row = conn.execute(
             "SELECT histogram FROM send_lateness WHERE run_id = ?", (run_id,)
         ).fetchone()
     except sqlite3.OperationalError:  # a store from before send_lateness: no such table
         return None
-    return None if row is None else hist_from_json(json.loads(row[0]))
+    return None if row is None else dict(json.loads(row[0]))
 
 
 def list_runs(conn: sqlite3.Connection, limit: int = 100) -> list[dict[str, Any]]:
@@ -129,31 +128,11 @@ def load_row(conn: sqlite3.Connection, run_id: int, where: str) -> dict[str, Any
     store in the error when there is no such run."""
     row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
     if row is None:
-        raise LoadgenError(f"no run {run_id} in {where} (see `batchscope load runs`)")
+        raise StoreError(f"no run {run_id} in {where} (see `batchscope load runs`)")
     run = dict(row)
     for key in ("params", "summary", "server"):
         run[key] = json.loads(run[key])
     return run
-
-
-def load_run(conn: sqlite3.Connection, run_id: int, where: str) -> LoadRun:
-    """One run as the typed ``LoadRun`` that ``loadgen.engine.runner.run`` returned for it."""
-    row = load_row(conn, run_id, where)
-    server = dict(row["server"])
-    restarted = bool(server.pop("server_restarted", False))
-    version, config = load_server(conn, run_id)
-    return LoadRun(
-        params=RunParams.from_json(row["params"]),
-        status=str(row["status"]),
-        started_at=float(row["started_at"]),
-        finished_at=float(row["finished_at"]),
-        summary=RunSummary.from_json(row["summary"], server, restarted),
-        run_id=int(row["id"]),
-        group_id=str(row["group_id"]),
-        trace=None if (traced := load_traced(conn, run_id)) is None else summarize(*traced),
-        triton_version=version,
-        model_config=config,
-    )
 
 
 def load_timeline(conn: sqlite3.Connection, run_id: int) -> list[dict[str, Any]]:
@@ -191,7 +170,7 @@ def timeline_frame(conn: sqlite3.Connection, run_id: int) -> pd.DataFrame:
 
     return pd.DataFrame(
         load_timeline(conn, run_id),
-        columns=["second", "sent", "ok", "failed", "timed_out", "p50_s", "p99_s", "mean_s"],
+        columns=list(TIMELINE_COLUMNS),
     )
 
 
@@ -200,7 +179,7 @@ def records_frame(conn: sqlite3.Connection, run_id: int, limit: int | None = Non
 
     return pd.DataFrame(
         load_records(conn, run_id, limit),
-        columns=["seq", "start_s", "latency_s", "outcome", "error"],
+        columns=list(RECORD_COLUMNS),
     )
 
 
@@ -220,3 +199,12 @@ def window_outcomes(
         (model, start - 1.0, end, start, end),
     ).fetchall()
     return [(float(r[0]), float(r[1]), str(r[2])) for r in rows]
+
+
+def record_times(conn: sqlite3.Connection, run_id: int) -> Iterator[tuple[float, float, str]]:
+    """(start_s, latency_s, outcome) of every request of a run, in no set order, read as
+    they are consumed (a run may hold millions): consume them while the store is open."""
+    rows = conn.execute(
+        "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (run_id,)
+    )
+    return ((r[0], r[1], r[2]) for r in rows)

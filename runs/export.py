@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from loadgen.store.reads import load_records, load_row, load_timeline
+from runs.reads import load_records, load_row, load_timeline
 
 
 def export_csv(conn: sqlite3.Connection, run_id: int, folder: str | Path, where: str) -> list[Path]:

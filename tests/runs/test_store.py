@@ -15,15 +15,16 @@ from loadgen.reports import report
 from loadgen.results.params import RunParams
 from loadgen.results.recorder import LATE_THRESHOLD_S, Recorder
 from loadgen.results.result import RunResult
+from loadgen.results.stored import load_lateness, load_run, save
 from loadgen.results.summary import Latency, RunSummary
-from loadgen.store.runstore import RunStore
+from runs.store import RunStore
 
 DB = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 
 
 def test_an_old_store_reads_as_typed_runs() -> None:
     with RunStore(DB) as opened:
-        rate = opened.load_run(1)
+        rate = load_run(opened, 1)
     assert rate.params == RunParams(
         "rate",
         url="http://127.0.0.1:54429",
@@ -51,7 +52,7 @@ def test_an_old_store_reads_as_typed_runs() -> None:
     assert server.executions_by_batch_size == {1: 733, 2: 217, 3: 1, 4: 5}
     assert set(server.compute_infer_s_per_execution_by_batch_size) == {1, 2, 3, 4}
     with RunStore(DB) as opened:
-        closed = opened.load_run(2)
+        closed = load_run(opened, 2)
     assert closed.params.concurrency == 8 and closed.summary.client.not_sent is None
 
 
@@ -60,7 +61,7 @@ def test_the_types_write_the_shape_the_store_has_always_had(run_id: int) -> None
     with RunStore(DB) as opened:
         row = opened.load_row(run_id)
     with RunStore(DB) as opened:
-        run = opened.load_run(run_id)
+        run = load_run(opened, run_id)
     assert run.params.to_json() == row["params"]
     assert run.summary.client.to_json() == row["summary"]
     assert run.summary.server_json() == row["server"]
@@ -68,7 +69,7 @@ def test_the_types_write_the_shape_the_store_has_always_had(run_id: int) -> None
 
 def test_b_faster_than_a_gives_a_throughput_ratio_above_one() -> None:
     with RunStore(DB) as opened:
-        a, b = opened.load_run(1), opened.load_run(2)  # 397/s, then 5,773/s
+        a, b = load_run(opened, 1), load_run(opened, 2)  # 397/s, then 5,773/s
     table = report.compare_table(a, b)
     header = table.splitlines()[3]
     assert header.split() == ["A", "B", "B", "/", "A"]
@@ -82,8 +83,8 @@ def test_an_old_store_learns_send_lateness_from_its_next_writer(tmp_path: Path) 
     db = tmp_path / "old.sqlite3"
     shutil.copy(DB, db)  # written before send lateness was kept
     with RunStore(db) as opened:
-        assert opened.load_run(1).summary.client.send_lateness_s is None
-        assert opened.load_lateness(1) is None  # no such table: read as "not kept"
+        assert load_run(opened, 1).summary.client.send_lateness_s is None
+        assert load_lateness(opened, 1) is None  # no such table: read as "not kept"
         before = opened.load_row(1)
 
     clock = [0.0]
@@ -102,14 +103,14 @@ def test_an_old_store_learns_send_lateness_from_its_next_writer(tmp_path: Path) 
         recorder=rec,
     )
     with RunStore(db, create=True) as opened:  # the writer's connection adds the table
-        run_id = opened.save(result)
+        run_id = save(opened, result)
     with RunStore(db) as opened:
         assert opened.load_row(1) == before  # nothing already recorded is lost
-        stored = opened.load_run(run_id).summary.client.send_lateness_s
-        hist = opened.load_lateness(run_id)
+        stored = load_run(opened, run_id).summary.client.send_lateness_s
+        hist = load_lateness(opened, run_id)
     assert stored is not None and stored.max == pytest.approx(0.0025)
     assert stored.p50 == pytest.approx(0.0000065, abs=1e-6)
     assert hist is not None and hist.n == 3 and hist.high == pytest.approx(0.0025)
     with RunStore(db) as opened:
-        table = report.run_table(opened.load_run(run_id))
+        table = report.run_table(load_run(opened, run_id))
     assert "SCHEDULE NOT KEPT" in table and "send lateness p50" in table

@@ -1,21 +1,17 @@
 """Writing a run into the store while it goes, so that a run of any length holds nothing
 per request in memory and a crash loses at most the last second.
 
-``api.execute`` hands the writer, once a second, the records completed since the last
+``runner.execute`` hands the writer, once a second, the records completed since the last
 time, the timeline seconds that changed and a summary of the run so far (``push``); the
 writer commits them in a thread of its own, so a slow or locked store never holds up the
 requests. The run's row says ``running`` until ``finish`` writes its final status.
 
-When the store cannot take a commit, nothing is dropped:
-
-- locked (another writer holds it past SQLite's 10 s busy wait): the items wait in memory
-  and are tried again at the next second, up to ``MAX_BACKLOG`` records;
-- full, corrupt, not a store, or locked past that backlog or at the end: from then on the
-  run goes to files beside the store, ``<store>.run-<start time>.records.csv`` (the
-  records the store did not take) and, at the end, ``<store>.run-<start time>.json`` (the
-  run's summary and timeline as ``--json`` prints them, and which records are where).
-  ``note`` then holds the one line that says where, and ``loadgen import`` puts the run
-  into the store later (``RunStore.import_saved``).
+When the store cannot take a commit, nothing is dropped. Locked: the items wait in memory
+and are tried again at the next second, up to ``MAX_BACKLOG`` records. Full, corrupt, not a
+store, or locked past that backlog or at the end: the run goes to files beside the store,
+``<store>.run-<start time>.records.csv`` and, at the end, ``<store>.run-<start time>.json``
+(the run as ``--json`` prints it, and which records are where); ``note`` says where, and
+``loadgen import`` puts the run back (``loadgen.engine.saved``).
 """
 
 from __future__ import annotations
@@ -31,18 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import LoadgenError
+from loadgen.results import stored
 from loadgen.results.params import RunParams
-from loadgen.results.recorder import TIMELINE_COLUMNS, Records
+from loadgen.results.recorder import Records
 from loadgen.results.result import RunResult
 from loadgen.results.summary import ClientSummary, result_json
-from loadgen.store import writes
-from loadgen.store.runstore import RunStore
-from loadgen.store.schema import IN_PROGRESS, is_locked
+from runs import writes
+from runs.errors import StoreError
+from runs.schema import IN_PROGRESS, RECORD_COLUMNS, TIMELINE_COLUMNS, is_locked
+from runs.store import RunStore
 
 MAX_BACKLOG = 2_000_000  # records held while the store is locked (about 100 MB)
 BUSY_S = 2.0  # SQLite's busy wait for a commit during the run (the next second retries)
 FINAL_BUSY_S = 10.0  # and for the last one, after which the run goes beside the store
-RECORD_COLUMNS = ("seq", "start_s", "latency_s", "outcome", "error")
 
 
 @dataclass
@@ -135,12 +132,9 @@ class RunWriter:
                 try:
                     if opened is None:
                         opened = RunStore(self.db, create=True, timeout=self.busy_s)
-                    if done:
-                        busy_ms = int(self.final_busy_s * 1000)
-                        opened.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-                    self._commit(opened.conn, pending)
+                    self._commit(opened, pending, self.final_busy_s if done else None)
                     pending = []
-                except (sqlite3.Error, LoadgenError, OSError) as exc:
+                except (sqlite3.Error, StoreError, LoadgenError, OSError) as exc:
                     self.error = str(exc)
                     locked = is_locked(exc)
                     if done or not locked or _backlog(pending) > MAX_BACKLOG:
@@ -151,74 +145,37 @@ class RunWriter:
         if opened is not None:
             opened.close()
 
-    def _commit(self, conn: sqlite3.Connection, items: list[tuple[str, Any]]) -> None:
+    def _commit(self, store: RunStore, items: list[tuple[str, Any]], busy_s: float | None) -> None:
         """Every item in one transaction: all of them are in the store, or none."""
-        run_id, stored = self.run_id, 0
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        run_id, stored_now = self.run_id, 0
+        with store.transaction(busy_s) as conn:
             for kind, item in items:
                 if kind == "begin":
-                    writes.settle_abandoned(conn)
                     started_at, client = item
-                    cur = conn.execute(
-                        f"INSERT INTO runs ({writes.RUN_VALUES}) VALUES ({','.join('?' * 18)})",
-                        self._row("running", started_at, started_at, client),
-                    )
-                    run_id = int(cur.lastrowid or 0)
+                    run_id = writes.begin_run(conn, self._row("running", started_at, client))
                 elif kind == "tick":
                     assert run_id is not None
-                    stored += self._tick(conn, run_id, item)
+                    stored_now += writes.insert_records(
+                        conn, run_id, item.records.rows(item.errors)
+                    )
+                    writes.upsert_timeline(conn, run_id, item.timeline)
+                    writes.update_progress(conn, run_id, item.at, item.client.to_json())
                 elif kind == "end":
                     assert run_id is not None
-                    values = writes.final_values(item)
-                    conn.execute(
-                        f"UPDATE runs SET ({writes.RUN_VALUES}) = ({','.join('?' * 18)}) "
-                        "WHERE id = ?",
-                        (*values, run_id),
-                    )
-                    if item.trace is not None:
-                        writes.save_trace(conn, run_id, item)
-                    writes.save_server(conn, run_id, item)
-                    if item.summary.client.send_lateness_s is not None:
-                        writes.save_lateness(conn, run_id, item.recorder.lateness)
+                    writes.end_run(conn, run_id, stored.ending(item))
                 elif kind == "abort" and run_id is not None:
                     writes.mark_ended(conn, run_id, *item)
                 elif kind == "discard" and run_id is not None:
-                    for table in ("records", "timeline", "runs"):
-                        column = "id" if table == "runs" else "run_id"
-                        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (run_id,))
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
+                    writes.delete_run(conn, run_id)
         self.run_id = run_id
-        self.records_in_store += stored
+        self.records_in_store += stored_now
         self.error = ""  # a lock that went away cost nothing
 
-    def _row(self, status: str, started_at: float, at: float, client: ClientSummary) -> Any:
+    def _row(self, status: str, started_at: float, client: ClientSummary) -> Any:
         server = {"error": IN_PROGRESS}
-        return writes.run_values(self.params, self.group_id, status, started_at, at, client, server)
-
-    def _tick(self, conn: sqlite3.Connection, run_id: int, tick: Tick) -> int:
-        n = writes.insert_records(conn, run_id, tick.records.rows(tick.errors))
-        writes.upsert_timeline(conn, run_id, tick.timeline)
-        c = tick.client
-        conn.execute(
-            "UPDATE runs SET finished_at = ?, sent = ?, ok = ?, failed = ?, timed_out = ?, "
-            "throughput_per_s = ?, p99_s = ?, summary = ? WHERE id = ?",
-            (
-                tick.at,
-                c.sent,
-                c.ok,
-                c.failed,
-                c.timed_out,
-                c.throughput_per_s,
-                c.latency_s.p99,
-                json.dumps(c.to_json()),
-                run_id,
-            ),
+        return stored.row_values(
+            self.params, self.group_id, status, started_at, started_at, client, server
         )
-        return n
 
     def _go_beside(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(self._started_at))

@@ -1,6 +1,6 @@
 """The store's tables, its connection settings and the migrations of older stores.
 
-Tables (see ``loadgen.store.runstore`` for what each holds): ``runs``, ``records``,
+Tables (what each holds is said above ``SCHEMA``): ``runs``, ``records``,
 ``timeline``, ``traced``, ``traced_times``, ``trace_windows``, ``send_lateness``,
 ``run_server``, ``config_changes``. A writer's
 connection (``create``) makes the file and missing tables, puts the store in WAL mode and
@@ -14,8 +14,39 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from loadgen.errors import LoadgenError
+from runs.errors import StoreError
 
+# - ``runs``: one row per run: scenario, model, protocol, status (``running``, ``ok``,
+#   ``interrupted``, ``failed``), start and end (unix seconds), the parameters, the client
+#   summary and the server-side statistics deltas (JSON: ``RunParams.to_json``,
+#   ``ClientSummary.to_json``, ``RunSummary.server_json`` of ``loadgen.results``, the shape
+#   the store has always had; a restart of the server during the run adds
+#   ``"server_restarted": true`` to ``server``), and a ``group_id`` shared by the runs of one
+#   sweep or comparison.
+# - ``records``: one row per request: ``seq``, ``start_s`` (seconds since the run's clock
+#   started, when the request was due), ``latency_s``, ``outcome`` (``ok``, ``failed``,
+#   ``timed_out``), ``error``.
+# - ``timeline``: one row per second of the run: requests sent, ok, failed and timed out
+#   (by completion), and p50/p99/mean latency of the successful ones.
+# - ``traced`` (``--trace`` runs): one row per request Triton traced: its index in the run
+#   (the number in its request id), ``record`` (its row in ``records``), the server-side
+#   queue wait and compute time, the batch it ran in (numbered within the run), that batch's
+#   size and why it left; ``trace_windows``: one row per traced run, the requests sent and a
+#   note when the traces are incomplete; ``traced_times``: Triton's timestamps of every
+#   request of the model in the run's window (QUEUE_START, COMPUTE_START, COMPUTE_END, ns of
+#   the server's clock), from which the advisor measures the batcher's hand-offs
+#   (``advisor.handoff``).
+# - ``send_lateness`` (open-loop runs): the histogram of how late each request went out after
+#   its due time (``loadgen.engine.pacing``), from which runs made side by side merge its
+#   percentiles exactly; the client summary holds its p50 ... max.
+# - ``run_server``: one row per run, the Triton version and the model's config (JSON) as the
+#   server reported them when the run began, so that a stored run can be modelled
+#   (``batchscope advise --store``) without the server. A table of its own rather than
+#   columns of ``runs``: a store without it (older) is still read.
+# - ``config_changes``: one row per config change made on a live model (``batchscope advise
+#   --apply``, ``batchscope autopilot``): time, server, model, old and new config,
+#   prediction, the windows before and after, outcome and why (``runs.changes``).
+# A store from before a table is read as before, and gets the table from its next writer.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -107,6 +138,10 @@ CREATE TABLE IF NOT EXISTS config_changes (
     reason TEXT NOT NULL
 );
 """
+# A run's per-second rows and per-request rows, in the order of the ``timeline`` and
+# ``records`` tables (the recorder's rows and the files beside the store use them too).
+TIMELINE_COLUMNS = ("second", "sent", "ok", "failed", "timed_out", "p50_s", "p99_s", "mean_s")
+RECORD_COLUMNS = ("seq", "start_s", "latency_s", "outcome", "error")
 RUN_COLUMNS = (
     "id, group_id, label, scenario, model, protocol, target, status, started_at, finished_at, "
     "sent, ok, failed, timed_out, throughput_per_s, p99_s"
@@ -127,10 +162,10 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
     ``running`` status."""
     path = Path(db)
     if not create and not path.exists():
-        raise LoadgenError(f"no load-run store at {path} (run a load first, or pass --db)")
+        raise StoreError(f"no load-run store at {path} (run a load first, or pass --db)")
     if path.exists() and not path.is_file():
         # SQLite opens /dev/null (and reads it as an empty store) or fails on a folder late.
-        raise LoadgenError(
+        raise StoreError(
             f"{path} is not a file (a folder or a device); pass --db with the path of a "
             "load-run store (SQLite)"
         )
@@ -150,11 +185,11 @@ def connect(db: str | Path, create: bool = False, timeout: float = 10.0) -> sqli
     except sqlite3.DatabaseError as exc:
         if is_locked(exc):  # a store in use, not a bad one: the caller waits or says so
             raise
-        raise LoadgenError(f"{path} is not a usable load-run store: {exc}") from None
+        raise StoreError(f"{path} is not a usable load-run store: {exc}") from None
 
 
 def check_writable(db: str | Path) -> None:
-    """LoadgenError (one line) unless a run can be stored at ``db``: missing (it is made),
+    """StoreError (one line) unless a run can be stored at ``db``: missing (it is made),
     or an existing load-run store. Checked before a run sends anything."""
     path = Path(db)
     try:
@@ -162,7 +197,7 @@ def check_writable(db: str | Path) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise LoadgenError(
+        raise StoreError(
             f"--db {path}: cannot be read ({exc.strerror or exc}); pass --db with the path of "
             "a load-run store, or of a new file"
         ) from None
@@ -172,7 +207,7 @@ def check_writable(db: str | Path) -> None:
         except sqlite3.DatabaseError as exc:
             if is_locked(exc):
                 return
-            raise LoadgenError(
+            raise StoreError(
                 f"--db {path} is not a load-run store ({exc}); pass --db with the SQLite file "
                 "loadgen writes, or a new file"
             ) from None

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from stacksettings import _PORT_POOL_START, _ephemeral_start, free_ports
+from stacksettings.ports import _PORT_POOL_START, _ephemeral_start, free_ports
 
 PICK = "import json; from stacksettings import free_ports; print(json.dumps(free_ports(40)))"
 

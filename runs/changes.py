@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # kept: the new config stays; rolled_back: the previous config was loaded again (why is in
@@ -104,14 +106,20 @@ def list_changes(conn: sqlite3.Connection, model: str = "", limit: int = 100) ->
     ]
 
 
-def counts_by_outcome(conn: sqlite3.Connection) -> dict[tuple[str, str], int]:
-    """(model, outcome) -> number of changes: what a counter of changes by outcome exports."""
+def count_changes(store: Path, busy_s: float = 0.5) -> dict[tuple[str, str, str], int]:
+    """(server, model, outcome) -> changes in the store at ``store``, read-only with a short
+    busy wait (a scrape must not wait on a writer); {} without a store or its table. Any
+    other SQLite error is raised."""
+    if not store.is_file():
+        return {}
     try:
-        rows = conn.execute(
-            "SELECT model, outcome, COUNT(*) AS n FROM config_changes GROUP BY model, outcome"
-        ).fetchall()
+        with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=busy_s)) as conn:
+            rows = conn.execute(
+                "SELECT server, model, outcome, COUNT(*) FROM config_changes "
+                "GROUP BY server, model, outcome"
+            ).fetchall()
     except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
+        if "no such table" in str(exc):  # a store from before the table
             return {}
         raise
-    return {(r["model"], r["outcome"]): int(r["n"]) for r in rows}
+    return {(str(s), str(m), str(o)): int(n) for s, m, o, n in rows}
