@@ -39,11 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import verify  # noqa: E402
 from advisor.advice import SearchOptions, advise  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
 from advisor.fit import fit_traffic, received_counts  # noqa: E402
 from advisor.inputs import Options, watch  # noqa: E402
+from autopilot import verify  # noqa: E402
 from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, run  # noqa: E402

@@ -53,11 +53,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import costs, storedrun, verify  # noqa: E402
+from advisor import costs, storedrun  # noqa: E402
 from advisor.config import BatcherConfig, from_model_config  # noqa: E402
 from advisor.inputs import Options, gather  # noqa: E402
 from advisor.model import CpuModel, OpenLoop, ServiceModel  # noqa: E402
 from advisor.predict import Prediction, predict, recommend  # noqa: E402
+from autopilot import verify  # noqa: E402
 from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
 from loadgen.engine.shapes import ConstantRate, count_arrivals  # noqa: E402

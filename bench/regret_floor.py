@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from advisor import verify  # noqa: E402
 from advisor.config import from_model_config  # noqa: E402
+from autopilot import verify  # noqa: E402
 from bench.advisor_regret import (  # noqa: E402
     Measured,
     best_of_grid,

@@ -19,10 +19,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("batchscope",),  # the one command: mounts every tool's parser; nothing imports it
     ("stack",),  # the launcher: starts and wires everything; no package imports it
     ("dashboard",),
+    # Acting on a live server (advise --apply, the autopilot loop, verify, the policy): it
+    # stands on the doctor's and the advisor's reading of the model.
+    ("autopilot",),
     # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor
     # needs nothing of the doctor.
     ("doctor",),
     ("advisor",),
+    ("observe",),  # one way to watch a model: the sampler, the window, CPU, stored runs
     ("loadgen",),
     ("exporter",),
     ("tritonapi", "promapi"),  # the one Triton client, the one Prometheus client

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from advisor import costs, verify
+from advisor import costs
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, ServiceModel
 from advisor.simulator import Simulation
+from autopilot import verify
 
 SERVICE = ServiceModel(0.0004, 0.00005)
 

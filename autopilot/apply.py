@@ -38,7 +38,7 @@ from typing import Any
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import queue_and_execution
 from advisor.predict import MIN_GAIN, Prediction, quantile
-from advisor.verify import scratch_config
+from autopilot.verify import scratch_config
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
