@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.config import BatcherConfig
-from advisor.inputs import InputError, Options, Prepared, ServerWindow, gather
+from advisor.inputs import InputError, Options, Prepared, gather
 from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
 from advisor.shapes import ShapeSplit, by_shape
+from observe.window import Window
 
 
 class Bounds(Protocol):
@@ -118,7 +119,7 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
     return Advice(prepared, rec, notes, mix)
 
 
-def advise(opts: Options, options: SearchOptions, window: ServerWindow | None = None) -> Advice:
+def advise(opts: Options, options: SearchOptions, window: Window | None = None) -> Advice:
     """Gather the inputs ``opts`` names (``window``: one the caller already watched) and
     search them."""
     return search(gather(opts, window), options)

@@ -41,6 +41,7 @@ from advisor.predict import MIN_GAIN, Prediction, quantile
 from autopilot.verify import scratch_config
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
+from observe.sampler import Sampler, watch
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelconfig import parse_json
 from tritonapi.stats import ModelStats
@@ -352,7 +353,8 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
 
 
 class Observer:
-    """Watches one model: Triton's statistics, and the clients' requests in a store."""
+    """Watches one model through the one sampler (:mod:`observe.sampler`): Triton's
+    statistics, and the clients' requests in a store."""
 
     def __init__(
         self,
@@ -366,22 +368,28 @@ class Observer:
         self.store = store
         self.sleep = sleep
 
-    def _stats(self) -> ModelStats:
-        try:
-            return self.client.model_stats(self.model, timeout_s=2.0)
-        except TritonError as exc:
-            raise ServerStopped(str(exc)) from None
+    def _stats(self, sampler: Sampler) -> ModelStats:
+        """The model's statistics at the sampler's newest read."""
+        stats = sampler.latest.get(self.model)
+        if stats is None:
+            raise ServerStopped(f"Triton at {self.client.url} has no statistics of {self.model}")
+        return stats
 
     def watch(self, seconds: float) -> Window:
-        """Watch ``seconds``; ServerStopped when the server or the model stops answering."""
-        first, start = self._stats(), time.time()
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            self.sleep(min(POLL_S, left))
-            if not self.client.is_ready(timeout_s=2.0):
-                raise ServerStopped(f"Triton at {self.client.url} stopped answering")
-        last, end = self._stats(), time.time()
-        delta = last.minus(first)
+        """Watch ``seconds``, reading every POLL_S; ServerStopped when the server or the
+        model stops answering."""
+        start = time.time()
+        try:
+            watched = watch(
+                self.client, [self.model], seconds, step_s=POLL_S, strict=True, sleep=self.sleep
+            )
+        except TritonError as exc:
+            raise ServerStopped(str(exc)) from None
+        end = time.time()
+        seen = watched.windows.get(self.model)
+        if seen is None or seen.delta is None:
+            raise ServerStopped(f"Triton at {self.client.url} has no statistics of {self.model}")
+        delta = seen.delta
         answered = delta.phase("success").count
         spent = delta.phase("success").ns
         timed, client_failed = self._clients(start, end)
@@ -417,7 +425,12 @@ class Observer:
         (seen: 630 -> 957 ms in the 2 s after a reload to a config with more capacity).
         ServerStopped as :meth:`watch`."""
         start = time.monotonic()
-        last, answered_at = self._stats(), start
+        sampler = Sampler(self.client, [self.model], strict=True)
+        try:
+            sampler.start()
+        except TritonError as exc:
+            raise ServerStopped(str(exc)) from None
+        last, answered_at = self._stats(sampler), start
         waits: list[float] = []
 
         def ended(drained: bool, why: str) -> Drain:
@@ -427,7 +440,11 @@ class Observer:
 
         while True:
             self.sleep(POLL_S)
-            now = self._stats()
+            try:
+                sampler.poll()
+            except TritonError as exc:
+                raise ServerStopped(str(exc)) from None
+            now = self._stats(sampler)
             means = queue_and_execution(now.minus(last))
             if means is not None:
                 last, answered_at = now, time.monotonic()

@@ -46,13 +46,14 @@ from advisor import advice
 from advisor.advice import SearchOptions
 from advisor.config import from_model_config
 from advisor.fit import SATURATED_RATE, saturated_traffic, saturation
-from advisor.inputs import InputError, Options, ServerWindow, fit_window, watch
+from advisor.inputs import InputError, Options, fit_window, watch
 from advisor.model import OpenLoop
 from advisor.predict import Prediction
 from autopilot import apply
 from autopilot.policy import Policy
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
+from observe.window import Window
 from tritonapi.client import TritonClient, TritonError
 
 # A rate fitted from a 30 s window of Poisson traffic at tens per second is within a few
@@ -310,7 +311,7 @@ class Pilot:
             self.say(f"{base}: shifted ({why}) for {SUSTAINED} intervals: advising")
         self.advise(window, traffic)
 
-    def saturated_step(self, window: ServerWindow, traffic: OpenLoop) -> bool:
+    def saturated_step(self, window: Window, traffic: OpenLoop) -> bool:
         """Whether the model was saturated in ``window`` (:func:`advisor.fit.saturation`);
         then the step ends here, advising (for SATURATED_RATE times the rate it answered)
         once it has been so for SUSTAINED intervals. A saturated model is advised on whatever
@@ -322,6 +323,7 @@ class Pilot:
         except TritonError:
             self.saturated = 0
             return False
+        assert window.delta is not None  # a window of the statistics API
         why = saturation(window.delta, served.delay_s)
         if not why:
             self.saturated = 0
@@ -340,7 +342,7 @@ class Pilot:
         self.advise(window, asked)
         return True
 
-    def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
+    def advise(self, window: Window, traffic: OpenLoop) -> None:
         opts, model = self.opts, self.opts.model
         try:
             # The policy given is the one searched within, whatever ``search`` held.

@@ -195,7 +195,7 @@ def traffic_seen(
     beside the same fit of the load generator's sends (``due``: their due times, ``late``:
     how many left late) counted at the same instants: where the two part, that count
     misread the traffic; where both read bursty, it was. With ``received`` (Triton's
-    executed count + pending gauge at each read of its metrics, ``ServerWindow.received``)
+    executed count + pending gauge at each read of its metrics, ``observe.window.Window.received``)
     also that count's fit (``advisor.fit.received_counts``): what the advisor fits when
     it reads the metrics."""
     try:

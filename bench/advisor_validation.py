@@ -63,6 +63,7 @@ from bench.common import stack  # noqa: E402
 from loadgen.engine.runner import RunParams, RunResult, run  # noqa: E402
 from loadgen.engine.shapes import ConstantRate, count_arrivals  # noqa: E402
 from loadgen.errors import LoadgenError  # noqa: E402
+from observe.cpu import CpuMeter, local_server_pid  # noqa: E402
 from stacksettings import PORTS, ROOT, Settings  # noqa: E402
 from tritonapi.client import TritonClient, TritonError  # noqa: E402
 from tritonapi.tracesafety import safe_count, server_version  # noqa: E402
@@ -196,12 +197,12 @@ def checked(result: RunResult) -> RunResult:
 def restart_triton(url: str, timeout_s: float = 120.0) -> None:
     """Kill the private Triton (a crashed one is gone already; a hung one still answers
     health checks but no inference) and wait for the supervisor's restart."""
-    old = costs.local_server_pid(url)
+    old = local_server_pid(url)
     if old is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(old, signal.SIGKILL)
     client, deadline = TritonClient(url), time.monotonic() + timeout_s
-    while not (client.is_ready(2.0) and costs.local_server_pid(url) not in (None, old)):
+    while not (client.is_ready(2.0) and local_server_pid(url) not in (None, old)):
         if time.monotonic() > deadline:
             raise SystemExit(f"Triton at {url} did not come back within {timeout_s:.0f} s")
         time.sleep(0.5)
@@ -233,9 +234,9 @@ def measure_own(
     runs are untraced."""
     url = settings.url("triton_http")
     client = TritonClient(url)
-    pid = costs.local_server_pid(url)
+    pid = local_server_pid(url)
     assert pid is not None, "the private Triton's process is not visible"
-    meter = costs.CpuMeter(pid)
+    meter = CpuMeter(pid)
     with tempfile.TemporaryDirectory(prefix="advisor-fit-") as folder:
         db = Path(folder) / "runs.sqlite3"
         if window_s > 0:

@@ -15,17 +15,19 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
-from advisor.inputs import Options, ServerWindow, metrics_url_of
+from advisor.inputs import Options, metrics_url_of
 from advisor.storedrun import check_poolable, run_ids
 from doctor import report
 from doctor.checks import ShapeMix, check
-from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
+from doctor.diagnosis import Diagnosis, diagnose
 from doctor.prescribe import searched
-from doctor.window import Window, from_summary, summed
 from loadgen.errors import LoadgenError
 from loadgen.results.params import default_db
 from loadgen.results.summary import RunSummary
 from loadgen.store.runstore import RunStore
+from observe.prometheus import prometheus_window
+from observe.sampler import watch
+from observe.window import Window, from_summary, summed
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
@@ -238,7 +240,7 @@ class Source:
     """Where a model's window came from, for the advisor's search over the same window."""
 
     options: Options
-    server: ServerWindow | None = None  # a sampled window, as the advisor's inputs
+    server: Window | None = None  # a sampled window, the advisor's inputs too
 
 
 def windows(
@@ -277,11 +279,10 @@ def windows(
         raise UsageError(f"--window {seconds:g}: between 1 and {MAX_SAMPLE_S:g} seconds")
     if not args.json:
         print(f"watching Triton's statistics API for {seconds:g} s ...", file=sys.stderr)
-    sampled, more, server = sample_statistics(
-        client, models, seconds, _metrics_url(client.url, args, defaults)
-    )
-    sources = {m: Source(Options(client.url, m, seconds), server.get(m)) for m in models}
-    return sampled, notes + more, sources
+    watched = watch(client, models, seconds, _metrics_url(client.url, args, defaults))
+    sampled = watched.windows
+    sources = {m: Source(Options(client.url, m, seconds), sampled.get(m)) for m in models}
+    return sampled, notes + watched.notes, sources
 
 
 def search_options(args: argparse.Namespace) -> SearchOptions:

@@ -17,15 +17,10 @@ from advisor.fit import (
     saturated_traffic,
     saturation,
 )
-from advisor.inputs import (
-    SLOW_READ_S,
-    ServerWindow,
-    count_sample,
-    fit_window,
-    metrics_url_of,
-    slow_reads_note,
-)
+from advisor.inputs import fit_window, metrics_url_of
 from advisor.model import OpenLoop
+from observe.sampler import SLOW_READ_S, count_sample, slow_reads_note
+from observe.window import Window, from_statistics
 from tritonapi.stats import Duration, ModelStats, parse_statistics
 
 DATA = Path(__file__).parent / "data"
@@ -193,9 +188,9 @@ def test_a_dip_in_the_received_count_is_held_at_the_count_before() -> None:
 
 def window_of(
     samples: list[tuple[float, float]], received: list[tuple[float, float]], note: str = ""
-) -> ServerWindow:
+) -> Window:
     empty = ModelStats("m", "1", 0, 0)
-    return ServerWindow(empty, samples, empty, 4.0, received=received, pending_note=note)
+    return from_statistics(empty, empty, 4.0, samples=samples, received=received, pending_note=note)
 
 
 def test_the_window_says_which_count_its_traffic_came_from() -> None:

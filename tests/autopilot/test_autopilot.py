@@ -220,7 +220,7 @@ def test_a_change_is_kept_in_the_store_and_an_old_store_has_none(tmp_path: Path)
     assert got == Change(**{**change.__dict__, "at": 100.0, "id": first})
     with pytest.raises(ValueError, match="outcome 'maybe'"):
         Change(**{**change.__dict__, "outcome": "maybe"})
-    old = Path(__file__).parent / "data" / "loadruns.sqlite3"
+    old = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
     with RunStore(old) as store:
         assert store.list_changes() == []
 
@@ -584,7 +584,9 @@ def test_apply_from_the_cli_applies_the_advice_and_records_its_outcome(
 
 
 def test_sequence_ensemble_and_decoupled_models_are_refused_with_the_reason() -> None:
-    spec = json.loads((Path(__file__).parent / "data" / "loadruns_config.json").read_text())
+    spec = json.loads(
+        (Path(__file__).parent.parent / "advisor" / "data" / "loadruns_config.json").read_text()
+    )
     apply.check_model(spec)  # the spec's model: dynamic batching, applied
     # A scheduler is one of a kind (a oneof): the others take dynamic batching's place.
     plain = {k: v for k, v in spec.items() if k != "dynamic_batching"}
