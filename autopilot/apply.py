@@ -85,8 +85,10 @@ class ApplyRefused(Exception):
 
 
 @dataclass(frozen=True)
-class Window:
-    """What one watched window saw."""
+class Seen:
+    """What the rule judges one watched window by: Triton's figures from the window (the one
+    window type, :class:`observe.window.Window`) and what the clients saw in it (the store's
+    records). Kept in the change log, before and after, as JSON."""
 
     seconds: float
     answered: int  # Triton's successes
@@ -212,7 +214,7 @@ def quantile_interval(ordered: list[float], q: float = 0.99) -> tuple[float, flo
     return ordered[low], ordered[high]
 
 
-def intervals_apart(before: Window, after: Window) -> bool:
+def intervals_apart(before: Seen, after: Seen) -> bool:
     """The clients' p99 after lies above the 95% interval of the one before (and its own
     interval too)."""
     return (
@@ -222,7 +224,7 @@ def intervals_apart(before: Window, after: Window) -> bool:
     )
 
 
-def triton_worse(before: Window, after: Window) -> bool:
+def triton_worse(before: Seen, after: Seen) -> bool:
     """Triton's own mean time per request (statistics API) got worse beyond noise: a second
     observer, steadier than a tail, that tells a slower server from noisier clients."""
     if before.server_mean_s is None or after.server_mean_s is None:
@@ -230,14 +232,14 @@ def triton_worse(before: Window, after: Window) -> bool:
     return worse(after.server_mean_s, before.server_mean_s)
 
 
-def triton_better(before: Window, after: Window) -> bool:
+def triton_better(before: Seen, after: Seen) -> bool:
     """Triton's mean per request got better beyond noise (the mirror of triton_worse)."""
     if before.server_mean_s is None or after.server_mean_s is None:
         return False
     return worse(before.server_mean_s, after.server_mean_s)
 
 
-def clients_stalled(before: Window, after: Window) -> bool:
+def clients_stalled(before: Seen, after: Seen) -> bool:
     """The clients' p99 got worse in a few seconds only, and nothing else says the model did:
     Triton's mean per request got better beyond noise, and the median second's p99 is not
     worse beyond noise. The order-statistic interval assumes requests late independently of
@@ -253,7 +255,7 @@ def clients_stalled(before: Window, after: Window) -> bool:
     )
 
 
-def stalled_before(before: Window, after: Window) -> bool:
+def stalled_before(before: Seen, after: Seen) -> bool:
     """The mirror of clients_stalled: the clients' p99 got better only because the window
     before held a pause of the clients' machine. Triton's mean per request got worse beyond
     noise, and the median second's p99 did not get better beyond noise: the typical second
@@ -270,12 +272,12 @@ def stalled_before(before: Window, after: Window) -> bool:
     )
 
 
-def _means(before: Window, after: Window) -> str:
+def _means(before: Seen, after: Seen) -> str:
     assert before.server_mean_s is not None and after.server_mean_s is not None
     return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
 
 
-def judge(before: Window, after: Window, predicted: Predicted | None = None) -> Verdict:
+def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verdict:
     """Keep or roll back, from the two windows (the prediction only annotates).
 
     Worse beyond noise needs two things: the figure moved past x NOISE_RATIO + NOISE_FLOOR_S,
@@ -375,7 +377,7 @@ class Observer:
             raise ServerStopped(f"Triton at {self.client.url} has no statistics of {self.model}")
         return stats
 
-    def watch(self, seconds: float) -> Window:
+    def watch(self, seconds: float) -> Seen:
         """Watch ``seconds``, reading every POLL_S; ServerStopped when the server or the
         model stops answering."""
         start = time.time()
@@ -397,7 +399,7 @@ class Observer:
         enough = len(latencies) >= MIN_CLIENT_REQUESTS
         low, high = quantile_interval(latencies) if enough else (None, None)
         elapsed = end - start
-        return Window(
+        return Seen(
             seconds=round(elapsed, 3),
             answered=answered,
             failed=delta.phase("fail").count + client_failed,
@@ -637,7 +639,7 @@ def apply_and_watch(
     say(f"before: {before.line()}")
     say(f"loading the new config on {model}")
     problem = _load(client, model, new_config)
-    after: Window | None = None
+    after: Seen | None = None
     if problem and _serves(client, model, old_config):
         # Triton refused the load and kept the model as it was (a config it rejects, or a
         # server without explicit model control): nothing to undo.

@@ -10,9 +10,10 @@ Each step (one ``--interval-s``):
    prints one line that the kept config is gone. Such a step ends there: the next one
    measures the traffic under the config restored.
 2. **The traffic**: the model's statistics watched for the interval, and the rate and
-   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
-   :func:`advisor.inputs.fit_window`): from the requests received (Triton's executed
-   count + pending gauge) with ``--metrics-url``, else from those answered.
+   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch` on
+   the one sampler, :func:`advisor.inputs.fit_window`): from the requests received
+   (Triton's executed count + pending gauge) with ``--metrics-url``, else from those
+   answered.
 3. **Saturated?** When the model's requests waited behind a backlog
    (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
    clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the

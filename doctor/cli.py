@@ -27,7 +27,8 @@ from loadgen.results.summary import RunSummary
 from loadgen.store.runstore import RunStore
 from observe.prometheus import prometheus_window
 from observe.sampler import watch
-from observe.window import Window, from_summary, summed
+from observe.storedrun import window as stored_window
+from observe.window import Window, summed
 from promapi import PromClient, PrometheusError
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
@@ -360,8 +361,7 @@ def stored(args: argparse.Namespace) -> Diagnosis:
                 f"run {run_id} was stored without its model config or the server's "
                 "statistics: diagnose the live server instead (--url)"
             )
-        seconds = max(run.finished_at - run.started_at, 1e-3)
-        windows.append(from_summary(run.summary.server, seconds, ""))
+        windows.append(stored_window(run, run.summary.server))
     seconds = sum(w.seconds for w in windows)
     named = f"run {ids[0]}" if len(ids) == 1 else f"runs {', '.join(map(str, ids))}"
     window = summed(windows, f"stored {named} of {args.store} ({seconds:.1f} s)")

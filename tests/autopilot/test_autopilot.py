@@ -29,7 +29,7 @@ import pytest
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from autopilot import apply
-from autopilot.apply import Predicted, Window, judge
+from autopilot.apply import Predicted, Seen, judge
 from loadgen.engine.runner import RunParams
 from loadgen.store.changes import Change
 from loadgen.store.runstore import RunStore
@@ -51,9 +51,9 @@ KEEP_WATCH_S = 10.0
 # ---- the rule, on known windows ---------------------------------------------------------
 
 
-def window(p99_ms: float | None, failed: int = 0, rate: float = 150.0, n: int = 450) -> Window:
+def window(p99_ms: float | None, failed: int = 0, rate: float = 150.0, n: int = 450) -> Seen:
     p99 = None if p99_ms is None else p99_ms / 1e3
-    return Window(
+    return Seen(
         seconds=3.0,
         answered=n,
         failed=failed,
@@ -74,40 +74,40 @@ def test_the_rule_keeps_noise_and_rolls_back_what_is_worse_beyond_it() -> None:
     assert verdict.outcome == "rolled_back"
     assert verdict.reason == "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before"
     # Beyond the ratio, but the intervals overlap (a wide one before): noise ...
-    wide = Window(**{**window(3.0).to_json(), "client_p99_high_s": 0.02})
+    wide = Seen(**{**window(3.0).to_json(), "client_p99_high_s": 0.02})
     assert judge(wide, window(9.0)).outcome == "kept"
     # ... unless Triton's own mean per request moved the same way.
-    slower = Window(**{**window(9.0).to_json(), "server_mean_s": 0.004})
+    slower = Seen(**{**window(9.0).to_json(), "server_mean_s": 0.004})
     assert judge(wide, slower).reason == (
         "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before (Triton's mean 1.00 -> "
         "4.00 ms agrees; the p99 intervals overlap)"
     )
     # A noisy tail before (23 ms on a busy machine) hides a server ten times slower: Triton's
     # mean says so, and the p99 did not improve.
-    busy = Window(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
-    ten = Window(**{**window(25.5).to_json(), "server_mean_s": 0.010})
+    busy = Seen(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
+    ten = Seen(**{**window(25.5).to_json(), "server_mean_s": 0.010})
     assert judge(busy, ten).reason == (
         "Triton's mean 1.00 -> 10.00 ms, worse beyond noise, and the client p99 did not "
         "improve (25.50 ms after, 23.00 ms before)"
     )
     # The same mean, but a tail much better: a trade the advisor may make on purpose.
-    better = Window(**{**window(10.0).to_json(), "server_mean_s": 0.004})
+    better = Seen(**{**window(10.0).to_json(), "server_mean_s": 0.004})
     assert judge(busy, better).outcome == "kept"
     assert judge(window(3.0), window(3.0, failed=2)).reason == "failures rose: 2 after, 0 before"
     # Fewer requests answered: clients that sent less, unless Triton got slower too.
     assert judge(window(3.0), window(3.0, rate=100)).outcome == "kept"
     # A tail better for it, but fewer answered and each slower inside Triton: rolled back.
-    fewer = Window(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
+    fewer = Seen(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
     assert judge(window(10.0), fewer).reason.startswith("throughput fell beyond noise: 100/s")
     predicted = Predicted(0.002, 0.001, 150.0, {})
     kept = judge(window(3.0), window(3.5), predicted)
     assert kept.reason.endswith("2.00 ms predicted; short of the prediction, but not worse")
 
 
-def typical(w: Window, p99_ms: float, mean_ms: float | None = None) -> Window:
+def typical(w: Seen, p99_ms: float, mean_ms: float | None = None) -> Seen:
     """``w`` with its median second's p99 (and Triton's mean) as given."""
     mean = w.server_mean_s if mean_ms is None else mean_ms / 1e3
-    return Window(
+    return Seen(
         **{**w.to_json(), "client_p99_median_second_s": p99_ms / 1e3, "server_mean_s": mean}
     )
 
@@ -171,7 +171,7 @@ def test_the_median_second_ignores_one_stalled_second() -> None:
 
 def test_without_clients_the_rule_reads_tritons_mean() -> None:
     before, after = window(None), window(None)
-    slower = Window(**{**after.to_json(), "server_mean_s": 0.004})
+    slower = Seen(**{**after.to_json(), "server_mean_s": 0.004})
     verdict = judge(before, slower)
     assert verdict.reason.startswith("Triton's mean latency worse beyond noise: 4.00 ms after")
 
