@@ -7,13 +7,13 @@ front end. A cost model is measured in one of three ways, each kept as a
 :class:`Calibration` with where it came from and when:
 
 * **the local Triton's CPU** (:func:`from_process_cpu`): when ``--url`` is on this machine,
-  the server's process is found by its listening port and its CPU seconds are read over
-  the advisor's window. A python-backend model executes in stub processes (children of
-  ``tritonserver``), so the server process's own CPU is the work outside the model (HTTP,
-  the batcher, the hand-off to the stub): that, per request served, is the cost. A model
-  executed inside the server process (no stubs busy) has its executions' time taken off
-  instead. The cores are the process's CPU set. This is the server's own cost: clients on
-  the same cores lower the capacity further.
+  the server's CPU seconds are read over the advisor's window (:mod:`observe.cpu`, which
+  finds the process by its listening port). A python-backend model executes in stub
+  processes (children of ``tritonserver``), so the server process's own CPU is the work
+  outside the model (HTTP, the batcher, the hand-off to the stub): that, per request served,
+  is the cost. A model executed inside the server process (no stubs busy) has its
+  executions' time taken off instead. The cores are the process's CPU set. This is the
+  server's own cost: clients on the same cores lower the capacity further.
 * **a probe** (``--probe``, :func:`probe`): a short closed-loop load through the load
   generator. On a local server its CPU is read as above; on a remote one the per-request
   cost is the one that makes the simulator reproduce the throughput measured at the
