@@ -40,9 +40,10 @@ from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
+from loadgen.results.result import RunResult
 from observe import sampler
-from observe.cpu import local_cores, local_server_pid, meter
-from observe.sampler import slow_reads_note
+from observe.cpu import CpuMeter, local_cores, local_server_pid, meter
+from observe.sampler import Sampler, slow_reads_note
 from observe.window import Window
 from stacksettings import from_env_or_default
 from tritonapi.client import (
@@ -376,6 +377,26 @@ def probe_params(opts: Options, model: str, url: str, concurrency: int, label: s
     )
 
 
+def probed(
+    client: TritonClient, model: str, params: RunParams, cpu: CpuMeter | None = None
+) -> tuple[RunResult, Window]:
+    """A probe's load, and the window of ``model`` over it (the one sampler, read at its
+    start and end; ``cpu``: the local server's meter over it). InputError (one line) when
+    the load or the statistics fail."""
+    sampler = Sampler(client, [model], strict=True, cpu=cpu)
+    try:
+        sampler.start()
+        result = loadgen_api.run(params, db=None)
+        window = sampler.finish().get(model)
+    except LoadgenError as exc:
+        raise InputError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, model)) from None
+    if window is None:
+        raise InputError(f"Triton at {client.url} has no statistics for {model!r}")
+    return result, window
+
+
 def probe_concurrency(config: BatcherConfig) -> int:
     return min(64, max(8, 2 * config.instances * config.batch_limit))
 
@@ -394,14 +415,9 @@ def first_probe(
     params = probe_params(
         opts, opts.model, opts.url, probe_concurrency(config), "advisor first probe"
     )
-    try:
-        before = client.model_stats(opts.model)
-        result = loadgen_api.run(params, db=None)
-        delta = client.model_stats(opts.model).minus(before)
-    except LoadgenError as exc:
-        raise InputError(f"--probe: {exc}") from None
-    except TritonError as exc:
-        raise InputError(triton_problem(exc, opts.model)) from None
+    result, window = probed(client, opts.model, params)
+    delta = window.delta
+    assert delta is not None  # a window of the statistics API
     if delta.execution_count == 0:
         raise InputError(f"--probe: model {opts.model!r} executed nothing under load")
     notes = [
@@ -569,17 +585,9 @@ def probe(opts: Options, inputs: Inputs) -> Probe:
         )
     client = TritonClient(url)
     params = probe_params(opts, inputs.model, url, concurrency, "advisor probe")
-    try:
-        before = client.model_stats(inputs.model)
-        if cpu_meter is not None:
-            cpu_meter.start()
-        result = loadgen_api.run(params, db=None)
-        cpu = cpu_meter.stop() if cpu_meter is not None else None
-        delta = client.model_stats(inputs.model).minus(before)
-    except LoadgenError as exc:
-        raise InputError(f"--probe: {exc}") from None
-    except TritonError as exc:
-        raise InputError(triton_problem(exc, inputs.model)) from None
+    result, window = probed(client, inputs.model, params, cpu_meter)
+    cpu, delta = window.cpu, window.delta
+    assert delta is not None  # a window of the statistics API
     inputs.shapes = result.summary.client.shapes or inputs.shapes
     measured = result.summary.client.throughput_per_s or 0.0
     source = f"a {opts.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
