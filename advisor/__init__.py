@@ -19,7 +19,7 @@ CPU and traffic models), :mod:`advisor.simulator` (the discrete-event batcher),
 (predictions and the config search), :mod:`advisor.cli` (``triton-advisor``).
 """
 
-from advisor import costs, storedrun, verify
+from advisor import costs, storedrun
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import fit_service_times, fit_traffic
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
@@ -37,7 +37,6 @@ __all__ = [
     "Traffic",
     "costs",
     "storedrun",
-    "verify",
     "fit_service_times",
     "fit_traffic",
     "from_model_config",

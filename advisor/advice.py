@@ -11,11 +11,21 @@ run's, or the probe's), the batches each shape forms alone come with it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from advisor.inputs import InputError, Options, Prepared, ServerWindow, gather
-from advisor.policy import Policy
+from advisor.config import BatcherConfig
+from advisor.inputs import InputError, Options, Prepared, gather
 from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
 from advisor.shapes import ShapeSplit, by_shape
+from observe.window import Window
+
+
+class Bounds(Protocol):
+    """What the search needs of a policy: bounds that cut its space, and their one line."""
+
+    def restrict(self, space: SearchSpace, current: BatcherConfig) -> SearchSpace: ...
+
+    def describe(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,9 @@ class SearchOptions:
     # cut_note). A search on ordinary traffic ends well inside it; it bounds the rare
     # window whose configs each simulate slowly (a doctor run held for minutes in CI).
     budget_s: float = 120.0
-    # The autopilot's policy: its bounds cut the search space before the search.
-    policy: Policy | None = None
+    # The autopilot's policy (autopilot.policy.Policy): its bounds cut the search space
+    # before the search.
+    policy: Bounds | None = None
 
 
 @dataclass
@@ -108,7 +119,7 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
     return Advice(prepared, rec, notes, mix)
 
 
-def advise(opts: Options, options: SearchOptions, window: ServerWindow | None = None) -> Advice:
+def advise(opts: Options, options: SearchOptions, window: Window | None = None) -> Advice:
     """Gather the inputs ``opts`` names (``window``: one the caller already watched) and
     search them."""
     return search(gather(opts, window), options)

@@ -23,9 +23,7 @@ from typing import Any
 
 import requests
 
-from advisor import advice, autopilot, verify
-from advisor import pilot as pilot_mod
-from advisor import policy as policy_mod
+from advisor import advice
 from advisor.advice import Advice, SearchOptions
 from advisor.config import BatcherConfig
 from advisor.inputs import (
@@ -47,6 +45,9 @@ from advisor.predict import (
     predict,
 )
 from advisor.storedrun import run_ids
+from autopilot import apply, verify
+from autopilot import loop as autopilot_loop
+from autopilot import policy as policy_mod
 from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from runs.errors import StoreError
@@ -319,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch-s",
         type=_positive(float, "--watch-s"),
         help="seconds of each window before and after the change (default: long enough "
-        f"for {autopilot.WATCH_REQUESTS:,} requests at the current rate, "
-        f"{autopilot.MIN_WATCH_S:g}..{autopilot.MAX_WATCH_S:g} s)",
+        f"for {apply.WATCH_REQUESTS:,} requests at the current rate, "
+        f"{apply.MIN_WATCH_S:g}..{apply.MAX_WATCH_S:g} s)",
     )
     applying.add_argument(
         "--db",
@@ -368,10 +369,10 @@ def _add_autopilot(sub: Any, search: argparse.ArgumentParser) -> None:
         help="watch a live model's traffic, re-advise when it shifts, apply within a policy",
         description="Each --interval-s: re-apply the last kept config if Triton no longer "
         "serves it (a restart forgets overrides); measure the traffic; when it has shifted "
-        f"(rate beyond x{pilot_mod.RATE_RATIO:g} or burstiness beyond +/-"
-        f"{pilot_mod.CV_CHANGE:g}, for {pilot_mod.SUSTAINED} intervals running) from what "
-        "the current config was chosen for, advise within the policy and apply the change "
-        "with advise --apply's watch and rollback. A dry run unless --apply.",
+        f"(rate beyond x{autopilot_loop.RATE_RATIO:g} or burstiness beyond +/-"
+        f"{autopilot_loop.CV_CHANGE:g}, for {autopilot_loop.SUSTAINED} intervals running) "
+        "from what the current config was chosen for, advise within the policy and apply the "
+        "change with advise --apply's watch and rollback. A dry run unless --apply.",
     )
     pilot.add_argument("--url", required=True, help="Triton HTTP base URL")
     pilot.add_argument("--model", type=model_name, required=True, help="the model to pilot")
@@ -391,8 +392,8 @@ def _add_autopilot(sub: Any, search: argparse.ArgumentParser) -> None:
     pilot.add_argument(
         "--interval-s",
         type=_positive(float, "--interval-s"),
-        default=pilot_mod.DEFAULT_INTERVAL_S,
-        help=f"seconds of traffic per step (default {pilot_mod.DEFAULT_INTERVAL_S:g})",
+        default=autopilot_loop.DEFAULT_INTERVAL_S,
+        help=f"seconds of traffic per step (default {autopilot_loop.DEFAULT_INTERVAL_S:g})",
     )
     bounded = pilot.add_mutually_exclusive_group()
     bounded.add_argument(
@@ -596,8 +597,8 @@ def advise(args: argparse.Namespace) -> int:
         if not args.url or not args.model:
             raise UsageError("--apply needs --url and --model: the live model to change")
         try:  # refused before minutes of watching, not after
-            autopilot.check_access(live_client(args))
-        except autopilot.ApplyRefused as exc:
+            apply.check_access(live_client(args))
+        except apply.ApplyRefused as exc:
             raise UsageError(str(exc)) from None
     opts = options_from(args)
     try:
@@ -640,9 +641,9 @@ def apply_plan(args: argparse.Namespace, found: Advice) -> dict[str, Any]:
     rec = found.recommendation
     rate = rec.current.throughput_per_s
     if args.watch_s is not None:
-        seconds, why = args.watch_s, autopilot.given_length(args.watch_s, rate)
+        seconds, why = args.watch_s, apply.given_length(args.watch_s, rate)
     else:
-        seconds, why = autopilot.watch_length(rate)
+        seconds, why = apply.watch_length(rate)
     change = rec.best if rec.best is not None and not rec.keep else None
     return {
         "model": args.model,
@@ -652,7 +653,7 @@ def apply_plan(args: argparse.Namespace, found: Advice) -> dict[str, Any]:
         "predicted": change.latency_line() if change else None,
         "watch_s": seconds,
         "watch_why": why,
-        "rule": autopilot.rollback_rule(seconds),
+        "rule": apply.rollback_rule(seconds),
         "prediction": change,
     }
 
@@ -673,9 +674,7 @@ def print_plan(plan: dict[str, Any], applying: bool) -> None:
     print(f"  rule: {plan['rule']}")
 
 
-def plan_json(
-    plan: dict[str, Any], result: autopilot.Result | None, applying: bool
-) -> dict[str, Any]:
+def plan_json(plan: dict[str, Any], result: apply.Result | None, applying: bool) -> dict[str, Any]:
     out = {k: v for k, v in plan.items() if k != "prediction"}
     out["dry_run"] = not applying
     if result is not None:
@@ -686,9 +685,7 @@ def plan_json(
     return out
 
 
-def run_apply(
-    args: argparse.Namespace, found: Advice, plan: dict[str, Any]
-) -> autopilot.Result | None:
+def run_apply(args: argparse.Namespace, found: Advice, plan: dict[str, Any]) -> apply.Result | None:
     prediction = plan["prediction"]
     if prediction is None:
         return None
@@ -696,18 +693,18 @@ def run_apply(
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
         old = client.model_config_json(args.model)
-        new = autopilot.override(old, prediction.config, args.model)
-        return autopilot.apply_and_watch(
+        new = apply.override(old, prediction.config, args.model)
+        return apply.apply_and_watch(
             client,
             args.model,
             old,
             new,
-            autopilot.Predicted.of(prediction),
+            apply.Predicted.of(prediction),
             plan["watch_s"],
             store=args.db,
             say=say,
         )
-    except autopilot.ApplyRefused as exc:
+    except apply.ApplyRefused as exc:
         raise UsageError(str(exc)) from None
     except TritonError as exc:
         raise UsageError(f"--apply: {exc}; nothing was changed") from None
@@ -843,7 +840,7 @@ def autopilot_command(args: argparse.Namespace) -> int:
         request_us=args.request_us,
         calibrations=args.calibrations,
     )
-    opts = pilot_mod.PilotOptions(
+    opts = autopilot_loop.PilotOptions(
         url=args.url,
         model=args.model,
         policy=policy,
@@ -856,8 +853,8 @@ def autopilot_command(args: argparse.Namespace) -> int:
         headers=admin_headers(args.admin_key_file),
     )
     try:
-        ran = pilot_mod.run(opts, once=args.once, for_s=args.for_s)
-    except pilot_mod.Refused as exc:
+        ran = autopilot_loop.run(opts, once=args.once, for_s=args.for_s)
+    except autopilot_loop.Refused as exc:
         raise UsageError(str(exc)) from None
     # As advise --apply: 1 when a change made in this run did not end as it should.
     return 0 if all(r.change.outcome in ("kept", "reapplied") for r in ran.results) else 1

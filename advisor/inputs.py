@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,15 +39,18 @@ from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.params import RunParams
+from loadgen.results.result import RunResult
+from observe import sampler
+from observe.cpu import CpuMeter, local_cores, local_server_pid, meter
+from observe.sampler import Sampler, slow_reads_note
+from observe.window import Window
 from stacksettings import from_env_or_default
 from tritonapi.client import (
     TritonClient,
     TritonError,
     TritonHTTPError,
     TritonUnreachable,
-    metrics_text,
 )
-from tritonapi.metrics import parse_metrics
 from tritonapi.stats import ModelStats
 from tritonapi.traces import ExporterUnavailable, read_exporter
 from tritonapi.urls import default_metrics_url
@@ -99,27 +101,6 @@ class Options:
 
 
 @dataclass(frozen=True)
-class ServerWindow:
-    """A window of a running Triton, as plain values: the statistics delta, the request
-    count sampled through it (``(monotonic s, count)``), the cumulative statistics at its
-    end, and the server process's CPU over it when the server runs here."""
-
-    delta: ModelStats
-    samples: Sequence[tuple[float, float]]
-    cumulative: ModelStats
-    seconds: float
-    cpu: costs.ServerCpu | None = None
-    cores: int | None = None
-    slow_reads: int = 0  # counts left out of ``samples`` (``SLOW_READ_S``)
-    # With watch(metrics_url=...): the requests Triton had received, ``(monotonic s,
-    # count)`` at each read of its metrics after a sample (``TritonMetrics.received``: its
-    # executed count and pending gauge from that one read); a slow read left out as a slow
-    # count is (``slow_reads``).
-    received: Sequence[tuple[float, float]] = ()
-    pending_note: str = ""  # why the metrics were not read (through), when asked for
-
-
-@dataclass(frozen=True)
 class WindowTraffic:
     """A window's traffic: fitted from the requests Triton answered, and from those it
     received (executed + pending, from its metrics) where its metrics were read.
@@ -143,7 +124,7 @@ class WindowTraffic:
         return f"{self.answered.describe()}, from the requests answered ({self.why_answered})"
 
 
-def fit_window(window: ServerWindow) -> WindowTraffic:
+def fit_window(window: Window) -> WindowTraffic:
     """The traffic of ``window`` as the advisor, the doctor and the autopilot read it: the
     requests received where Triton's metrics were read through the window, else those
     answered (with the reason). ValueError when the answered count cannot be fitted."""
@@ -273,49 +254,6 @@ def triton_version(client: TritonClient) -> str:
         return ""
 
 
-def meter(url: str) -> costs.CpuMeter | None:
-    """The local server's CPU meter; None when ``url`` is not on this machine."""
-    pid = costs.local_server_pid(url)
-    try:
-        return costs.CpuMeter(pid) if pid is not None else None
-    except OSError:  # gone meanwhile
-        return None
-
-
-# A request count whose read took longer than this is left out of the traffic's fit. The
-# count is stamped at the middle of its read and Triton took it somewhere in between: while
-# Triton loads or unloads a model a statistics read here takes 1.3 s (2 ms otherwise), and
-# one such count makes Poisson traffic at 300/s read as a burstiness near 4
-# (tests/advisor/test_fit.py; docs/validation.md, "Advisor regret, head to head with 5 runs
-# each, once more").
-SLOW_READ_S = 0.025
-
-
-def count_sample(asked: float, answered: float, count: float) -> tuple[float, float] | None:
-    """A read of the request count as a ``(time, count)`` sample stamped at the middle of
-    the read; None when the read took over ``SLOW_READ_S`` (its time is not known)."""
-    if answered - asked > SLOW_READ_S:
-        return None
-    return (asked + answered) / 2, count
-
-
-def slow_reads_note(slow: int) -> str:
-    """What the window's fit left out ("" when nothing)."""
-    if not slow:
-        return ""
-    return (
-        f"{slow} read(s) of Triton's request count took over {SLOW_READ_S * 1e3:.0f} ms and "
-        "were left out of the traffic's fit (Triton busy, e.g. loading or unloading a model)"
-    )
-
-
-def sample_step(window_s: float) -> float:
-    """Seconds between reads of the request count: 20 bins per window, enough to estimate
-    burstiness, at most 1 s each. The doctor reads at the same step, so that one window
-    fits to one traffic whoever watched it."""
-    return min(window_s / 20, 1.0)
-
-
 def metrics_url_of(url: str) -> str:
     """Triton's ``/metrics`` beside its HTTP ``url``: the stack's (its STACK_* settings) when
     ``url`` is the stack's Triton; port 8002 of ``url``'s host when ``url`` has Triton's
@@ -332,102 +270,26 @@ def metrics_url_of(url: str) -> str:
     return default_metrics_url(url) if port == 8000 else ""
 
 
-def received_of(metrics_url: str, model: str, version: str) -> tuple[float, float] | None:
-    """The requests ``model``'s ``version`` had received, executed plus pending, from one
-    read of Triton's metrics (``TritonMetrics.received``), as a ``count_sample`` (None: a
-    slow read). ValueError (one line) when the metrics cannot be read or lack either
-    series for the model."""
+def watch(url: str, model: str, window_s: float, metrics_url: str | None = None) -> Window:
+    """Watch ``model`` on ``url`` for ``window_s`` through the one sampler
+    (:func:`observe.sampler.watch`): its statistics, Triton's metrics after each count when
+    ``metrics_url`` is given, and (here) its CPU. InputError (one line) when the server
+    stops answering."""
     try:
-        asked = time.monotonic()
-        text = metrics_text(metrics_url, timeout_s=2.0)
-        answered = time.monotonic()
-        metrics = parse_metrics(text)
-    except (TritonError, ValueError) as exc:
-        raise ValueError(f"Triton's metrics at {metrics_url} not read ({exc})") from None
-    received = metrics.received(model, version)
-    if received is None:
-        raise ValueError(no_received_count(metrics_url, model, version))
-    return count_sample(asked, answered, received)
-
-
-def all_slow(metrics_url: str) -> str:
-    """Why a window has no received count when every read of the metrics was slow."""
-    return (
-        f"every read of Triton's metrics at {metrics_url} took over "
-        f"{SLOW_READ_S * 1e3:.0f} ms (its time not known)"
-    )
-
-
-def no_received_count(metrics_url: str, model: str, version: str) -> str:
-    """Why a window has no received count when the metrics lack the model's series."""
-    return (
-        f"Triton's metrics at {metrics_url} have no pending gauge or inference count for "
-        f"{model!r} version {version}"
-    )
-
-
-def watch(url: str, model: str, window_s: float, metrics_url: str | None = None) -> ServerWindow:
-    """Watch ``model`` on ``url`` for ``window_s``: its statistics and (here) its CPU.
-    ``metrics_url``: Triton's metrics too, read after each count for the requests received
-    (``ServerWindow.received``); after a failed read they are not read again (each could
-    wait its 2 s timeout), and ``pending_note`` says why."""
-    client = TritonClient(url)
-    cpu_meter = meter(url)
-    step_s = sample_step(window_s)
-    if cpu_meter is not None:
-        cpu_meter.start()
-    samples: list[tuple[float, float]] = []
-    received: list[tuple[float, float]] = []
-    slow = 0
-    note = ""
-    try:
-        started = asked = time.monotonic()
-        first = last = client.model_stats(model)
-        deadline = asked + window_s
-        while True:
-            sample = count_sample(asked, time.monotonic(), float(last.inference_count))
-            if sample is None:
-                slow += 1
-            else:
-                samples.append(sample)
-                if metrics_url is not None and not note:
-                    try:
-                        got = received_of(metrics_url, model, last.version)
-                    except ValueError as exc:
-                        note = str(exc)
-                    else:
-                        if got is None:
-                            slow += 1
-                        else:
-                            received.append(got)
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(step_s)
-            asked = time.monotonic()
-            last = client.model_stats(model)
+        watched = sampler.watch(TritonClient(url), [model], window_s, metrics_url, strict=True)
     except TritonError as exc:
         raise InputError(triton_problem(exc, model)) from None
-    used = cpu_meter.stop() if cpu_meter is not None else None
-    if metrics_url is not None and not note and not received:
-        note = all_slow(metrics_url)
-    return ServerWindow(
-        last.minus(first),
-        samples,
-        last,
-        time.monotonic() - started,
-        used,
-        cpu_meter.cores if cpu_meter is not None else None,
-        slow_reads=slow,
-        received=[] if note else received,  # part of a window is not fitted (the doctor's)
-        pending_note=note,
-    )
+    window = watched.windows.get(model)
+    if window is None:
+        raise InputError(f"Triton at {url} has no statistics for {model!r}")
+    return window
 
 
 def from_server(
     opts: Options,
     calibrated: ServiceModel | None,
     traffic: Traffic | None,
-    window: ServerWindow | None = None,
+    window: Window | None = None,
 ) -> Inputs:
     """Config, service times and traffic from a running Triton over a window (watched now,
     or the caller's); on this machine, its CPU over the same window gives the costs."""
@@ -440,6 +302,8 @@ def from_server(
     if window is None:
         window = watch(opts.url, opts.model, opts.window_s, opts.metrics_url or None)
     delta, cumulative = window.delta, window.cumulative
+    if delta is None or cumulative is None:
+        raise InputError(f"{window.source}: not Triton's statistics, so no service times")
     notes = []
     if calibrated is not None:
         # Measured at low CPU contention: a busy window's compute times include the
@@ -513,6 +377,26 @@ def probe_params(opts: Options, model: str, url: str, concurrency: int, label: s
     )
 
 
+def probed(
+    client: TritonClient, model: str, params: RunParams, cpu: CpuMeter | None = None
+) -> tuple[RunResult, Window]:
+    """A probe's load, and the window of ``model`` over it (the one sampler, read at its
+    start and end; ``cpu``: the local server's meter over it). InputError (one line) when
+    the load or the statistics fail."""
+    sampler = Sampler(client, [model], strict=True, cpu=cpu)
+    try:
+        sampler.start()
+        result = loadgen_api.run(params, db=None)
+        window = sampler.finish().get(model)
+    except LoadgenError as exc:
+        raise InputError(f"--probe: {exc}") from None
+    except TritonError as exc:
+        raise InputError(triton_problem(exc, model)) from None
+    if window is None:
+        raise InputError(f"Triton at {client.url} has no statistics for {model!r}")
+    return result, window
+
+
 def probe_concurrency(config: BatcherConfig) -> int:
     return min(64, max(8, 2 * config.instances * config.batch_limit))
 
@@ -531,14 +415,9 @@ def first_probe(
     params = probe_params(
         opts, opts.model, opts.url, probe_concurrency(config), "advisor first probe"
     )
-    try:
-        before = client.model_stats(opts.model)
-        result = loadgen_api.run(params, db=None)
-        delta = client.model_stats(opts.model).minus(before)
-    except LoadgenError as exc:
-        raise InputError(f"--probe: {exc}") from None
-    except TritonError as exc:
-        raise InputError(triton_problem(exc, opts.model)) from None
+    result, window = probed(client, opts.model, params)
+    delta = window.delta
+    assert delta is not None  # a window of the statistics API
     if delta.execution_count == 0:
         raise InputError(f"--probe: model {opts.model!r} executed nothing under load")
     notes = [
@@ -572,7 +451,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
         run = storedrun.load_runs(
             opts.store,
             opts.runs,
-            lambda url: handoff.timer_slack(costs.local_server_pid(opts.url or url)),
+            lambda url: handoff.timer_slack(local_server_pid(opts.url or url)),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -625,7 +504,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
             f"{run.handoff.describe()} (the {run.whose} {run.traced_requests:,} traced requests)",
         )
     if run.concurrency and run.measured_throughput_per_s:
-        cores = opts.cores or costs.local_cores(run.server)
+        cores = opts.cores or local_cores(run.server)
         if cores is None:
             notes.append("costs not fitted from the run: give --cores N (the server's cores)")
         else:
@@ -706,17 +585,9 @@ def probe(opts: Options, inputs: Inputs) -> Probe:
         )
     client = TritonClient(url)
     params = probe_params(opts, inputs.model, url, concurrency, "advisor probe")
-    try:
-        before = client.model_stats(inputs.model)
-        if cpu_meter is not None:
-            cpu_meter.start()
-        result = loadgen_api.run(params, db=None)
-        cpu = cpu_meter.stop() if cpu_meter is not None else None
-        delta = client.model_stats(inputs.model).minus(before)
-    except LoadgenError as exc:
-        raise InputError(f"--probe: {exc}") from None
-    except TritonError as exc:
-        raise InputError(triton_problem(exc, inputs.model)) from None
+    result, window = probed(client, inputs.model, params, cpu_meter)
+    cpu, delta = window.cpu, window.delta
+    assert delta is not None  # a window of the statistics API
     inputs.shapes = result.summary.client.shapes or inputs.shapes
     measured = result.summary.client.throughput_per_s or 0.0
     source = f"a {opts.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
@@ -822,7 +693,7 @@ def traced_handoffs(
             f"fewer than {handoff.MIN_REQUESTS}: trace some first "
             f"(batchscope trace --model {model})"
         )
-    pid = costs.local_server_pid(server) if server else None
+    pid = local_server_pid(server) if server else None
     found = handoff.measure(window.requests, config, handoff.timer_slack(pid))
     return found, f"{found.describe()} ({len(window.requests):,} traced requests)"
 
@@ -830,7 +701,7 @@ def traced_handoffs(
 # ---- all of it -----------------------------------------------------------------------------
 
 
-def gather(opts: Options, window: ServerWindow | None = None) -> Prepared:
+def gather(opts: Options, window: Window | None = None) -> Prepared:
     """The inputs from the source ``opts`` names, with every measured cost applied.
 
     ``window``: a window of the server the caller has already watched (the doctor's), used

@@ -1,4 +1,4 @@
-"""The advisor's inputs from a stored load run (the load generator's SQLite store).
+"""The advisor's inputs from a stored load run (read once by :mod:`observe.storedrun`).
 
 A run stores its scenario and parameters, one record per request (when it was due),
 and the server's statistics delta for the window (``loadgen.results.summary.ServerSummary``).
@@ -49,11 +49,10 @@ from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
-from loadgen.results.stored import load_run
 from loadgen.results.summary import LoadRun, ServerSummary
+from observe.storedrun import read
 from runs.errors import StoreError
 from runs.store import RunStore
-from tritonapi.traces import TracedRequest
 
 # The timer slack of a run's server, by its URL (advisor.handoff.timer_slack reads a local
 # one's); Linux's default unless the caller can read it.
@@ -133,44 +132,6 @@ def traffic_from_gaps(params: RunParams, gaps: list[float]) -> Traffic:
         return OpenLoop(1.0 / mean, statistics.pstdev(gaps) / mean)
     raise ValueError(
         f"a {scenario!r} run has no steady traffic to model: use a rate or concurrency run"
-    )
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One stored run as the store holds it: read once."""
-
-    run_id: int
-    run: LoadRun
-    server: ServerSummary
-    due_s: list[float]
-    latencies_s: list[float]  # of the answered requests
-    traced: list[TracedRequest]
-    samples: list[tuple[float, float, float]]
-
-
-def _read(runs: RunStore, run_id: int) -> _Read:
-    run = load_run(runs, run_id)
-    records = runs.load_records(run_id)
-    traced = runs.load_traced_requests(run_id, run.params.model)
-    try:
-        samples = runs.load_traced_latencies(run_id)
-    except StoreError:  # a store without the traced tables: no time outside
-        samples = []
-    server = run.summary.server
-    if server is None or not server.executions:
-        raise ValueError(
-            f"run {run_id} has no server-side statistics to fit service times from "
-            f"({run.summary.server_error or 'the model executed nothing'})"
-        )
-    return _Read(
-        run_id,
-        run,
-        server,
-        sorted(float(r["start_s"]) for r in records),
-        [float(r["latency_s"]) for r in records if r["outcome"] == "ok"],
-        traced,
-        samples,
     )
 
 
@@ -290,7 +251,7 @@ def load_runs(
         raise ValueError(f"runs {', '.join(map(str, run_ids))}: a run is named twice")
     try:
         with RunStore(db) as runs:
-            reads = [_read(runs, run_id) for run_id in run_ids]
+            reads = [read(runs, run_id) for run_id in run_ids]
     except (LoadgenError, StoreError) as exc:
         raise ValueError(str(exc)) from None
     check_poolable([(r.run_id, r.run) for r in reads])

@@ -37,11 +37,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor import verify
 from advisor.advice import SearchOptions, advise
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import fit_traffic, received_counts
 from advisor.inputs import Options, watch
+from autopilot import verify
 from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository
 from bench.common import stack
 from loadgen.engine.runner import RunParams, run
@@ -193,7 +193,7 @@ def traffic_seen(
     beside the same fit of the load generator's sends (``due``: their due times, ``late``:
     how many left late) counted at the same instants: where the two part, that count
     misread the traffic; where both read bursty, it was. With ``received`` (Triton's
-    executed count + pending gauge at each read of its metrics, ``ServerWindow.received``)
+    executed count + pending gauge at each read of its metrics, ``observe.window.Window.received``)
     also that count's fit (``advisor.fit.received_counts``): what the advisor fits when
     it reads the metrics."""
     try:

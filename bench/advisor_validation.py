@@ -51,15 +51,17 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from advisor import costs, storedrun, verify
+from advisor import costs, storedrun
 from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Options, gather
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import Prediction, predict, recommend
+from autopilot import verify
 from bench.common import stack
 from loadgen.engine.runner import RunParams, RunResult, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.errors import LoadgenError
+from observe.cpu import CpuMeter, local_server_pid
 from stacksettings import PORTS, ROOT, Settings
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.tracesafety import safe_count, server_version
@@ -193,12 +195,12 @@ def checked(result: RunResult) -> RunResult:
 def restart_triton(url: str, timeout_s: float = 120.0) -> None:
     """Kill the private Triton (a crashed one is gone already; a hung one still answers
     health checks but no inference) and wait for the supervisor's restart."""
-    old = costs.local_server_pid(url)
+    old = local_server_pid(url)
     if old is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(old, signal.SIGKILL)
     client, deadline = TritonClient(url), time.monotonic() + timeout_s
-    while not (client.is_ready(2.0) and costs.local_server_pid(url) not in (None, old)):
+    while not (client.is_ready(2.0) and local_server_pid(url) not in (None, old)):
         if time.monotonic() > deadline:
             raise SystemExit(f"Triton at {url} did not come back within {timeout_s:.0f} s")
         time.sleep(0.5)
@@ -230,9 +232,9 @@ def measure_own(
     runs are untraced."""
     url = settings.url("triton_http")
     client = TritonClient(url)
-    pid = costs.local_server_pid(url)
+    pid = local_server_pid(url)
     assert pid is not None, "the private Triton's process is not visible"
-    meter = costs.CpuMeter(pid)
+    meter = CpuMeter(pid)
     with tempfile.TemporaryDirectory(prefix="advisor-fit-") as folder:
         db = Path(folder) / "runs.sqlite3"
         if window_s > 0:

@@ -51,9 +51,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from advisor import autopilot as rule
-from advisor import pilot
 from advisor.config import BatcherConfig, from_model_config
+from autopilot import apply, loop
 from bench.advisor_regret import (
     Measured,
     best_of_grid,
@@ -73,15 +72,15 @@ from tritonapi.client import TritonClient
 GOAL_REGRET = 1.10
 GOAL_CONVERGE_S = 300.0
 # What each mode runs (low_s, interval_s, for_s, seconds, passes); see the module doc.
-FULL = {"low_s": 60.0, "interval_s": pilot.DEFAULT_INTERVAL_S, "for_s": 300.0, "seconds": 3.0}
+FULL = {"low_s": 60.0, "interval_s": loop.DEFAULT_INTERVAL_S, "for_s": 300.0, "seconds": 3.0}
 QUICK = {"low_s": 20.0, "interval_s": 15.0, "for_s": 120.0, "seconds": 2.0}
 PASSES = {"full": 3, "quick": 2}
-# The autopilot's outcome lines (advisor.autopilot.Result.line) and its other decisions.
+# The autopilot's outcome lines (autopilot.apply.Result.line) and its other decisions.
 OUTCOMES = ("KEPT", "ROLLED BACK", "FAILED TO APPLY", "ROLLBACK FAILED")
 DECISIONS = ("KEEP", "NO CHANGE", "WAIT", "NO ADVICE", "NOT APPLIED")
 
 
-# ---- the accounting (pure: tests/advisor/test_bench_autopilot.py) ---------------------------
+# ---- the accounting (pure: tests/autopilot/test_bench_autopilot.py) ---------------------------
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class Step:
         sign, so a change kept on that sign still counts here."""
         if self.before_p99_s is None or self.after_p99_s is None:
             return False
-        return rule.worse(self.after_p99_s, self.before_p99_s)
+        return apply.worse(self.after_p99_s, self.before_p99_s)
 
     def worse_for_s(self, end_s: float) -> float | None:
         """How long the clients were served a config that measured worse: 0 when it did not;
@@ -244,7 +243,7 @@ def steps_of(
         records = [
             c
             for c in reversed(store.list_changes(model, limit=1000))
-            if c.server == url and c.outcome in pilot.CHANGES and c.at >= shift
+            if c.server == url and c.outcome in loop.CHANGES and c.at >= shift
         ]
     loads = [t for t, line in lines if line.startswith(f"loading the new config on {model}")]
     steps = []
@@ -428,7 +427,7 @@ def main() -> int:
             served = from_model_config(admin.model_config(model))
             wanted_start = replace(served, max_queue_delay_us=args.start_delay_us)
             config = admin.model_config_json(model)
-            admin.load_model(model, rule.override(config, wanted_start, model))
+            admin.load_model(model, apply.override(config, wanted_start, model))
         start = from_model_config(admin.model_config(model))
         print(f"the model starts with {start.describe()}", flush=True)
         before = Traffic(s, model, low, db, seed=21).start()

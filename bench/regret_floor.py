@@ -28,8 +28,8 @@ import statistics
 import sys
 import time
 
-from advisor import verify
 from advisor.config import from_model_config
+from autopilot import verify
 from bench.advisor_regret import (
     Measured,
     best_of_grid,

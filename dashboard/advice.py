@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from advisor import Prediction, Recommendation, verify
+from advisor import Prediction, Recommendation
 from advisor.advice import SearchOptions
 from advisor.advice import advise as advisor_advise
 from advisor.inputs import Options
 from advisor.shapes import ShapeSplit
+from autopilot import verify
 from loadgen.inputopts import InputOptions
 
 P99_BOUND_S = 0.010
@@ -97,7 +98,7 @@ def advise(
 def check(
     a: Advice, triton_url: str, headers: dict[str, str], repository: Path
 ) -> verify.Verification:
-    """The recommendation checked by experiment (scratch copies; see ``advisor.verify``)."""
+    """The recommendation checked by experiment (scratch copies; see ``autopilot.verify``)."""
     return verify.verify(
         triton_url, headers, a.model, repository, a.recommendation, VERIFY_S, inputs=a.inputs
     )

@@ -1,6 +1,6 @@
 """The advisor panel's "Apply with rollback": ``batchscope advise --apply`` from the page.
 
-The same steps and rule as the CLI (:func:`advisor.autopilot.apply_and_watch`): the
+The same steps and rule as the CLI (:func:`autopilot.apply.apply_and_watch`): the
 recommended config is loaded on the live model as a config override, watched against the
 window before it, and kept or rolled back by itself; the change goes on the store's record.
 It runs in a thread, one at a time for the whole dashboard process (two changes at once to
@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor import autopilot
 from advisor.predict import Prediction
+from autopilot import apply
 from tritonapi.client import TritonClient, TritonError
 
 # The page's bounds on the watch window: at least the CLI's shortest default, at most its
 # longest (a click holds the server's one change slot for twice this).
 MIN_WATCH_S = 3.0
-MAX_WATCH_S = autopilot.MAX_WATCH_S
+MAX_WATCH_S = apply.MAX_WATCH_S
 
 
 class ApplyRefused(ValueError):
@@ -36,7 +36,7 @@ class ActiveChange:
     new: str  # the config applied, described
     started: float = field(default_factory=time.time)
     lines: list[str] = field(default_factory=list)  # progress, as the CLI prints it
-    result: autopilot.Result | None = None
+    result: apply.Result | None = None
     error: str = ""  # refused before any change (no traffic, the server gone)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -67,14 +67,14 @@ class ApplyManager:
                 f"the watch window must be {MIN_WATCH_S:g} to {MAX_WATCH_S:g} s, got {watch_s:g}"
             )
         try:
-            autopilot.check_access(client)
+            apply.check_access(client)
             old = client.model_config_json(model)
-            autopilot.check_model(old)
-        except autopilot.ApplyRefused as exc:
+            apply.check_model(old)
+        except apply.ApplyRefused as exc:
             raise ApplyRefused(str(exc).removeprefix("--apply: ")) from None
         except TritonError as exc:
             raise ApplyRefused(f"{exc}; nothing was changed") from None
-        new = autopilot.override(old, best.config, model)
+        new = apply.override(old, best.config, model)
         with self._lock:
             if self.busy:
                 raise ApplyRefused("a change is being watched already: wait for its outcome")
@@ -100,17 +100,17 @@ class ApplyManager:
         store: Path,
     ) -> None:
         try:
-            active.result = autopilot.apply_and_watch(
+            active.result = apply.apply_and_watch(
                 client,
                 active.model,
                 old,
                 new,
-                autopilot.Predicted.of(best),
+                apply.Predicted.of(best),
                 watch_s,
                 store=store,
                 say=active.lines.append,
             )
-        except autopilot.ApplyRefused as exc:
+        except apply.ApplyRefused as exc:
             active.error = str(exc).removeprefix("--apply: ")
         except Exception as exc:  # the thread must always finish and say why
             active.error = f"{type(exc).__name__}: {exc}"

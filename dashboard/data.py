@@ -17,8 +17,9 @@ from advisor.advice import SearchOptions
 from advisor.inputs import Options
 from dashboard import fleet as fleet_data
 from dashboard import live
-from doctor import Diagnosis, diagnose, prometheus_window
+from doctor import Diagnosis, diagnose
 from doctor.prescribe import searched
+from observe.prometheus import prometheus_window
 from promapi import PromClient, Range
 from tritonapi.client import TritonClient, TritonError
 

@@ -5,33 +5,14 @@ telemetry, in the guide's order: the config (:func:`checks.check_config`), wheth
 overlap, what the batcher formed, and where latency goes. Each :class:`Finding` carries the
 numbers it rests on and the fix as ``config.pbtxt`` lines; a healthy batcher gets none.
 
-- :mod:`doctor.window`: one window of traffic, whichever source it comes from;
-- :mod:`doctor.checks`: the checks, pure functions of a config and a window;
-- :mod:`doctor.observe`: reads the server (statistics API, ``/metrics``, Prometheus);
+- :mod:`doctor.checks`: the checks, pure functions of a config and a window (the one
+  window type, :class:`observe.window.Window`, whichever source filled it);
+- :mod:`doctor.diagnosis`: one model's config, window, traces and findings;
 - :mod:`doctor.report`: the text the CLI and the dashboard show;
 - :mod:`doctor.cli`: ``batchscope doctor`` (and ``python -m stack doctor``).
 """
 
 from doctor.checks import Finding, check
-from doctor.observe import (
-    TRACES_OFF,
-    Diagnosis,
-    StatisticsSampler,
-    diagnose,
-    prometheus_window,
-    sample_statistics,
-)
-from doctor.window import Window, from_statistics
+from doctor.diagnosis import Diagnosis, diagnose
 
-__all__ = [
-    "TRACES_OFF",
-    "Diagnosis",
-    "Finding",
-    "StatisticsSampler",
-    "Window",
-    "check",
-    "diagnose",
-    "from_statistics",
-    "prometheus_window",
-    "sample_statistics",
-]
+__all__ = ["Diagnosis", "Finding", "check", "diagnose"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from doctor.window import Window
+from observe.window import Window
 from tritonapi.modelconfig import ModelConfig
 
 # Fewer requests than this in the window: the traffic checks have nothing to go on.

@@ -15,17 +15,20 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
-from advisor.inputs import Options, ServerWindow, metrics_url_of
+from advisor.inputs import Options, metrics_url_of
 from advisor.storedrun import check_poolable, run_ids
 from doctor import report
 from doctor.checks import ShapeMix, check
-from doctor.observe import Diagnosis, diagnose, prometheus_window, sample_statistics
+from doctor.diagnosis import Diagnosis, diagnose
 from doctor.prescribe import searched
-from doctor.window import Window, from_summary, summed
 from loadgen.errors import LoadgenError
 from loadgen.results.params import default_db
 from loadgen.results.stored import load_run
 from loadgen.results.summary import RunSummary
+from observe.prometheus import prometheus_window
+from observe.sampler import watch
+from observe.storedrun import window as stored_window
+from observe.window import Window, summed
 from promapi import PromClient, PrometheusError
 from runs.errors import StoreError
 from runs.store import RunStore
@@ -240,7 +243,7 @@ class Source:
     """Where a model's window came from, for the advisor's search over the same window."""
 
     options: Options
-    server: ServerWindow | None = None  # a sampled window, as the advisor's inputs
+    server: Window | None = None  # a sampled window, the advisor's inputs too
 
 
 def windows(
@@ -279,11 +282,10 @@ def windows(
         raise UsageError(f"--window {seconds:g}: between 1 and {MAX_SAMPLE_S:g} seconds")
     if not args.json:
         print(f"watching Triton's statistics API for {seconds:g} s ...", file=sys.stderr)
-    sampled, more, server = sample_statistics(
-        client, models, seconds, _metrics_url(client.url, args, defaults)
-    )
-    sources = {m: Source(Options(client.url, m, seconds), server.get(m)) for m in models}
-    return sampled, notes + more, sources
+    watched = watch(client, models, seconds, _metrics_url(client.url, args, defaults))
+    sampled = watched.windows
+    sources = {m: Source(Options(client.url, m, seconds), sampled.get(m)) for m in models}
+    return sampled, notes + watched.notes, sources
 
 
 def search_options(args: argparse.Namespace) -> SearchOptions:
@@ -361,8 +363,7 @@ def stored(args: argparse.Namespace) -> Diagnosis:
                 f"run {run_id} was stored without its model config or the server's "
                 "statistics: diagnose the live server instead (--url)"
             )
-        seconds = max(run.finished_at - run.started_at, 1e-3)
-        windows.append(from_summary(run.summary.server, seconds, ""))
+        windows.append(stored_window(run, run.summary.server))
     seconds = sum(w.seconds for w in windows)
     named = f"run {ids[0]}" if len(ids) == 1 else f"runs {', '.join(map(str, ids))}"
     window = summed(windows, f"stored {named} of {args.store} ({seconds:.1f} s)")

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from advisor.advice import SearchOptions, advise
-from advisor.inputs import InputError, Options, ServerWindow
+from advisor.inputs import InputError, Options
 from advisor.predict import Recommendation
 from doctor.checks import CHANGE, KEEP, NONE, Finding, Prescription
-from doctor.observe import Diagnosis
+from doctor.diagnosis import Diagnosis
+from observe.window import Window
 
 # The findings whose fix is a batching config: the search answers them.
 SEARCHED = ("batching-off", "delay-too-short", "preferred-missed", "no-overlap", "queue-latency")
@@ -109,7 +110,7 @@ def searched(
     d: Diagnosis,
     opts: Options,
     search: SearchOptions,
-    window: ServerWindow | None = None,
+    window: Window | None = None,
 ) -> Diagnosis:
     """``d`` with the advisor's search over the same window (``window``: one already
     watched; else what ``opts`` names); a note instead when it cannot run (too little

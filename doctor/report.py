@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from doctor.checks import MIN_REQUESTS, ms, pct, per_s
-from doctor.observe import Diagnosis
-from doctor.window import Window
+from doctor.diagnosis import Diagnosis
+from observe.window import Window
 
 
 def facts(d: Diagnosis) -> list[str]:

@@ -22,10 +22,14 @@ LAYERS: list[tuple[str, ...]] = [
     # dashboard's queries) into deploy/; only the `render` command imports it.
     ("deploygen",),
     ("dashboard",),
+    # Acting on a live server (advise --apply, the autopilot loop, verify, the policy): it
+    # stands on the doctor's and the advisor's reading of the model.
+    ("autopilot",),
     # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor
     # needs nothing of the doctor.
     ("doctor",),
     ("advisor",),
+    ("observe",),  # one way to watch a model: the sampler, the window, CPU, stored runs
     ("loadgen",),
     # The collector, and the rules and Prometheus/Alertmanager configs that both the launcher
     # and the renderer write: neither imports the other.

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from advisor import autopilot
 from advisor.storedrun import check_poolable
+from autopilot import apply as autopilot_apply
 from dashboard import access, advice, apply, charts, fmt, runs
 from dashboard import data as cached
 from dashboard.live import LiveData
@@ -458,7 +458,7 @@ def render_apply(cfg: DashboardSettings, run: LoadRun, a: advice.Advice) -> None
     """ "Apply with rollback": the recommendation on the live model, as `advise --apply`."""
     rec = a.recommendation
     assert rec.best is not None
-    seconds, why = autopilot.watch_length(rec.current.throughput_per_s)
+    seconds, why = autopilot_apply.watch_length(rec.current.throughput_per_s)
     cols = st.columns([1, 3])
     watch = float(
         cols[0].number_input(
@@ -471,12 +471,12 @@ def render_apply(cfg: DashboardSettings, run: LoadRun, a: advice.Advice) -> None
         )
     )
     if watch != seconds:
-        cols[1].caption(autopilot.given_length(watch, rec.current.throughput_per_s))
+        cols[1].caption(autopilot_apply.given_length(watch, rec.current.throughput_per_s))
     st.caption(
         f"Apply with rollback: loads this config on the live model {a.model} at "
         f"{cfg.triton_url} as a config override (config.pbtxt is not touched: a restarted "
         f"Triton serves it again), watches {watch:g} s before and after, and will "
-        f"{autopilot.rollback_rule(watch)}. The same as `batchscope advise --url "
+        f"{autopilot_apply.rollback_rule(watch)}. The same as `batchscope advise --url "
         f"{cfg.triton_url} --model {a.model} --apply`; the change goes on the record above."
     )
     if st.button(

@@ -22,6 +22,7 @@ from advisor import costs
 from advisor.fit import fit_service_times
 from bench.advisor_validation import TUNING, repository, traced_run
 from bench.common import stack
+from observe.cpu import CpuMeter, local_server_pid
 from runs.store import RunStore
 from stacksettings import PORTS
 from tritonapi.client import TritonClient
@@ -43,9 +44,9 @@ def main() -> None:
             # As the bench measures its own config: warm-up, then the traced run, with the
             # Triton process's CPU per request over it.
             url = s.url("triton_http")
-            pid = costs.local_server_pid(url)
+            pid = local_server_pid(url)
             assert pid is not None, "the private Triton's process is not visible"
-            meter = costs.CpuMeter(pid)
+            meter = CpuMeter(pid)
             before = admin.model_stats(model)
             meter.start()
             run_id = traced_run(s, model, rate, 3.0, 8, Path(tmp) / "runs.sqlite3")

@@ -24,10 +24,12 @@ import pytest
 from advisor import costs, inputs
 from advisor.cli import main
 from advisor.fit import fit_traffic
-from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult
 from loadgen.results.stored import load_run
+from observe.cpu import local_server_pid, process_tree_cpu_s
+from observe.sampler import watch
+from observe.window import Window
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated, procstat
@@ -95,7 +97,7 @@ def test_an_old_store_has_no_config_and_reads_as_before() -> None:
 def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(
     url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pid = costs.local_server_pid(url)
+    pid = local_server_pid(url)
     assert pid is not None and "tritonserver" in Path(f"/proc/{pid}/cmdline").read_text()
     cache = tmp_path / "calibrations.json"
     base = ["--url", url, "--model", MODEL, "--p99-ms", "20", "--requests", "800"]
@@ -108,7 +110,7 @@ def test_the_local_tritons_cpu_gives_the_costs_and_they_are_cached(
         sender.join()
     assert code == 0, err
     # The python backend's stubs are its children, and they did the model's work: counted.
-    assert costs.process_tree_cpu_s(pid) > procstat.cpu_seconds([pid])
+    assert process_tree_cpu_s(pid) > procstat.cpu_seconds([pid])
     result = json.loads(out)
     calibration = result["calibration"]
     assert calibration["source"] == "the local Triton's CPU over the 2 s window"
@@ -148,7 +150,7 @@ def test_probe_measures_the_costs_with_a_short_load(
 ) -> None:
     cache = tmp_path / "calibrations.json"
     load(url, 0.5, concurrency=1).join()  # executions to fit from, all before the window
-    pid = costs.local_server_pid(url)
+    pid = local_server_pid(url)
     assert pid is not None
     client = TritonClient(url)
     served_before = client.model_stats(MODEL).inference_count
@@ -360,7 +362,7 @@ def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_receiv
         sender.start()
         try:
             time.sleep(1.0)
-            watched: list[inputs.ServerWindow] = []
+            watched: list[Window] = []
             metrics = f"{triton.url('triton_metrics')}/metrics"
             watcher = threading.Thread(
                 target=lambda: watched.append(inputs.watch(url, name, 4.0, metrics_url=metrics))
@@ -397,13 +399,12 @@ def test_the_doctor_reads_the_pending_gauge_beside_each_count_as_the_advisor_doe
     client = TritonClient(url)
     sender = load(url, 3.5)
     try:
-        _, _, read = sample_statistics(
-            client, [MODEL], 2.0, f"{triton.url('triton_metrics')}/metrics"
-        )
+        read = watch(client, [MODEL], 2.0, f"{triton.url('triton_metrics')}/metrics").windows
         nowhere = f"http://127.0.0.1:{free_ports(1)[0]}/metrics"
-        _, notes, unread = sample_statistics(client, [MODEL], 1.0, nowhere)
+        unwatched = watch(client, [MODEL], 1.0, nowhere)
     finally:
         sender.join()
+    unread, notes = unwatched.windows, unwatched.notes
     window = read[MODEL]
     assert len(window.samples) >= 10 and len(window.received) >= len(window.samples) - 3
     assert "from the requests received" in inputs.fit_window(window).describe()

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from advisor import costs, verify
+from advisor import costs
 from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, ServiceModel
 from advisor.simulator import Simulation
+from autopilot import verify
+from observe.cpu import local_cores, local_server_pid
 
 SERVICE = ServiceModel(0.0004, 0.00005)
 
@@ -67,8 +69,8 @@ def test_service_times_too_slow_for_the_measured_throughput_cannot_calibrate() -
 
 
 def test_not_a_loopback_url_has_no_local_process() -> None:
-    assert costs.local_server_pid("http://192.0.2.1:8000") is None
-    assert costs.local_cores("http://192.0.2.1:8000") is None
+    assert local_server_pid("http://192.0.2.1:8000") is None
+    assert local_cores("http://192.0.2.1:8000") is None
 
 
 def test_the_scratch_config_changes_only_the_batching_and_the_name() -> None:

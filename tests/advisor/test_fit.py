@@ -17,15 +17,9 @@ from advisor.fit import (
     saturated_traffic,
     saturation,
 )
-from advisor.inputs import (
-    SLOW_READ_S,
-    ServerWindow,
-    count_sample,
-    fit_window,
-    metrics_url_of,
-    slow_reads_note,
-)
+from advisor.inputs import fit_window, metrics_url_of
 from advisor.model import OpenLoop
+from observe.window import Window, from_statistics
 from tritonapi.stats import Duration, ModelStats, parse_statistics
 
 DATA = Path(__file__).parent / "data"
@@ -193,9 +187,9 @@ def test_a_dip_in_the_received_count_is_held_at_the_count_before() -> None:
 
 def window_of(
     samples: list[tuple[float, float]], received: list[tuple[float, float]], note: str = ""
-) -> ServerWindow:
+) -> Window:
     empty = ModelStats("m", "1", 0, 0)
-    return ServerWindow(empty, samples, empty, 4.0, received=received, pending_note=note)
+    return from_statistics(empty, empty, 4.0, samples=samples, received=received, pending_note=note)
 
 
 def test_the_window_says_which_count_its_traffic_came_from() -> None:
@@ -242,46 +236,6 @@ def test_a_backlog_is_saturation_and_a_busy_queue_is_not() -> None:
     # Advised for twice the rate answered, with Poisson's burstiness unless burstier.
     assert saturated_traffic(OpenLoop(160.0, 0.15)) == OpenLoop(320.0, 1.0)
     assert saturated_traffic(OpenLoop(160.0, 2.5)) == OpenLoop(320.0, 2.5)
-
-
-def polled(rng: random.Random, slow_at: int, slow_s: float) -> list[tuple[float, float, float]]:
-    """``advise --url``'s 20 reads of a 300/s Poisson count at 0.2 s steps, as ``(asked,
-    answered, count)``; read ``slow_at`` takes ``slow_s`` (Triton loading a model) and
-    Triton took its count as the read began."""
-    reads, t, n = [], 0.0, 0.0
-    for i in range(21):
-        took = slow_s if i == slow_at else 0.002
-        reads.append((t, t + took, n))
-        gap = took + 0.2
-        t += gap
-        n += poisson(rng, 300.0 * gap)
-    return reads
-
-
-def test_a_count_read_slowly_is_left_out_so_poisson_stays_poisson() -> None:
-    # While Triton loads or unloads a model a statistics read here takes 1.3 s (2 ms
-    # otherwise). Stamped at the middle of its read, one such count read Poisson as a
-    # burst; left out, its neighbours' bin holds the rate times its length again.
-    rng = random.Random(11)
-    kept, left_out = [], []
-    for _ in range(100):
-        reads = polled(rng, slow_at=5, slow_s=1.3)
-        kept.append(fit_traffic([((a + b) / 2, n) for a, b, n in reads]).cv)
-        samples = [s for a, b, n in reads if (s := count_sample(a, b, n)) is not None]
-        assert len(samples) == 20
-        left_out.append(fit_traffic(samples).cv)
-    kept.sort()
-    left_out.sort()
-    assert kept[50] > 2.5  # the mechanism: one slow read's count misplaced by 0.65 s
-    assert 0.8 < left_out[50] < 1.2
-    assert left_out[95] < 1.5
-
-
-def test_a_quick_read_is_stamped_at_its_middle_and_only_slow_ones_are_noted() -> None:
-    assert count_sample(1.0, 1.004, 7.0) == (1.002, 7.0)
-    assert count_sample(1.0, 1.0 + SLOW_READ_S * 2, 7.0) is None
-    assert slow_reads_note(0) == ""
-    assert "2 read(s)" in slow_reads_note(2) and "loading or unloading" in slow_reads_note(2)
 
 
 def test_the_metrics_url_is_guessed_only_beside_tritons_default_port() -> None:

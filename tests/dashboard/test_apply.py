@@ -15,20 +15,20 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
+from autopilot import apply
 from loadgen.engine.runner import RunParams, run
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
-from tests.advisor.test_autopilot import MODEL, from_repository, poisson_traffic
+from tests.autopilot.test_autopilot import MODEL, from_repository, poisson_traffic
 from tests.dashboard.conftest import closed_url
 from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
 
 SLOW = BatcherConfig(4, (), 20_000, 1)
-# Long enough for the rule's noise checks (tests/advisor/test_autopilot.py: KEEP_WATCH_S).
+# Long enough for the rule's noise checks (tests/autopilot/test_autopilot.py: KEEP_WATCH_S).
 WATCH_S = 10.0
 
 
@@ -44,7 +44,7 @@ def slowed(triton: Settings) -> Iterator[TritonClient]:
     """The model serving SLOW (an override), back to config.pbtxt after the test."""
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     from_repository(client, time.monotonic() + 10)
-    client.load_model(MODEL, autopilot.override(client.model_config_json(MODEL), SLOW, MODEL))
+    client.load_model(MODEL, apply.override(client.model_config_json(MODEL), SLOW, MODEL))
     assert from_model_config(client.model_config_json(MODEL)) == SLOW
     yield client
     from_repository(client, time.monotonic() + 10)

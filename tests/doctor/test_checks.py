@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from doctor import Window, check
+from doctor import check
 from doctor.cli import SAMPLE_S
+from observe.window import Window
 from stack.cli import main as stack_main
 from tritonapi.modelconfig import parse_json
 

@@ -7,7 +7,7 @@ from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import recommend
 from doctor import check
 from doctor.checks import CHANGE, KEEP
-from doctor.observe import Diagnosis
+from doctor.diagnosis import Diagnosis
 from doctor.prescribe import prescribe
 from tests.doctor.test_checks import window
 from tritonapi.modelconfig import parse_json

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from doctor import StatisticsSampler, diagnose
-from doctor.observe import Diagnosis
+from doctor import diagnose
+from doctor.diagnosis import Diagnosis
 from loadgen.engine.runner import RunParams, run
+from observe.sampler import Sampler
 from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
@@ -109,7 +110,7 @@ def watch(settings: Settings, model: str, **load: object) -> Diagnosis:
     """The doctor's diagnosis of ``model`` over a window holding one load run."""
     client = TritonClient(settings.url("triton_http"), headers=settings.admin_headers())
     metrics = settings.url("triton_metrics") + "/metrics"
-    sampler = StatisticsSampler(client, [model], metrics)
+    sampler = Sampler(client, [model], metrics)
     sampler.start()
     params = RunParams(model=model, url=settings.url("triton_http"), **load)  # type: ignore[arg-type]
     done = threading.Event()

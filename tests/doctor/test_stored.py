@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor.window import Window, summed
+from observe.window import Window, summed
 from stack.cli import main
 
 DB = Path(__file__).resolve().parents[1] / "advisor" / "data" / "loadruns.sqlite3"

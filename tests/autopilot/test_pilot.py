@@ -18,20 +18,21 @@ from typing import Any
 
 import pytest
 
-from advisor import advice, pilot
+from advisor import advice
 from advisor.advice import SearchOptions
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel
-from advisor.policy import Policy, PolicyError, load, parse
 from advisor.predict import SearchSpace
+from autopilot import loop
+from autopilot.policy import Policy, PolicyError, load, parse
 from runs.changes import Change
 from runs.store import RunStore
 from stack.supervisor import Supervisor, running
 from stacksettings import isolated
-from tests.advisor.test_autopilot import MODEL, SPEC, live
-from tests.advisor.test_autopilot_restart import served_from_repository, supervised_traffic
+from tests.autopilot.test_autopilot import MODEL, SPEC, live
+from tests.autopilot.test_autopilot_restart import served_from_repository, supervised_traffic
 from tritonapi.client import TritonClient
 
 # ---- the policy -----------------------------------------------------------------------------
@@ -129,10 +130,10 @@ def test_a_bound_the_unconstrained_advice_exceeds_is_respected_by_the_search() -
 
 def test_a_shift_is_a_rate_beyond_x1_5_or_a_burstiness_beyond_0_5() -> None:
     base = OpenLoop(100.0, 1.0)
-    assert pilot.shift(base, OpenLoop(140.0, 1.3)) == ""
-    assert pilot.shift(base, OpenLoop(160.0, 1.0)) == "rate x1.60"
-    assert pilot.shift(base, OpenLoop(60.0, 1.0)) == "rate x0.60"
-    assert pilot.shift(base, OpenLoop(100.0, 1.6)) == "burstiness 1.00 -> 1.60"
+    assert loop.shift(base, OpenLoop(140.0, 1.3)) == ""
+    assert loop.shift(base, OpenLoop(160.0, 1.0)) == "rate x1.60"
+    assert loop.shift(base, OpenLoop(60.0, 1.0)) == "rate x0.60"
+    assert loop.shift(base, OpenLoop(100.0, 1.6)) == "burstiness 1.00 -> 1.60"
 
 
 def test_ctrl_c_during_a_change_is_held_until_the_change_is_done() -> None:
@@ -142,7 +143,7 @@ def test_ctrl_c_during_a_change_is_held_until_the_change_is_done() -> None:
     finished = []
     try:
         with pytest.raises(KeyboardInterrupt):
-            with pilot.deferred_interrupt():
+            with loop.deferred_interrupt():
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.1)  # the signal arrives here, and is only noted
                 finished.append(True)
@@ -328,12 +329,12 @@ def test_after_a_restart_the_kept_config_is_applied_again(
     assert from_model_config(newest.old_config).describe() == SPEC
 
 
-def pilot_options(supervisor: Supervisor, db: Path, **more: Any) -> pilot.PilotOptions:
+def pilot_options(supervisor: Supervisor, db: Path, **more: Any) -> loop.PilotOptions:
     """The autopilot of the shift tests: 4 s intervals, a small search, a policy that allows
     a change at any time (so that no second change is the autopilot's choice, not the
     policy's), the store ``db``, the stack's admin key."""
     url = supervisor.settings.url("triton_http")
-    return pilot.PilotOptions(
+    return loop.PilotOptions(
         url=url,
         model=MODEL,
         policy=Policy(min_minutes_between_changes=0),
@@ -362,7 +363,7 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     db = tmp_path / "runs.sqlite3"
     opts = pilot_options(supervisor, db)
     lines: list[str] = []
-    steps = pilot.Pilot(opts, lines.append)
+    steps = loop.Pilot(opts, lines.append)
     with rate_traffic(supervisor, 40.0, db):
         steps.step()
         steps.step()

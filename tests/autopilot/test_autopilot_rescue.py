@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from advisor import autopilot, pilot
 from advisor.advice import SearchOptions
 from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Options
-from advisor.policy import Policy
+from autopilot import apply, loop
+from autopilot.policy import Policy
 from loadgen.engine.runner import RunParams
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
-from tests.advisor.test_autopilot import poisson_traffic
+from tests.autopilot.test_autopilot import poisson_traffic
 from tests.helpers import TritonCrashes
 from tritonapi.client import TritonClient
 
@@ -82,13 +82,13 @@ def test_a_change_that_rescues_an_overloaded_model_is_kept_once_the_backlog_drai
 ) -> None:
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     served = client.model_config_json(MODEL)
-    client.load_model(MODEL, autopilot.override(served, OVERLOADED, MODEL))
+    client.load_model(MODEL, apply.override(served, OVERLOADED, MODEL))
     old = client.model_config_json(MODEL)
-    new = autopilot.override(old, RESCUE, MODEL)
+    new = apply.override(old, RESCUE, MODEL)
     params = replace(PARAMS, url=triton.url("triton_http"), seed=5)
     lines: list[str] = []
     with poisson_traffic(params, tmp_path / "runs.sqlite3") as db:
-        result = autopilot.apply_and_watch(
+        result = apply.apply_and_watch(
             client, MODEL, old, new, None, WATCH_S, store=db, say=lines.append
         )
     change, before, after = result.change, result.change.before, result.change.after
@@ -107,7 +107,7 @@ def test_a_change_that_rescues_an_overloaded_model_is_kept_once_the_backlog_drai
     assert change.outcome == "kept", (result.line(), lines)
     assert change.reason.startswith("client p99 "), change.reason
     assert "stall" not in change.reason
-    assert after["client_p99_s"] * autopilot.NOISE_RATIO < before["client_p99_s"], change
+    assert after["client_p99_s"] * apply.NOISE_RATIO < before["client_p99_s"], change
     assert after["failed"] == 0, after
     assert from_model_config(client.model_config_json(MODEL)) == RESCUE
     drained = [line for line in lines if line.startswith("Triton's queue drained to")]
@@ -124,7 +124,7 @@ def test_a_shift_into_saturation_leads_to_one_kept_change_and_no_oscillation(
     the traffic is the baseline of the config kept, and nothing more changes."""
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     served = client.model_config_json(MODEL)
-    client.load_model(MODEL, autopilot.override(served, OVERLOADED, MODEL))
+    client.load_model(MODEL, apply.override(served, OVERLOADED, MODEL))
     db = tmp_path / "runs.sqlite3"
     url = triton.url("triton_http")
     # A gain of x1.5 keeps batches of 1 at 30/s (x1.29 was on offer: 16.8 -> 13.0 ms); a
@@ -196,7 +196,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     served = client.model_config_json(MODEL)
     start = BatcherConfig(12, (), 0, 1)
-    client.load_model(MODEL, autopilot.override(served, start, MODEL))
+    client.load_model(MODEL, apply.override(served, start, MODEL))
     db = tmp_path / "runs.sqlite3"
     url = triton.url("triton_http")
     # x2: at 200/s no config is worth it (in 1 of 12 runs at x1.5 a change was applied there,
@@ -273,12 +273,12 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
 
 def pilot_options(
     triton: Settings, db: Path, policy: Policy, min_gain: float, watch_s: float
-) -> pilot.PilotOptions:
+) -> loop.PilotOptions:
     """``batchscope autopilot --apply``'s loop in 4 s steps, with small searches (p99 <= 100
     ms) to bound the tests' time, and the costs given (no probe beside the load). The
     traffic from the requests received, as the stack's autopilot reads it (its metrics)."""
     url = triton.url("triton_http")
-    return pilot.PilotOptions(
+    return loop.PilotOptions(
         url=url,
         model=MODEL,
         policy=policy,
@@ -299,12 +299,12 @@ def pilot_options(
     )
 
 
-def two_steps(opts: pilot.PilotOptions, traffic: RunParams) -> tuple[pilot.Pilot, list[str]]:
+def two_steps(opts: loop.PilotOptions, traffic: RunParams) -> tuple[loop.Pilot, list[str]]:
     """The loop, and what it said over its first two steps under ``traffic`` (the first
     advises; the second sees the traffic the config was chosen for)."""
     assert opts.store is not None
     lines: list[str] = []
-    steps = pilot.Pilot(opts, lines.append)
+    steps = loop.Pilot(opts, lines.append)
     with poisson_traffic(traffic, opts.store):
         steps.step()
         steps.step()

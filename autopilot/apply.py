@@ -38,7 +38,8 @@ from typing import Any
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import queue_and_execution
 from advisor.predict import MIN_GAIN, Prediction, quantile
-from advisor.verify import scratch_config
+from autopilot.verify import scratch_config
+from observe.sampler import Sampler, watch
 from runs.changes import Change
 from runs.store import RunStore
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
@@ -84,8 +85,10 @@ class ApplyRefused(Exception):
 
 
 @dataclass(frozen=True)
-class Window:
-    """What one watched window saw."""
+class Seen:
+    """What the rule judges one watched window by: Triton's figures from the window (the one
+    window type, :class:`observe.window.Window`) and what the clients saw in it (the store's
+    records). Kept in the change log, before and after, as JSON."""
 
     seconds: float
     answered: int  # Triton's successes
@@ -211,7 +214,7 @@ def quantile_interval(ordered: list[float], q: float = 0.99) -> tuple[float, flo
     return ordered[low], ordered[high]
 
 
-def intervals_apart(before: Window, after: Window) -> bool:
+def intervals_apart(before: Seen, after: Seen) -> bool:
     """The clients' p99 after lies above the 95% interval of the one before (and its own
     interval too)."""
     return (
@@ -221,7 +224,7 @@ def intervals_apart(before: Window, after: Window) -> bool:
     )
 
 
-def triton_worse(before: Window, after: Window) -> bool:
+def triton_worse(before: Seen, after: Seen) -> bool:
     """Triton's own mean time per request (statistics API) got worse beyond noise: a second
     observer, steadier than a tail, that tells a slower server from noisier clients."""
     if before.server_mean_s is None or after.server_mean_s is None:
@@ -229,14 +232,14 @@ def triton_worse(before: Window, after: Window) -> bool:
     return worse(after.server_mean_s, before.server_mean_s)
 
 
-def triton_better(before: Window, after: Window) -> bool:
+def triton_better(before: Seen, after: Seen) -> bool:
     """Triton's mean per request got better beyond noise (the mirror of triton_worse)."""
     if before.server_mean_s is None or after.server_mean_s is None:
         return False
     return worse(before.server_mean_s, after.server_mean_s)
 
 
-def clients_stalled(before: Window, after: Window) -> bool:
+def clients_stalled(before: Seen, after: Seen) -> bool:
     """The clients' p99 got worse in a few seconds only, and nothing else says the model did:
     Triton's mean per request got better beyond noise, and the median second's p99 is not
     worse beyond noise. The order-statistic interval assumes requests late independently of
@@ -252,7 +255,7 @@ def clients_stalled(before: Window, after: Window) -> bool:
     )
 
 
-def stalled_before(before: Window, after: Window) -> bool:
+def stalled_before(before: Seen, after: Seen) -> bool:
     """The mirror of clients_stalled: the clients' p99 got better only because the window
     before held a pause of the clients' machine. Triton's mean per request got worse beyond
     noise, and the median second's p99 did not get better beyond noise: the typical second
@@ -269,12 +272,12 @@ def stalled_before(before: Window, after: Window) -> bool:
     )
 
 
-def _means(before: Window, after: Window) -> str:
+def _means(before: Seen, after: Seen) -> str:
     assert before.server_mean_s is not None and after.server_mean_s is not None
     return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
 
 
-def judge(before: Window, after: Window, predicted: Predicted | None = None) -> Verdict:
+def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verdict:
     """Keep or roll back, from the two windows (the prediction only annotates).
 
     Worse beyond noise needs two things: the figure moved past x NOISE_RATIO + NOISE_FLOOR_S,
@@ -352,7 +355,8 @@ def judge(before: Window, after: Window, predicted: Predicted | None = None) -> 
 
 
 class Observer:
-    """Watches one model: Triton's statistics, and the clients' requests in a store."""
+    """Watches one model through the one sampler (:mod:`observe.sampler`): Triton's
+    statistics, and the clients' requests in a store."""
 
     def __init__(
         self,
@@ -366,22 +370,28 @@ class Observer:
         self.store = store
         self.sleep = sleep
 
-    def _stats(self) -> ModelStats:
+    def _stats(self, sampler: Sampler) -> ModelStats:
+        """The model's statistics at the sampler's newest read."""
+        stats = sampler.latest.get(self.model)
+        if stats is None:
+            raise ServerStopped(f"Triton at {self.client.url} has no statistics of {self.model}")
+        return stats
+
+    def watch(self, seconds: float) -> Seen:
+        """Watch ``seconds``, reading every POLL_S; ServerStopped when the server or the
+        model stops answering."""
+        start = time.time()
         try:
-            return self.client.model_stats(self.model, timeout_s=2.0)
+            watched = watch(
+                self.client, [self.model], seconds, step_s=POLL_S, strict=True, sleep=self.sleep
+            )
         except TritonError as exc:
             raise ServerStopped(str(exc)) from None
-
-    def watch(self, seconds: float) -> Window:
-        """Watch ``seconds``; ServerStopped when the server or the model stops answering."""
-        first, start = self._stats(), time.time()
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            self.sleep(min(POLL_S, left))
-            if not self.client.is_ready(timeout_s=2.0):
-                raise ServerStopped(f"Triton at {self.client.url} stopped answering")
-        last, end = self._stats(), time.time()
-        delta = last.minus(first)
+        end = time.time()
+        seen = watched.windows.get(self.model)
+        if seen is None or seen.delta is None:
+            raise ServerStopped(f"Triton at {self.client.url} has no statistics of {self.model}")
+        delta = seen.delta
         answered = delta.phase("success").count
         spent = delta.phase("success").ns
         timed, client_failed = self._clients(start, end)
@@ -389,7 +399,7 @@ class Observer:
         enough = len(latencies) >= MIN_CLIENT_REQUESTS
         low, high = quantile_interval(latencies) if enough else (None, None)
         elapsed = end - start
-        return Window(
+        return Seen(
             seconds=round(elapsed, 3),
             answered=answered,
             failed=delta.phase("fail").count + client_failed,
@@ -417,7 +427,12 @@ class Observer:
         (seen: 630 -> 957 ms in the 2 s after a reload to a config with more capacity).
         ServerStopped as :meth:`watch`."""
         start = time.monotonic()
-        last, answered_at = self._stats(), start
+        sampler = Sampler(self.client, [self.model], strict=True)
+        try:
+            sampler.start()
+        except TritonError as exc:
+            raise ServerStopped(str(exc)) from None
+        last, answered_at = self._stats(sampler), start
         waits: list[float] = []
 
         def ended(drained: bool, why: str) -> Drain:
@@ -427,7 +442,11 @@ class Observer:
 
         while True:
             self.sleep(POLL_S)
-            now = self._stats()
+            try:
+                sampler.poll()
+            except TritonError as exc:
+                raise ServerStopped(str(exc)) from None
+            now = self._stats(sampler)
             means = queue_and_execution(now.minus(last))
             if means is not None:
                 last, answered_at = now, time.monotonic()
@@ -620,7 +639,7 @@ def apply_and_watch(
     say(f"before: {before.line()}")
     say(f"loading the new config on {model}")
     problem = _load(client, model, new_config)
-    after: Window | None = None
+    after: Seen | None = None
     if problem and _serves(client, model, old_config):
         # Triton refused the load and kept the model as it was (a config it rejects, or a
         # server without explicit model control): nothing to undo.

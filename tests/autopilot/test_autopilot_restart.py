@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from advisor import autopilot
 from advisor.config import BatcherConfig, from_model_config
+from autopilot import apply
 from loadgen.engine.runner import RunParams
 from runs.store import RunStore
 from stack.supervisor import Supervisor, group_members, running
 from stacksettings import isolated
-from tests.advisor.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic
+from tests.autopilot.test_autopilot import MODEL, SPEC, from_repository, live, poisson_traffic
 from tritonapi.client import TritonClient
 
 pytestmark = pytest.mark.integration
@@ -83,19 +83,19 @@ def traffic(supervisor: Supervisor, tmp_path: Path) -> Iterator[Path]:
 
 def change_in_thread(
     client: TritonClient, db: Path, come_back_s: float
-) -> tuple[threading.Thread, list[autopilot.Result]]:
+) -> tuple[threading.Thread, list[apply.Result]]:
     old = client.model_config_json(MODEL)
     new = live(client, BatcherConfig(4, (2, 4), 0, 1))
-    results: list[autopilot.Result] = []
+    results: list[apply.Result] = []
 
-    def apply() -> None:
+    def apply_change() -> None:
         results.append(
-            autopilot.apply_and_watch(
+            apply.apply_and_watch(
                 client, MODEL, old, new, None, WATCH_S, store=db, come_back_s=come_back_s
             )
         )
 
-    thread = threading.Thread(target=apply)
+    thread = threading.Thread(target=apply_change)
     thread.start()
     # The change is in once Triton serves it: the window after has begun (or is about to).
     deadline = time.monotonic() + 30
@@ -106,7 +106,7 @@ def change_in_thread(
         time.sleep(0.1)
     else:
         raise AssertionError("the new config was never served")
-    time.sleep(autopilot.SETTLE_S + 0.5)
+    time.sleep(apply.SETTLE_S + 0.5)
     return thread, results
 
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from advisor import autopilot
-from advisor.autopilot import Predicted, Window, judge
 from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
+from autopilot import apply
+from autopilot.apply import Predicted, Seen, judge
 from loadgen.engine.runner import RunParams
 from runs.changes import Change
 from runs.store import RunStore
@@ -51,9 +51,9 @@ KEEP_WATCH_S = 10.0
 # ---- the rule, on known windows ---------------------------------------------------------
 
 
-def window(p99_ms: float | None, failed: int = 0, rate: float = 150.0, n: int = 450) -> Window:
+def window(p99_ms: float | None, failed: int = 0, rate: float = 150.0, n: int = 450) -> Seen:
     p99 = None if p99_ms is None else p99_ms / 1e3
-    return Window(
+    return Seen(
         seconds=3.0,
         answered=n,
         failed=failed,
@@ -74,40 +74,40 @@ def test_the_rule_keeps_noise_and_rolls_back_what_is_worse_beyond_it() -> None:
     assert verdict.outcome == "rolled_back"
     assert verdict.reason == "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before"
     # Beyond the ratio, but the intervals overlap (a wide one before): noise ...
-    wide = Window(**{**window(3.0).to_json(), "client_p99_high_s": 0.02})
+    wide = Seen(**{**window(3.0).to_json(), "client_p99_high_s": 0.02})
     assert judge(wide, window(9.0)).outcome == "kept"
     # ... unless Triton's own mean per request moved the same way.
-    slower = Window(**{**window(9.0).to_json(), "server_mean_s": 0.004})
+    slower = Seen(**{**window(9.0).to_json(), "server_mean_s": 0.004})
     assert judge(wide, slower).reason == (
         "client p99 worse beyond noise: 9.00 ms after, 3.00 ms before (Triton's mean 1.00 -> "
         "4.00 ms agrees; the p99 intervals overlap)"
     )
     # A noisy tail before (23 ms on a busy machine) hides a server ten times slower: Triton's
     # mean says so, and the p99 did not improve.
-    busy = Window(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
-    ten = Window(**{**window(25.5).to_json(), "server_mean_s": 0.010})
+    busy = Seen(**{**window(23.0).to_json(), "client_p99_high_s": 0.05})
+    ten = Seen(**{**window(25.5).to_json(), "server_mean_s": 0.010})
     assert judge(busy, ten).reason == (
         "Triton's mean 1.00 -> 10.00 ms, worse beyond noise, and the client p99 did not "
         "improve (25.50 ms after, 23.00 ms before)"
     )
     # The same mean, but a tail much better: a trade the advisor may make on purpose.
-    better = Window(**{**window(10.0).to_json(), "server_mean_s": 0.004})
+    better = Seen(**{**window(10.0).to_json(), "server_mean_s": 0.004})
     assert judge(busy, better).outcome == "kept"
     assert judge(window(3.0), window(3.0, failed=2)).reason == "failures rose: 2 after, 0 before"
     # Fewer requests answered: clients that sent less, unless Triton got slower too.
     assert judge(window(3.0), window(3.0, rate=100)).outcome == "kept"
     # A tail better for it, but fewer answered and each slower inside Triton: rolled back.
-    fewer = Window(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
+    fewer = Seen(**{**window(3.0, rate=100).to_json(), "server_mean_s": 0.004})
     assert judge(window(10.0), fewer).reason.startswith("throughput fell beyond noise: 100/s")
     predicted = Predicted(0.002, 0.001, 150.0, {})
     kept = judge(window(3.0), window(3.5), predicted)
     assert kept.reason.endswith("2.00 ms predicted; short of the prediction, but not worse")
 
 
-def typical(w: Window, p99_ms: float, mean_ms: float | None = None) -> Window:
+def typical(w: Seen, p99_ms: float, mean_ms: float | None = None) -> Seen:
     """``w`` with its median second's p99 (and Triton's mean) as given."""
     mean = w.server_mean_s if mean_ms is None else mean_ms / 1e3
-    return Window(
+    return Seen(
         **{**w.to_json(), "client_p99_median_second_s": p99_ms / 1e3, "server_mean_s": mean}
     )
 
@@ -163,41 +163,41 @@ def test_a_stall_before_the_change_does_not_keep_a_worse_config() -> None:
 def test_the_median_second_ignores_one_stalled_second() -> None:
     steady = [(100.0 + s + i / 150, 0.003) for s in range(10) for i in range(150)]
     stalled = steady + [(104.5, 0.4)] * 40  # 40 requests held 400 ms in one second
-    assert autopilot.median_second_p99(steady, 100.0) == 0.003
-    assert autopilot.median_second_p99(stalled, 100.0) == 0.003
-    assert autopilot.quantile(sorted(x for _, x in stalled), 0.99) == 0.4
-    assert autopilot.median_second_p99(steady[:300], 100.0) is None  # 2 seconds
+    assert apply.median_second_p99(steady, 100.0) == 0.003
+    assert apply.median_second_p99(stalled, 100.0) == 0.003
+    assert apply.quantile(sorted(x for _, x in stalled), 0.99) == 0.4
+    assert apply.median_second_p99(steady[:300], 100.0) is None  # 2 seconds
 
 
 def test_without_clients_the_rule_reads_tritons_mean() -> None:
     before, after = window(None), window(None)
-    slower = Window(**{**after.to_json(), "server_mean_s": 0.004})
+    slower = Seen(**{**after.to_json(), "server_mean_s": 0.004})
     verdict = judge(before, slower)
     assert verdict.reason.startswith("Triton's mean latency worse beyond noise: 4.00 ms after")
 
 
 def test_the_p99_interval_widens_as_the_window_shrinks() -> None:
     values = [float(i) for i in range(1, 2001)]  # 1..2000: the p99 is 1980
-    low, high = autopilot.quantile_interval(values)
+    low, high = apply.quantile_interval(values)
     assert (low, high) == (1971.0, 1989.0)
     # 300 requests: the interval reaches the largest one.
-    low, high = autopilot.quantile_interval([float(i) for i in range(1, 301)])
+    low, high = apply.quantile_interval([float(i) for i in range(1, 301)])
     assert (low, high) == (293.0, 300.0)
 
 
 def test_the_window_holds_enough_requests_for_the_noise_and_says_why() -> None:
-    assert autopilot.watch_length(200.0)[0] == 10.0
-    seconds, why = autopilot.watch_length(10.0)
+    assert apply.watch_length(200.0)[0] == 10.0
+    seconds, why = apply.watch_length(10.0)
     assert seconds == 200.0 and "2,000 requests at 10/s" in why
-    assert autopilot.watch_length(1.0)[0] == autopilot.MAX_WATCH_S
-    assert "bounded" in autopilot.watch_length(1.0)[1]
-    assert "a rollback is likelier" in autopilot.given_length(3.0, 150.0)
+    assert apply.watch_length(1.0)[0] == apply.MAX_WATCH_S
+    assert "bounded" in apply.watch_length(1.0)[1]
+    assert "a rollback is likelier" in apply.given_length(3.0, 150.0)
 
 
 def test_a_queue_drained_waits_the_delay_and_a_few_executions() -> None:
     # 500 us of delay and 6 ms executions: a drained queue waits up to 25.5 ms on average.
-    assert autopilot.drain_floor(0.0005, 0.006) == pytest.approx(0.0255)
-    assert autopilot.drain_floor(0.0, 0.0) == autopilot.NOISE_FLOOR_S
+    assert apply.drain_floor(0.0005, 0.006) == pytest.approx(0.0255)
+    assert apply.drain_floor(0.0, 0.0) == apply.NOISE_FLOOR_S
 
 
 def test_a_change_is_kept_in_the_store_and_an_old_store_has_none(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_a_change_is_kept_in_the_store_and_an_old_store_has_none(tmp_path: Path)
     assert got == Change(**{**change.__dict__, "at": 100.0, "id": first})
     with pytest.raises(ValueError, match="outcome 'maybe'"):
         Change(**{**change.__dict__, "outcome": "maybe"})
-    old = Path(__file__).parent / "data" / "loadruns.sqlite3"
+    old = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
     with RunStore(old) as store:
         assert store.list_changes() == []
 
@@ -348,7 +348,7 @@ def traffic(triton: Settings, tmp_path: Path) -> Iterator[Path]:
 
 
 def live(client: TritonClient, config: BatcherConfig) -> dict[str, Any]:
-    return autopilot.override(client.model_config_json(MODEL), config, MODEL)
+    return apply.override(client.model_config_json(MODEL), config, MODEL)
 
 
 @pytest.mark.integration
@@ -358,7 +358,7 @@ def test_a_good_change_is_kept(client: TritonClient, traffic: Path) -> None:
     new = client.model_config_json(MODEL)
     client.load_model(MODEL, live(client, BatcherConfig(4, (), 20_000, 1)))
     old = client.model_config_json(MODEL)
-    result = autopilot.apply_and_watch(client, MODEL, old, new, None, KEEP_WATCH_S, store=traffic)
+    result = apply.apply_and_watch(client, MODEL, old, new, None, KEEP_WATCH_S, store=traffic)
     change = result.change
     assert change.outcome == "kept", result.line()
     assert result.line().startswith(f"KEPT {MODEL}: client p99 ")
@@ -408,7 +408,7 @@ def test_a_pause_of_the_clients_machine_does_not_undo_a_good_change(
 
     try:
         time.sleep(3.0)  # the sender's clients started
-        result = autopilot.apply_and_watch(
+        result = apply.apply_and_watch(
             client, MODEL, old, new, None, KEEP_WATCH_S, store=db, say=say
         )
     finally:
@@ -441,7 +441,7 @@ def test_a_change_that_triples_latency_is_rolled_back_within_the_window(
     # Batches of 4 only, waiting up to 20 ms for them: at 150/s a request waits ~20 ms.
     new = live(client, BatcherConfig(4, (4,), 20_000, 1))
     started = time.monotonic()
-    result = autopilot.apply_and_watch(client, MODEL, old, new, None, WATCH_S, store=traffic)
+    result = apply.apply_and_watch(client, MODEL, old, new, None, WATCH_S, store=traffic)
     took = time.monotonic() - started
     change = result.change
     assert change.outcome == "rolled_back", (result.line(), change.before, change.after)
@@ -460,7 +460,7 @@ def test_a_change_that_triples_latency_is_rolled_back_within_the_window(
     assert change.after["server_mean_s"] > 3 * change.before["server_mean_s"]
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC
     # Two windows, the settling, the store's commits and two loads: nothing more.
-    assert took < 2 * WATCH_S + autopilot.SETTLE_S + 2 * 1.5 + 15
+    assert took < 2 * WATCH_S + apply.SETTLE_S + 2 * 1.5 + 15
     with RunStore(traffic) as store:
         (recorded,) = store.list_changes(MODEL)
     assert recorded.outcome == "rolled_back" and recorded.reason == change.reason
@@ -470,7 +470,7 @@ def test_a_change_that_triples_latency_is_rolled_back_within_the_window(
 def test_a_config_that_fails_to_load_is_restored(client: TritonClient, traffic: Path) -> None:
     old = client.model_config_json(MODEL)
     gpu = {**old, "instance_group": [{"name": MODEL, "kind": "KIND_GPU", "count": 1}]}
-    result = autopilot.apply_and_watch(client, MODEL, old, gpu, None, WATCH_S, store=traffic)
+    result = apply.apply_and_watch(client, MODEL, old, gpu, None, WATCH_S, store=traffic)
     change = result.change
     assert change.outcome == "failed_to_apply", result.line()
     assert "KIND_GPU but no GPUs are available" in change.reason
@@ -574,7 +574,7 @@ def test_apply_from_the_cli_applies_the_advice_and_records_its_outcome(
     assert served.describe() == (applied["new"] if kept else SLOW.describe())
     after, before = applied["after"], applied["before"]
     if kept:  # not worse beyond noise, by either observer
-        assert not autopilot.worse(after["server_mean_s"], before["server_mean_s"])
+        assert not apply.worse(after["server_mean_s"], before["server_mean_s"])
     with RunStore(traffic) as store:
         (change,) = store.list_changes(MODEL)
     assert change.id == applied["change_id"] and change.outcome == applied["outcome"]
@@ -584,8 +584,10 @@ def test_apply_from_the_cli_applies_the_advice_and_records_its_outcome(
 
 
 def test_sequence_ensemble_and_decoupled_models_are_refused_with_the_reason() -> None:
-    spec = json.loads((Path(__file__).parent / "data" / "loadruns_config.json").read_text())
-    autopilot.check_model(spec)  # the spec's model: dynamic batching, applied
+    spec = json.loads(
+        (Path(__file__).parent.parent / "advisor" / "data" / "loadruns_config.json").read_text()
+    )
+    apply.check_model(spec)  # the spec's model: dynamic batching, applied
     # A scheduler is one of a kind (a oneof): the others take dynamic batching's place.
     plain = {k: v for k, v in spec.items() if k != "dynamic_batching"}
     refused = {
@@ -600,6 +602,6 @@ def test_sequence_ensemble_and_decoupled_models_are_refused_with_the_reason() ->
         "decoupled": {**spec, "model_transaction_policy": {"decoupled": True}},
     }
     for kind, config in refused.items():
-        with pytest.raises(autopilot.ApplyRefused, match=f"is (an? )?{kind}") as exc:
-            autopilot.check_model(config)
+        with pytest.raises(apply.ApplyRefused, match=f"is (an? )?{kind}") as exc:
+            apply.check_model(config)
         assert "so its advice is not applied to it" in str(exc.value)

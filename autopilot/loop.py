@@ -10,9 +10,10 @@ Each step (one ``--interval-s``):
    prints one line that the kept config is gone. Such a step ends there: the next one
    measures the traffic under the config restored.
 2. **The traffic**: the model's statistics watched for the interval, and the rate and
-   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch`,
-   :func:`advisor.inputs.fit_window`): from the requests received (Triton's executed
-   count + pending gauge) with ``--metrics-url``, else from those answered.
+   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch` on
+   the one sampler, :func:`advisor.inputs.fit_window`): from the requests received
+   (Triton's executed count + pending gauge) with ``--metrics-url``, else from those
+   answered.
 3. **Saturated?** When the model's requests waited behind a backlog
    (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
    clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the
@@ -26,8 +27,8 @@ Each step (one ``--interval-s``):
    and a config that serves better makes the same clients' traffic look smoother (a backlog
    drained, no execution stalls), which read against the old baseline was a shift of
    burstiness, a second advice and, on a busy machine, a second change.
-4. **Advise** within the policy (:meth:`advisor.policy.Policy.restrict` cuts the search space
-   first), and, for a change, apply it through :func:`advisor.autopilot.apply_and_watch`
+4. **Advise** within the policy (:meth:`autopilot.policy.Policy.restrict` cuts the search space
+   first), and, for a change, apply it through :func:`autopilot.apply.apply_and_watch`
    (``--apply``) or print what would be applied (dry run). At most one change per the
    policy's ``min_minutes_between_changes``, counted from the store's record.
 """
@@ -42,14 +43,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from advisor import advice, autopilot
+from advisor import advice
 from advisor.advice import SearchOptions
 from advisor.config import from_model_config
 from advisor.fit import SATURATED_RATE, saturated_traffic, saturation
-from advisor.inputs import InputError, Options, ServerWindow, fit_window, watch
+from advisor.inputs import InputError, Options, fit_window, watch
 from advisor.model import OpenLoop
-from advisor.policy import Policy
 from advisor.predict import Prediction
+from autopilot import apply
+from autopilot.policy import Policy
+from observe.window import Window
 from runs.changes import Change
 from runs.store import RunStore
 from tritonapi.client import TritonClient, TritonError
@@ -144,10 +147,10 @@ def check(client: TritonClient, opts: PilotOptions) -> None:
     except TritonError as exc:
         raise Refused(f"autopilot: {exc}; check --url and --model") from None
     try:
-        autopilot.check_model(config)
+        apply.check_model(config)
         if opts.apply:
-            autopilot.check_access(client)
-    except autopilot.ApplyRefused as exc:
+            apply.check_access(client)
+    except apply.ApplyRefused as exc:
         text = str(exc).removeprefix("--apply: ")
         raise Refused(f"autopilot: {text.replace('is not applied', 'is not piloted')}") from None
 
@@ -169,7 +172,7 @@ class Pilot:
         self.steps = 0
         self.gone_told: int | None = None  # the kept change a dry run said is gone
         self.failed_reapply: set[int] = set()  # kept changes whose re-apply failed
-        self.results: list[autopilot.Result] = []
+        self.results: list[apply.Result] = []
         # A config just kept changes what Triton's counts show of the same clients: a
         # backlog drains, executions stop stalling. Its first BASELINE_INTERVALS intervals
         # (not saturated) are its baseline.
@@ -251,7 +254,7 @@ class Pilot:
         if self.opts.store is not None:
             with RunStore(self.opts.store, create=True) as store:
                 change = Change(**{**asdict(change), "id": store.record_change(change)})
-        result = autopilot.Result(change)
+        result = apply.Result(change)
         self.results.append(result)
         self.say(result.line())
 
@@ -309,7 +312,7 @@ class Pilot:
             self.say(f"{base}: shifted ({why}) for {SUSTAINED} intervals: advising")
         self.advise(window, traffic)
 
-    def saturated_step(self, window: ServerWindow, traffic: OpenLoop) -> bool:
+    def saturated_step(self, window: Window, traffic: OpenLoop) -> bool:
         """Whether the model was saturated in ``window`` (:func:`advisor.fit.saturation`);
         then the step ends here, advising (for SATURATED_RATE times the rate it answered)
         once it has been so for SUSTAINED intervals. A saturated model is advised on whatever
@@ -321,6 +324,7 @@ class Pilot:
         except TritonError:
             self.saturated = 0
             return False
+        assert window.delta is not None  # a window of the statistics API
         why = saturation(window.delta, served.delay_s)
         if not why:
             self.saturated = 0
@@ -339,7 +343,7 @@ class Pilot:
         self.advise(window, asked)
         return True
 
-    def advise(self, window: ServerWindow, traffic: OpenLoop) -> None:
+    def advise(self, window: Window, traffic: OpenLoop) -> None:
         opts, model = self.opts, self.opts.model
         try:
             # The policy given is the one searched within, whatever ``search`` held.
@@ -405,22 +409,22 @@ class Pilot:
     def apply(self, best: Prediction) -> None:
         opts, model = self.opts, self.opts.model
         rate = best.traffic.rate_per_s if isinstance(best.traffic, OpenLoop) else None
-        seconds = opts.watch_s or autopilot.watch_length(rate)[0]
+        seconds = opts.watch_s or apply.watch_length(rate)[0]
         try:
             old = self.client.model_config_json(model)
-            new = autopilot.override(old, best.config, model)
+            new = apply.override(old, best.config, model)
             with deferred_interrupt():  # a change begun is judged (or undone) and recorded
-                result = autopilot.apply_and_watch(
+                result = apply.apply_and_watch(
                     self.client,
                     model,
                     old,
                     new,
-                    autopilot.Predicted.of(best),
+                    apply.Predicted.of(best),
                     seconds,
                     store=opts.store,
                     say=self.say,
                 )
-        except autopilot.ApplyRefused as exc:
+        except apply.ApplyRefused as exc:
             self.say(f"NOT APPLIED {model}: {str(exc).removeprefix('--apply: ')}")
             return
         except TritonError as exc:

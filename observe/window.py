@@ -1,17 +1,22 @@
-"""What a model did during one window of time, from either source the doctor reads.
+"""The one window type: what a model did during one window of time, whichever source filled
+it: the sampler (:mod:`observe.sampler`: Triton's statistics API and ``/metrics``), the
+exporter's counters in Prometheus (:mod:`observe.prometheus`) or a stored load run
+(:mod:`observe.storedrun`).
 
-Every check of :mod:`doctor.checks` reads a :class:`Window`, whether its numbers come
-from two reads of Triton's statistics API a few seconds apart (:mod:`doctor.observe`)
-or from the exporter's counters in Prometheus. The derived numbers are computed here,
-once, and a ratio without a denominator is ``None``, never a made-up zero.
+The doctor's checks read its figures; the advisor fits the traffic from its counts and the
+service times from its statistics; the autopilot judges a change by two of them. The derived
+numbers are computed here, once, and a ratio without a denominator is ``None``, never a
+made-up zero. What a source cannot give stays empty (Prometheus has no statistics delta).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadgen.results.summary import ServerSummary
+from observe.cpu import ServerCpu
 from tritonapi.stats import ModelStats
 
 COMPUTE_PHASES = ("compute_input", "compute_infer", "compute_output")
@@ -34,6 +39,24 @@ class Window:
     # The part of the window with traffic; None: all of it. A load run of 10 s in a
     # 5-minute window must not look like a thirtieth of its rate to the overlap check.
     active_seconds: float | None = None
+    # Read from Triton's statistics API (None from Prometheus or a stored run): the delta
+    # over the window (counts and times per batch size) and the cumulative one at its end.
+    delta: ModelStats | None = None
+    cumulative: ModelStats | None = None
+    # The request count sampled through the window, ``(monotonic s, count)`` stamped at
+    # the middle of each read; a read slower than ``observe.sampler.SLOW_READ_S`` is left
+    # out and counted in ``slow_reads``.
+    samples: Sequence[tuple[float, float]] = ()
+    slow_reads: int = 0
+    # The requests Triton had received, ``(monotonic s, count)`` at each read of its
+    # metrics (``TritonMetrics.received``: its executed count and pending gauge from that
+    # one read); empty, with ``pending_note`` saying why, when they were not read through
+    # the whole window (part of a window is not fitted).
+    received: Sequence[tuple[float, float]] = ()
+    pending_note: str = ""
+    # The server process's CPU over the window, and its cores, when it runs here.
+    cpu: ServerCpu | None = None
+    cores: int | None = None
 
     @property
     def requests(self) -> float:
@@ -103,8 +126,15 @@ def from_statistics(
     gpu_utilization: float | None = None,
     gpus: int | None = None,
     active_seconds: float | None = None,
+    samples: Sequence[tuple[float, float]] = (),
+    slow_reads: int = 0,
+    received: Sequence[tuple[float, float]] = (),
+    pending_note: str = "",
+    cpu: ServerCpu | None = None,
+    cores: int | None = None,
 ) -> Window:
-    """The window between two reads of the statistics API (a restart counts from zero)."""
+    """The window between two reads of the statistics API (a restart counts from zero),
+    with what was read between them."""
     delta = after.minus(before)
     return Window(
         seconds=seconds,
@@ -121,6 +151,14 @@ def from_statistics(
         gpu_utilization=gpu_utilization,
         gpus=gpus,
         active_seconds=active_seconds,
+        delta=delta,
+        cumulative=after,
+        samples=samples,
+        slow_reads=slow_reads,
+        received=received,
+        pending_note=pending_note,
+        cpu=cpu,
+        cores=cores,
     )
 
 
