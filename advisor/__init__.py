@@ -1,6 +1,6 @@
 """Batching advisor: predict what a Triton dynamic-batching config will do, and recommend one.
 
-The API the dashboard and the CLI use::
+The API the dashboard and the commands use::
 
     from advisor import BatcherConfig, OpenLoop, ClosedLoop, CpuModel
     from advisor import fit_service_times, fit_traffic, predict, recommend
@@ -11,12 +11,6 @@ The API the dashboard and the CLI use::
     p.mean_batch_size, p.batch_size_distribution, p.queue_delay_p99_s, p.throughput_limit_per_s
     r = recommend(config, OpenLoop(2000), service, p99_bound_s=0.010)
     r.best.config.pbtxt(), r.gain_ratio
-
-Modules: :mod:`advisor.config` (the batching config), :mod:`advisor.model` (service,
-CPU and traffic models), :mod:`advisor.simulator` (the discrete-event batcher),
-:mod:`advisor.fit` (fitting from Triton statistics or Prometheus),
-:mod:`advisor.calibrate` (CPU costs from measured runs), :mod:`advisor.predict`
-(predictions and the config search), :mod:`advisor.cli` (``triton-advisor``).
 """
 
 from advisor import costs, storedrun

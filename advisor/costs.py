@@ -1,28 +1,12 @@
 """Costs outside the model, measured: never assumed.
 
 The simulator's capacity comes from the CPU model (:class:`advisor.model.CpuModel`): the
-cores shared and the CPU each request costs outside the model's execution. Without one
-the advisor says "capacity: unknown" rather than print the limit of an infinitely fast
-front end. A cost model is measured in one of three ways, each kept as a
-:class:`Calibration` with where it came from and when:
-
-* **the local Triton's CPU** (:func:`from_process_cpu`): when ``--url`` is on this machine,
-  the server's CPU seconds are read over the advisor's window (:mod:`observe.cpu`, which
-  finds the process by its listening port). A python-backend model executes in stub
-  processes (children of ``tritonserver``), so the server process's own CPU is the work
-  outside the model (HTTP, the batcher, the hand-off to the stub): that, per request served,
-  is the cost. A model executed inside the server process (no stubs busy) has its
-  executions' time taken off instead. The cores are the process's CPU set. This is the
-  server's own cost: clients on the same cores lower the capacity further.
-* **a probe** (``--probe``, :func:`probe`): a short closed-loop load through the load
-  generator. On a local server its CPU is read as above; on a remote one the per-request
-  cost is the one that makes the simulator reproduce the throughput measured at the
-  probe's concurrency (:func:`fit_request_cost`), on the cores the user gives.
-* **a stored closed-loop run** (:func:`from_closed_loop`), the same fit as a remote probe.
-
-Calibrations are cached per server, model and Triton version (:class:`CalibrationCache`),
-with their date; a later ``advise`` on the same server uses the cached one and says how old
-it is.
+cores shared and the CPU each request costs outside the model's execution. Without one the
+advisor says "capacity: unknown" rather than print the limit of an infinitely fast front
+end. A cost model is measured from the local Triton's CPU (:func:`from_process_cpu`), a
+probe (:func:`probe`) or a stored closed-loop run (:func:`from_closed_loop`), and kept as a
+:class:`Calibration` with where and when it was measured, cached per server, model and
+Triton version (:class:`CalibrationCache`).
 """
 
 from __future__ import annotations
@@ -50,7 +34,24 @@ REQUEST_CV = 1.0
 
 @dataclass(frozen=True)
 class Calibration:
-    """A measured CPU model, and where and when it was measured."""
+    """A measured CPU model, and where and when it was measured.
+
+    Three sources:
+
+    * **the local Triton's CPU** (:func:`from_process_cpu`): when ``--url`` is on this
+      machine, the server's CPU seconds over the advisor's window (:mod:`observe.cpu` finds
+      the process by its listening port). A python-backend model executes in stub processes
+      (children of ``tritonserver``), so the server process's own CPU is the work outside the
+      model (HTTP, the batcher, the hand-off to the stub): that, per request served, is the
+      cost. A model executed inside the server process has its executions' time taken off
+      instead. The cores are the process's CPU set; clients on the same cores lower the
+      capacity further.
+    * **a probe** (``--probe``, :func:`probe`): a short closed-loop load. On a local server
+      its CPU is read as above; on a remote one the per-request cost is the one that makes
+      the simulator reproduce the throughput measured at the probe's concurrency
+      (:func:`fit_request_cost`), on the cores the user gives.
+    * **a stored closed-loop run** (:func:`from_closed_loop`), the same fit as a remote probe.
+    """
 
     cores: float
     request_s: float

@@ -1,24 +1,13 @@
-"""The advisor's inputs from a stored load run (read once by :mod:`observe.storedrun`).
+"""The advisor's inputs from stored load runs (read once by :mod:`observe.storedrun`).
 
-A run stores its scenario and parameters, one record per request (when it was due),
-and the server's statistics delta for the window (``loadgen.results.summary.ServerSummary``).
-From those:
-
-* service times: per batch size, the executions and the mean compute seconds per
-  execution (input, infer and output, as the live fit counts them), fitted as usual; a
-  run stored before those were kept per size has compute_infer per size and the other
-  two as totals, spread evenly over the executions;
-* traffic: a ``rate`` run is open loop, with rate and burstiness from the records'
-  due times; a ``concurrency`` run is closed loop at its concurrency; a ``serial``
-  run is one client with its gap as think time. ``concurrent`` (one burst) and
-  ``steps`` (changing rates) have no steady state to model, and are refused.
-
-Several runs of one model, server, config and traffic can be pooled (``load_runs``): one
-short traced run's fit moves from run to run, and the pooled one holds steadier.
-
-Runs stored since the store kept them carry the model's config and the Triton version as
-the server reported them when the run began (``RunStore.load_server``); an older run
-has neither, and the caller reads the config from the server or takes it from the user.
+A run stores its scenario and parameters, one record per request (when it was due) and the
+server's statistics delta for the window. From those come the service times per batch size
+and the traffic (:func:`traffic_from_run`): a ``rate`` run is open loop, a ``concurrency``
+run closed loop, a ``serial`` run one client with its gap as think time; ``concurrent`` and
+``steps`` have no steady state to model and are refused. Several runs of one model, server,
+config and traffic can be pooled (:func:`load_runs`), since one short traced run's fit moves
+from run to run and the pooled one holds steadier. A run stored with the model's config and
+Triton version uses them; an older one takes them from the server or the user.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Apply a config to the live model, watch what clients see, and roll back by itself.
 
-``advise --apply`` hands the recommended config to :func:`apply_and_watch`, which:
-
-1. watches the model for one window *before* the change (the same length as the one after,
-   so that the two are compared like for like);
-2. loads the new config on the live model through Triton's repository API, as a config
-   override (``POST /v2/repository/models/<m>/load`` with ``parameters.config``). No file is
-   written: the override lives in Triton's memory, and a restarted Triton serves
-   ``config.pbtxt`` again;
-3. lets the reloaded model settle (:data:`SETTLE_S`), waits (up to one window) until the
-   backlog the old config left has drained from Triton's queue (:meth:`Observer.drain`), then
-   watches one window *after*;
-4. keeps the change, or loads the previous config again (the same way) when the model failed
-   to load, the server stopped answering, failures rose, the latency got worse beyond the
-   noise, or the throughput fell beyond it (:func:`judge`);
-5. records the change, the two windows, the prediction and the outcome in the store
-   (``runs.changes``).
-
-What a window measures: Triton's statistics API (an observer the autopilot does not control)
-gives the requests answered, failed and their mean time inside Triton; the load-run store
-gives what clients saw (each request's latency and outcome, from every load run of the model
-going on at the time) when there is one. The p99 compared is the clients' when both windows
-hold at least :data:`MIN_CLIENT_REQUESTS` of them, otherwise Triton's mean time per request,
-and the outcome line says which.
+``advise --apply`` hands the recommended config to :func:`apply_and_watch`: one window
+watched before the change, the config loaded as an override through Triton's repository API
+(no file written, so a restarted Triton serves ``config.pbtxt`` again), one window watched
+after, then the change kept or rolled back by :func:`judge`, and recorded in the run store's
+change log. Acting on a server is kept apart from the advisor's modelling so that the model
+can be used, and tested, without a server to change.
 """
 
 from __future__ import annotations
@@ -618,7 +601,25 @@ def apply_and_watch(
     come_back_s: float = COME_BACK_S,
     say: Callable[[str], None] = lambda line: None,
 ) -> Result:
-    """Watch, apply ``new_config``, watch, keep or roll back (see the module doc), record.
+    """Watch, apply ``new_config``, watch, keep or roll back, record.
+
+    1. Watch the model for one window *before* the change (as long as the one after, so the
+       two compare like for like).
+    2. Load the new config on the live model as a config override
+       (``POST /v2/repository/models/<m>/load`` with ``parameters.config``).
+    3. Let the reloaded model settle (:data:`SETTLE_S`), wait (up to one window) until the
+       backlog the old config left has drained from Triton's queue (:meth:`Observer.drain`),
+       then watch one window *after*.
+    4. Keep the change, or load the previous config again when the model failed to load, the
+       server stopped answering, failures rose, the latency got worse beyond the noise, or the
+       throughput fell beyond it (:func:`judge`).
+    5. Record the change, the two windows, the prediction and the outcome (``runs.changes``).
+
+    A window's figures come from Triton's statistics API (an observer the autopilot does not
+    control) and, when load runs of the model are going on, from the clients' own records in
+    the store. The p99 compared is the clients' when both windows hold at least
+    :data:`MIN_CLIENT_REQUESTS` of them, otherwise Triton's mean time per request, and the
+    outcome line says which.
 
     ``old_config`` is what the model serves now (Triton's config JSON); ``say`` hears the
     progress lines. ApplyRefused (nothing changed, nothing recorded) for a sequence, ensemble

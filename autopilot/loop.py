@@ -1,36 +1,11 @@
 """``batchscope autopilot``: watch a live model's traffic, re-advise when it shifts, and apply
 the advice within a policy, one watched change at a time.
 
-Each step (one ``--interval-s``):
-
-1. **The kept config still served?** The store's newest ``kept`` (or ``reapplied``) change of
-   this server and model says what the model should serve. A restarted Triton forgets an
-   override and serves ``config.pbtxt`` again: when the served batching differs, ``--apply``
-   loads the kept config again (recorded as ``reapplied``, or ``reapply_failed``); a dry run
-   prints one line that the kept config is gone. Such a step ends there: the next one
-   measures the traffic under the config restored.
-2. **The traffic**: the model's statistics watched for the interval, and the rate and
-   burstiness fitted from them, as ``advise --url`` does (:func:`advisor.inputs.watch` on
-   the one sampler, :func:`advisor.inputs.fit_window`): from the requests received
-   (Triton's executed count + pending gauge) with ``--metrics-url``, else from those
-   answered.
-3. **Saturated?** When the model's requests waited behind a backlog
-   (:func:`advisor.fit.saturation`), the rate its counts show is its capacity, not what
-   clients send: in :data:`SUSTAINED` consecutive intervals it advises, whatever the
-   baseline; the advice (:func:`advisor.inputs.from_server`, as ``advise --url`` and the
-   doctor have it) is for x:data:`advisor.fit.SATURATED_RATE` that rate.
-   **Shifted?** Compared with the traffic the current config was chosen for (the last advice
-   of this run; none yet at the first step, which advises): a rate beyond x:data:`RATE_RATIO`
-   either way, or a burstiness (CV of inter-arrival) moved by more than :data:`CV_CHANGE`, in
-   :data:`SUSTAINED` consecutive intervals. After a change is kept, the first interval under
-   it becomes the baseline instead, and advises nothing: Triton's counts are what it served,
-   and a config that serves better makes the same clients' traffic look smoother (a backlog
-   drained, no execution stalls), which read against the old baseline was a shift of
-   burstiness, a second advice and, on a busy machine, a second change.
-4. **Advise** within the policy (:meth:`autopilot.policy.Policy.restrict` cuts the search space
-   first), and, for a change, apply it through :func:`autopilot.apply.apply_and_watch`
-   (``--apply``) or print what would be applied (dry run). At most one change per the
-   policy's ``min_minutes_between_changes``, counted from the store's record.
+Each interval (:meth:`Pilot.step`) restores a kept config that a restarted Triton forgot,
+otherwise measures the traffic through the one sampler, and advises when the traffic shifted
+or the model saturated; a change goes through :func:`autopilot.apply.apply_and_watch`
+(``--apply``) or is printed (a dry run). The policy (:mod:`autopilot.policy`) bounds what may
+change and how often.
 """
 
 from __future__ import annotations
@@ -261,7 +236,32 @@ class Pilot:
     # ---- 2-4. traffic, shift, advice -------------------------------------------------------
 
     def step(self) -> None:
-        """One interval: restore, else measure, and advise when due."""
+        """One interval: restore, else measure, and advise when due.
+
+        1. **The kept config still served?** The store's newest ``kept`` (or ``reapplied``)
+           change of this server and model says what the model should serve. A restarted
+           Triton forgets an override and serves ``config.pbtxt`` again: when the served
+           batching differs, ``--apply`` loads the kept config again (``reapplied``, or
+           ``reapply_failed``); a dry run prints one line that the kept config is gone. The
+           step ends there: the next one measures the traffic under the config restored.
+        2. **The traffic**: the model watched for the interval and the rate and burstiness
+           fitted as ``advise --url`` does (:func:`advisor.inputs.watch`,
+           :func:`advisor.inputs.fit_window`): from the requests received (Triton's executed
+           count + pending gauge) with ``--metrics-url``, else from those answered.
+        3. **Saturated?** When requests waited behind a backlog (:func:`advisor.fit.saturation`)
+           the rate the counts show is the capacity, not what clients send: in
+           :data:`SUSTAINED` consecutive intervals it advises for
+           x:data:`advisor.fit.SATURATED_RATE` that rate, whatever the baseline.
+           **Shifted?** Against the traffic the current config was chosen for: a rate beyond
+           x:data:`RATE_RATIO` either way, or a burstiness (CV) moved by more than
+           :data:`CV_CHANGE`, in :data:`SUSTAINED` consecutive intervals. After a change is
+           kept, the first interval under it becomes the baseline and advises nothing: a
+           config that serves better makes the same clients' traffic look smoother, which
+           read against the old baseline was a shift, a second advice and a second change.
+        4. **Advise** within the policy (:meth:`autopilot.policy.Policy.restrict` cuts the
+           search space first) and apply, at most one change per the policy's
+           ``min_minutes_between_changes``, counted from the store's record.
+        """
         self.steps += 1
         if self.restore():
             return

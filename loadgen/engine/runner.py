@@ -1,22 +1,11 @@
-"""The Python API of load runs (the CLI and the dashboard both call it).
+"""The Python API of load runs (the commands and the dashboard both call it).
 
     from loadgen.engine.runner import RunParams, run
     result = run(RunParams("concurrency", concurrency=8, duration_s=3), db="runs.sqlite3")
     result.summary.client.throughput_per_s, result.run_id
 
-The result is a ``LoadRun`` (``loadgen.results.summary``): params, status, times and a typed
-``RunSummary``; ``loadgen.results.stored.load_run`` reads a stored run back
-as the same type.
-
-``run`` checks everything it can before sending (bounds, server, model, inputs) and raises
-LoadgenError with one clear line on bad input; then it sends, takes the server's statistics
-deltas for the window, and stores the run. The store gets it while it goes
-(``loadgen.engine.writer``): status ``running``, the records and timeline committed each second,
-the final status at the end, so memory stays flat however long the run and a crash loses at
-most the last second. A stop request (Ctrl-C or SIGTERM in the CLI, or ``stop.set()`` from
-another thread) ends sending, waits for the requests in flight, and stores the partial run
-with status ``interrupted``. A run ends only by its own limits, a stop or an error, and
-``summary.client.ended`` says which.
+The result is a ``LoadRun`` (``loadgen.results.summary``); ``loadgen.results.stored.load_run``
+reads a stored run back as the same type.
 """
 
 from __future__ import annotations
@@ -179,7 +168,16 @@ def run(
     handle_sigint: bool = False,
     group_id: str = "",
 ) -> RunResult:
-    """Prepare (if needed), send, measure, store (unless ``db`` is None). See module doc."""
+    """Prepare (if needed), send, measure, store (unless ``db`` is None).
+
+    Everything that can be checked before sending is (bounds, server, model, inputs), and
+    bad input raises LoadgenError with one clear line. The store gets the run while it goes
+    (``loadgen.engine.writer``): status ``running``, the records and timeline committed each
+    second, the final status at the end, so memory stays flat however long the run and a
+    crash loses at most the last second. A stop (Ctrl-C or SIGTERM in the CLI, or
+    ``stop.set()`` from another thread) ends sending, waits for the requests in flight and
+    stores the partial run as ``interrupted``; ``summary.client.ended`` says what ended it.
+    """
     prepared = params if isinstance(params, Prepared) else prepare(params)
     writer = None if db is None else RunWriter(db, prepared.params, group_id)
     result = execute(prepared, stop or threading.Event(), progress, handle_sigint, writer)
