@@ -36,11 +36,16 @@ CEILING_MARGIN = 1.25
 # Requests per simulated present: enough that the average batch moves by well under 1 %
 # between seeds, few enough that a check costs a small part of the search.
 PRESENT_REQUESTS = 10_000
-# The search stops when the summed errors (in units of their bounds) are this close to 0,
-# or the bracket is this narrow, or after this many simulations.
-SEARCH_TOLERANCE = 0.05
-SEARCH_WIDTH_S = 1e-6
-MAX_SIMULATIONS = 10
+# The quick search (false position on the two errors' sum) stops when that sum, in units
+# of the bounds, is this close to 0, or after QUICK_STEPS simulations past the two ends.
+QUICK_TOLERANCE = 0.05
+QUICK_STEPS = 6
+# Where the quick search leaves a figure off, the thorough one first tries this many equal
+# steps from no hidden time to the ceiling (the figures need not move smoothly with it:
+# clients in lockstep keep one batch size over a range, then jump), then narrows the best
+# step's neighbourhood to this width, relative to the ceiling.
+GRID_STEPS = 4
+SEARCH_WIDTH = 0.02
 
 CALIBRATED = "calibrated"
 OFF = "off"
@@ -120,8 +125,7 @@ class PresentCheck:
     simulations: int = 0
     # Set when traces measured the release: nothing is inferred over them.
     traced: bool = False
-    # The figures the hidden time was inferred from; a note on why a present stays off.
-    fitted_on: tuple[str, ...] = ()
+    # Why a present stays off, when the search can tell.
     note: str = ""
 
     @property
@@ -143,8 +147,7 @@ class PresentCheck:
         batch, queue = self.figure("average batch"), self.figure("mean queue")
         text = (
             f"present: batch {batch.simulated:.2f} vs {batch.measured:.2f} measured"
-            f"{_miss(batch)}, queue {_ms(queue.simulated, queue.measured)} ms measured"
-            f"{_miss(queue)}"
+            f"{_miss(batch)}, queue {_ms(queue.simulated, queue.measured)} ms{_miss(queue)}"
         )
         if self.traced:
             text += " (unavailability after executions from traces)"
@@ -152,7 +155,8 @@ class PresentCheck:
             parts = ", ".join(f"{v * 1e3:.2f} ms {what}" for what, v in self.inferred)
             text += f" (inferred: {parts})"
         if self.status == OFF:
-            text += f"; off, nothing recommended: try {', '.join(self.help)}"
+            why = f" ({self.note})" if self.note else ""
+            text += f"; off{why}, nothing recommended: try {', '.join(self.help)}"
         return text
 
     def to_json(self) -> dict[str, object]:
@@ -177,7 +181,6 @@ class PresentCheck:
             },
             "inferred_us": {_key(what): round(v * 1e6, 1) for what, v in self.inferred},
             "from_traces": self.traced,
-            "fitted_on": list(self.fitted_on),
             "note": self.note,
             "off": list(self.off),
             "help": list(self.help),
@@ -200,11 +203,11 @@ def check_present(
     matches ``measured``, and judge the match.
 
     The hidden time is searched between 0 and what the measured executions per second leave
-    of each instance's time (:func:`ceiling`), by false position on the batch's error, plus
-    the queue's where it grows with the hidden time too, each in units of its bound. Every
-    simulation uses the same seed, so the figures move with the hidden time and not with
-    the draws. Where traces measured the release (``cpu.release_samples``), nothing is
-    inferred over them: the present is checked as it is.
+    of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
+    or the queue's in units of its bound, is smallest (:func:`_search`). Every simulation
+    uses the same seed, so the figures move with the hidden time and not with the draws.
+    Where traces measured the release (``cpu.release_samples``), nothing is inferred over
+    them: the present is checked as it is.
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
@@ -223,28 +226,14 @@ def check_present(
         batch, queue = _figures(simulate(hidden_s), measured)[:2]
         return batch.error / BATCH_BOUND, queue.error / QUEUE_BOUND
 
-    fitted_on: tuple[str, ...] = ()
     note = ""
     if traced:
         hidden = cpu.release_s
         simulate(hidden)
     else:
         high = ceiling(config, service, measured)
-        # The queue joins the search only where it grows with the hidden time as the batch
-        # does (clients in lockstep wait less in larger batches): then the root of the two
-        # errors' sum is the hidden time whose larger error is the smallest.
-        with_queue = high > 0 and errors(high)[1] > errors(0.0)[1]
-        fitted_on = ("average batch", "mean queue") if with_queue else ("average batch",)
-
-        def error(hidden_s: float) -> float:
-            batch, queue = errors(hidden_s)
-            return batch + queue if with_queue else batch
-
-        hidden = _search(error, high)
-        if hidden == 0.0 and error(0.0) > 0:
-            note = "larger than measured with no hidden time at all: the traffic or cost fit is off"
-        elif hidden == high and error(high) < 0:
-            note = "short of measured with the most hidden time the executions per second allow"
+        hidden = _search(errors, high)
+        note = _why_off(errors, hidden, high)
     result = runs[hidden]
     calibrated = cpu if traced else replace(cpu, release_s=hidden)
     figures = _figures(result, measured)
@@ -258,9 +247,24 @@ def check_present(
         help=_help(cpu) if off else (),
         simulations=len(runs),
         traced=traced,
-        fitted_on=fitted_on,
         note=note if off else "",
     )
+
+
+def _why_off(errors: Callable[[float], tuple[float, float]], hidden: float, high: float) -> str:
+    """Which figure no hidden time brings within its bound, and which way, if one is."""
+    names = ("average batch", "mean queue")
+    at = errors(hidden)
+    for k, name in enumerate(names):
+        if abs(at[k]) <= 1:
+            continue
+        if errors(0.0)[k] > 1:
+            return (
+                f"{name} larger than measured with no hidden time: the traffic or cost fit is off"
+            )
+        if high > 0 and errors(high)[k] < -1:
+            return f"{name} short of measured with the most hidden time the window allows"
+    return ""
 
 
 def ceiling(config: BatcherConfig, service: ServiceModel, measured: Measured) -> float:
@@ -275,35 +279,70 @@ def ceiling(config: BatcherConfig, service: ServiceModel, measured: Measured) ->
     return max(cycle - compute, 0.0) * CEILING_MARGIN
 
 
-def _search(error: Callable[[float], float], high: float) -> float:
-    """The hidden time in [0, high] whose summed error is closest to 0 (false position,
-    Illinois variant: the kept end's error is halved when the same end moves twice)."""
+def _search(errors: Callable[[float], tuple[float, float]], high: float) -> float:
+    """The hidden time in [0, high] whose larger error (in units of its bound) is smallest.
+
+    Where both figures grow with the hidden time, that is the root of their sum, which false
+    position finds in a few simulations (:func:`_quick`). Where that root leaves a figure
+    off, or there is none, the figures may not move together: :func:`_thorough` looks over
+    the whole range before a present is called off."""
+    if high <= 0:
+        return 0.0
+    quick = _quick(lambda u: sum(errors(u)), high)
+    if quick is not None and max(abs(e) for e in errors(quick)) <= 1:
+        return quick
+    return _thorough(lambda u: max(abs(e) for e in errors(u)), high)
+
+
+def _quick(error: Callable[[float], float], high: float) -> float | None:
+    """The root of the increasing ``error`` in [0, high], by false position (the Illinois
+    variant: the kept end's error is halved when the same end moves twice); 0 when the
+    error is not negative there (no hidden time is needed), None when it stays negative."""
     lo, f_lo = 0.0, error(0.0)
-    if f_lo >= 0 or high <= 0:
-        return 0.0  # already as large as measured without hidden time: it cannot be negative
+    if f_lo >= 0:
+        return 0.0
     hi, f_hi = high, error(high)
     if f_hi <= 0:
-        return high  # not even the most the window allows reaches the measured present
+        return None
     tried = {lo: f_lo, hi: f_hi}
     side = 0
-    while len(tried) < MAX_SIMULATIONS and hi - lo > SEARCH_WIDTH_S:
+    for _ in range(QUICK_STEPS):
         u = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         if u in tried:
             break
         f = tried[u] = error(u)
-        if abs(f) <= SEARCH_TOLERANCE:
+        if abs(f) <= QUICK_TOLERANCE:
             break
         if f > 0:
             hi, f_hi = u, f
-            if side > 0:
-                f_lo /= 2
+            f_lo = f_lo / 2 if side > 0 else f_lo
             side = 1
         else:
             lo, f_lo = u, f
-            if side < 0:
-                f_hi /= 2
+            f_hi = f_hi / 2 if side < 0 else f_hi
             side = -1
     return min(tried, key=lambda u: abs(tried[u]))
+
+
+def _thorough(worst: Callable[[float], float], high: float) -> float:
+    """The smallest ``worst`` over [0, high]: the best of :data:`GRID_STEPS` equal steps,
+    then a golden-section search between its neighbours."""
+    grid = [high * i / GRID_STEPS for i in range(GRID_STEPS + 1)]
+    scores = {u: worst(u) for u in grid}
+    best = min(grid, key=scores.__getitem__)
+    at = grid.index(best)
+    lo, hi = grid[max(at - 1, 0)], grid[min(at + 1, GRID_STEPS)]
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    while hi - lo > SEARCH_WIDTH * high:
+        if worst(a) <= worst(b):
+            hi, b = b, a
+            a = hi - ratio * (hi - lo)
+        else:
+            lo, a = a, b
+            b = lo + ratio * (hi - lo)
+        scores.update({a: worst(a), b: worst(b)})
+    return min(scores, key=scores.__getitem__)
 
 
 def _figures(result: SimResult, measured: Measured) -> tuple[Figure, ...]:
