@@ -157,7 +157,9 @@ def test_the_line_reads_at_a_glance() -> None:
     )
     data = check.to_json()
     assert data["line"] == check.line()
-    assert data["figures"]["mean_queue"] == {
+    figures = data["figures"]
+    assert isinstance(figures, dict)
+    assert figures["mean_queue"] == {
         "simulated": 360.0,
         "measured": 380.0,
         "error": pytest.approx(-0.0526, abs=1e-4),
