@@ -23,7 +23,7 @@ from advisor.simulator import SimResult, Simulation
 
 # The bounds of the verdict, relative to the measured figure. The average batch is what a
 # change of config moves and what every prediction is judged on, so it is held tight; a mean
-# queue is made of the hand-offs' tails and moves by a fifth between windows of one config.
+# queue is made of the hand-offs' tails, which vary between windows of one config far more.
 BATCH_BOUND = 0.10
 QUEUE_BOUND = 0.25
 # A mean queue shorter than this is within the hand-offs' own spread: its error is taken
@@ -52,6 +52,13 @@ OFF = "off"
 NOT_EXECUTED = "not executed yet"
 
 HIDDEN = "unavailable after each execution"
+# The figures' names in --json, with their units, and the scale to those units.
+JSON_KEYS = {
+    "average batch": "average_batch",
+    "mean queue": "mean_queue_us",
+    "executions per second": "executions_per_s",
+}
+JSON_SCALE = {"mean queue": 1e6}
 
 
 @dataclass(frozen=True)
@@ -162,9 +169,9 @@ class PresentCheck:
     def to_json(self) -> dict[str, object]:
         """The same for ``--json``."""
         figures = {
-            _key(f.name): {
-                "simulated": round(f.simulated * (1e6 if f.name == "mean queue" else 1), 3),
-                "measured": round(f.measured * (1e6 if f.name == "mean queue" else 1), 3),
+            JSON_KEYS[f.name]: {
+                "simulated": round(f.simulated * JSON_SCALE.get(f.name, 1.0), 3),
+                "measured": round(f.measured * JSON_SCALE.get(f.name, 1.0), 3),
                 "error": round(f.error, 4),
                 "bound": f.bound,
                 "within": f.within,
@@ -179,7 +186,7 @@ class PresentCheck:
                 s: {"simulated": round(sim, 4), "measured": round(meas, 4)}
                 for s, sim, meas in self.shares
             },
-            "inferred_us": {_key(what): round(v * 1e6, 1) for what, v in self.inferred},
+            "inferred_us": {what.replace(" ", "_"): round(v * 1e6, 1) for what, v in self.inferred},
             "from_traces": self.traced,
             "note": self.note,
             "off": list(self.off),
@@ -397,7 +404,3 @@ def _miss(f: Figure) -> str:
 def _ms(simulated: float, measured: float) -> str:
     digits = 2 if max(simulated, measured) >= 1e-4 else 3
     return f"{simulated * 1e3:.{digits}f} vs {measured * 1e3:.{digits}f}"
-
-
-def _key(name: str) -> str:
-    return name.replace(" ", "_")

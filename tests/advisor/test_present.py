@@ -159,7 +159,7 @@ def test_the_line_reads_at_a_glance() -> None:
     assert data["line"] == check.line()
     figures = data["figures"]
     assert isinstance(figures, dict)
-    assert figures["mean_queue"] == {
+    assert figures["mean_queue_us"] == {
         "simulated": 360.0,
         "measured": 380.0,
         "error": pytest.approx(-0.0526, abs=1e-4),
