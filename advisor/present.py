@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from advisor.config import BatcherConfig
 from advisor.model import CpuModel, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
+from tritonapi.stats import ModelStats
 
 # The bounds of the verdict, relative to the measured figure. The average batch is what a
 # change of config moves and what every prediction is judged on, so it is held tight; a mean
@@ -77,17 +78,30 @@ class Measured:
             raise ValueError(f"batch size shares must be of sizes >= 1: {self.size_shares}")
 
     @classmethod
-    def from_counts(cls, executions: Mapping[int, int], queue_s: float, seconds: float) -> Measured:
-        """From a window's counts: executions per batch size, the requests' summed queue
-        time and the window's length."""
+    def from_counts(
+        cls,
+        executions: Mapping[int, int],
+        queue_s: float,
+        seconds: float,
+        queued: int | None = None,
+    ) -> Measured:
+        """From a window's counts: executions per batch size, the summed queue time of the
+        ``queued`` requests (one per batch row when not given) and the window's length."""
         n = sum(executions.values())
-        requests = sum(size * count for size, count in executions.items())
+        rows = sum(size * count for size, count in executions.items())
+        requests = rows if queued is None else queued
         return cls(
-            avg_batch=requests / n if n else 0.0,
+            avg_batch=rows / n if n else 0.0,
             size_shares={s: c / n for s, c in sorted(executions.items())} if n else {},
             mean_queue_s=queue_s / requests if requests else 0.0,
             executions_per_s=n / seconds if seconds > 0 else 0.0,
         )
+
+    @classmethod
+    def from_stats(cls, delta: ModelStats, seconds: float) -> Measured:
+        """From the statistics API's difference over a window of ``seconds``."""
+        queue = delta.phase("queue")
+        return cls.from_counts(delta.executions_by_size(), queue.seconds, seconds, queue.count)
 
     @property
     def executed(self) -> bool:

@@ -22,6 +22,7 @@ from advisor.present import (
     check_present,
 )
 from advisor.simulator import SimResult, Simulation
+from tritonapi.stats import BatchStat, Duration, ModelStats
 
 # Settings the search was not tuned on: a CPU-bound model sharing two cores with a front end
 # whose work and executions spread, and two instances under smoother traffic with preferred
@@ -196,8 +197,22 @@ def test_measured_from_a_windows_counts() -> None:
     assert measured.size_shares == {1: 0.6, 2: 0.3, 4: 0.1}
     assert measured.mean_queue_s == pytest.approx(0.001)
     assert measured.executions_per_s == 50.0
+    # Requests of two rows each: the queue is per request, the batch in rows.
+    assert Measured.from_counts({4: 10}, 0.02, 1.0, queued=20).mean_queue_s == 0.001
     with pytest.raises(ValueError):
         Measured(-1.0, {}, 0.0, 1.0)
+
+
+def test_measured_from_the_statistics_of_a_window() -> None:
+    delta = ModelStats(
+        "m",
+        "1",
+        inference_count=160,
+        execution_count=100,
+        phases={"queue": Duration(160, 160_000_000)},
+        batches={1: BatchStat(1, 60), 2: BatchStat(2, 30), 4: BatchStat(4, 10)},
+    )
+    assert Measured.from_stats(delta, 2.0) == Measured(1.6, {1: 0.6, 2: 0.3, 4: 0.1}, 0.001, 50.0)
 
 
 def test_the_ceiling_is_what_the_executions_leave_of_the_instances() -> None:
