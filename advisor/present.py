@@ -276,6 +276,8 @@ def _why_off(errors: Callable[[float], tuple[float, float]], hidden: float, high
     """Which figure no hidden time brings within its bound, and which way, if one is."""
     names = ("average batch", "mean queue")
     at = errors(hidden)
+    if high <= 0 and max(abs(e) for e in at) > 1:
+        return "the fitted compute alone fills the instances at the measured executions per second"
     for k, name in enumerate(names):
         if abs(at[k]) <= 1:
             continue

@@ -121,6 +121,15 @@ def test_batches_smaller_than_the_model_makes_are_off() -> None:
     assert check.to_json()["off"] == ["average batch"]
 
 
+def test_compute_that_fills_the_instances_leaves_no_room() -> None:
+    # 2 ms per execution, 1,000 executions/s measured on one instance: the fit is too slow.
+    config, service = BatcherConfig(8, (), 0, 1), ServiceModel(2e-3, 0.0)
+    measured = Measured(1.0, {1: 1.0}, 50e-6, 1000.0)
+    check = check_present(config, OpenLoop(1000), service, measured)
+    assert check.inferred == ((HIDDEN, 0.0),) and check.status == OFF
+    assert check.note.startswith("the fitted compute alone fills the instances")
+
+
 def test_a_model_not_executed_yet_gets_an_honest_check() -> None:
     config, service, traffic, _ = SETTINGS["shared cores"]
     check = check_present(config, traffic, service, Measured(0.0, {}, 0.0, 0.0))
