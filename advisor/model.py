@@ -89,7 +89,8 @@ class CpuModel:
     # starts executing dispatch_s after the batcher sent it (waking the instance's thread,
     # the backend's hand-off to its stub), and an instance takes its next batch release_s
     # after an execution ends (responses sent, requests released). Both hold the instance.
-    # Measured from Triton's traces (advisor.handoff).
+    # Measured from Triton's traces (advisor.handoff); without traces, release_s is the
+    # time Triton's compute counters do not show, inferred from the window (advisor.present).
     dispatch_s: float = 0.0
     release_s: float = 0.0
     # Spread of one execution's time around its size's mean (coefficient of variation,

@@ -1,0 +1,422 @@
+"""The present, simulated and checked against the window it was fitted from.
+
+Every prediction starts from the config being served, so the simulation must reproduce it
+first. Triton's compute counters miss the time an instance stays unavailable between
+executions (backend IPC, response sending, the batcher's dispatch); where the model's own CPU
+work shares the cores, that time batches requests the simulation would serve alone.
+:func:`check_present` simulates the served config under the fitted traffic and costs, infers
+that hidden time (:attr:`~advisor.model.CpuModel.release_s`, the instance's release after an
+execution) so that the simulated average batch and mean queue match the measured ones, and
+returns a :class:`PresentCheck`: each figure simulated against measured, what was inferred,
+and a verdict against stated bounds. A present still off is never a base for advice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from advisor.config import BatcherConfig
+from advisor.model import CpuModel, ServiceModel, Traffic
+from advisor.simulator import SimResult, Simulation
+from tritonapi.stats import ModelStats
+
+# The bounds of the verdict, relative to the measured figure. The average batch is what a
+# change of config moves and what every prediction is judged on, so it is held tight; a mean
+# queue is made of the hand-offs' tails, which vary between windows of one config far more.
+BATCH_BOUND = 0.10
+QUEUE_BOUND = 0.25
+# A mean queue shorter than this is within the hand-offs' own spread: its error is taken
+# against this floor, so that 8 us against 5 us is not called a miss of 60 %.
+QUEUE_FLOOR_S = 20e-6
+# The window's executions per second bound the hidden time (an instance cannot be busy or
+# unavailable more than all the time); its rates are noisy over a short window, so the
+# search may go this far past that bound.
+CEILING_MARGIN = 1.25
+# Requests per simulated present: enough that the average batch moves by well under 1 %
+# between seeds, few enough that a check costs a small part of the search.
+PRESENT_REQUESTS = 10_000
+# The quick search (false position on the two errors' sum) stops when that sum, in units
+# of the bounds, is this close to 0, or after QUICK_STEPS simulations past the two ends.
+QUICK_TOLERANCE = 0.05
+QUICK_STEPS = 6
+# Where the quick search leaves a figure off, the thorough one first tries this many equal
+# steps from no hidden time to the ceiling (the figures need not move smoothly with it:
+# clients in lockstep keep one batch size over a range, then jump), then narrows the best
+# step's neighbourhood to this width, relative to the ceiling.
+GRID_STEPS = 4
+SEARCH_WIDTH = 0.02
+
+CALIBRATED = "calibrated"
+OFF = "off"
+NOT_EXECUTED = "not executed yet"
+
+HIDDEN = "unavailable after each execution"
+# The figures' names in --json, with their units, and the scale to those units.
+JSON_KEYS = {
+    "average batch": "average_batch",
+    "mean queue": "mean_queue_us",
+    "executions per second": "executions_per_s",
+}
+JSON_SCALE = {"mean queue": 1e6}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What Triton's statistics showed for the served config over the window."""
+
+    avg_batch: float
+    size_shares: Mapping[int, float]  # batch size -> share of executions
+    mean_queue_s: float  # per request, QUEUE_START to COMPUTE_START
+    executions_per_s: float
+
+    def __post_init__(self) -> None:
+        if min(self.avg_batch, self.mean_queue_s, self.executions_per_s) < 0:
+            raise ValueError(f"measured figures must be >= 0: {self}")
+        if any(size < 1 or share < 0 for size, share in self.size_shares.items()):
+            raise ValueError(f"batch size shares must be of sizes >= 1: {self.size_shares}")
+
+    @classmethod
+    def from_counts(
+        cls,
+        executions: Mapping[int, int],
+        queue_s: float,
+        seconds: float,
+        queued: int | None = None,
+    ) -> Measured:
+        """From a window's counts: executions per batch size, the summed queue time of the
+        ``queued`` requests (one per batch row when not given) and the window's length."""
+        n = sum(executions.values())
+        rows = sum(size * count for size, count in executions.items())
+        requests = rows if queued is None else queued
+        return cls(
+            avg_batch=rows / n if n else 0.0,
+            size_shares={s: c / n for s, c in sorted(executions.items())} if n else {},
+            mean_queue_s=queue_s / requests if requests else 0.0,
+            executions_per_s=n / seconds if seconds > 0 else 0.0,
+        )
+
+    @classmethod
+    def from_stats(cls, delta: ModelStats, seconds: float) -> Measured:
+        """From the statistics API's difference over a window of ``seconds``."""
+        queue = delta.phase("queue")
+        return cls.from_counts(delta.executions_by_size(), queue.seconds, seconds, queue.count)
+
+    @property
+    def executed(self) -> bool:
+        return self.executions_per_s > 0 and self.avg_batch > 0
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the present, simulated against measured; ``bound`` is the relative
+    error the verdict allows (None: shown, not judged)."""
+
+    name: str
+    simulated: float
+    measured: float
+    bound: float | None = None
+    floor: float = 0.0  # the error is taken against at least this
+
+    @property
+    def error(self) -> float:
+        """Relative to the measured figure (or the floor, when that is larger)."""
+        scale = max(self.measured, self.floor)
+        return (self.simulated - self.measured) / scale if scale > 0 else 0.0
+
+    @property
+    def within(self) -> bool:
+        return self.bound is None or abs(self.error) <= self.bound
+
+
+@dataclass(frozen=True)
+class PresentCheck:
+    """The served config's present, simulated against measured, and what was inferred.
+
+    ``cpu`` is the cost model with the inferred parts in place: the one to predict other
+    configs with, when :attr:`recommend_ready`."""
+
+    status: str  # CALIBRATED, OFF or NOT_EXECUTED
+    figures: tuple[Figure, ...] = ()  # average batch, mean queue, executions per second
+    shares: tuple[tuple[int, float, float], ...] = ()  # (size, simulated, measured)
+    inferred: tuple[tuple[str, float], ...] = ()  # (what, seconds)
+    cpu: CpuModel | None = None
+    help: tuple[str, ...] = ()
+    simulations: int = 0
+    # Set when traces measured the release: nothing is inferred over them.
+    traced: bool = False
+    # Why a present stays off, when the search can tell.
+    note: str = ""
+
+    @property
+    def recommend_ready(self) -> bool:
+        return self.status == CALIBRATED
+
+    @property
+    def off(self) -> tuple[str, ...]:
+        """The judged figures outside their bounds."""
+        return tuple(f.name for f in self.figures if not f.within)
+
+    def figure(self, name: str) -> Figure:
+        return next(f for f in self.figures if f.name == name)
+
+    def line(self) -> str:
+        """One line a person reads at a glance."""
+        if self.status == NOT_EXECUTED:
+            return "present: not executed yet (no executions in the window): nothing recommended"
+        batch, queue = self.figure("average batch"), self.figure("mean queue")
+        text = (
+            f"present: batch {batch.simulated:.2f} vs {batch.measured:.2f} measured"
+            f"{_miss(batch)}, queue {_ms(queue.simulated, queue.measured)} ms{_miss(queue)}"
+        )
+        if self.traced:
+            text += " (unavailability after executions from traces)"
+        elif self.inferred:
+            parts = ", ".join(f"{v * 1e3:.2f} ms {what}" for what, v in self.inferred)
+            text += f" (inferred: {parts})"
+        if self.status == OFF:
+            why = f" ({self.note})" if self.note else ""
+            text += f"; off{why}, nothing recommended: try {', '.join(self.help)}"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        """The same for ``--json``."""
+        figures = {
+            JSON_KEYS[f.name]: {
+                "simulated": round(f.simulated * JSON_SCALE.get(f.name, 1.0), 3),
+                "measured": round(f.measured * JSON_SCALE.get(f.name, 1.0), 3),
+                "error": round(f.error, 4),
+                "bound": f.bound,
+                "within": f.within,
+            }
+            for f in self.figures
+        }
+        return {
+            "status": self.status,
+            "recommend_ready": self.recommend_ready,
+            "figures": figures,
+            "batch_size_shares": {
+                s: {"simulated": round(sim, 4), "measured": round(meas, 4)}
+                for s, sim, meas in self.shares
+            },
+            "inferred_us": {what.replace(" ", "_"): round(v * 1e6, 1) for what, v in self.inferred},
+            "from_traces": self.traced,
+            "note": self.note,
+            "off": list(self.off),
+            "help": list(self.help),
+            "simulations": self.simulations,
+            "line": self.line(),
+        }
+
+
+def check_present(
+    config: BatcherConfig,
+    traffic: Traffic,
+    service: ServiceModel,
+    measured: Measured,
+    cpu: CpuModel | None = None,
+    requests: int = PRESENT_REQUESTS,
+    seed: int = 1,
+) -> PresentCheck:
+    """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
+    an instance stays unavailable after each execution so that the simulated present
+    matches ``measured``, and judge the match.
+
+    The hidden time is searched between 0 and what the measured executions per second leave
+    of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
+    or the queue's in units of its bound, is smallest (:func:`_search`). Every simulation
+    uses the same seed, so the figures move with the hidden time and not with the draws.
+    Where traces measured the release (``cpu.release_samples``), nothing is inferred over
+    them: the present is checked as it is.
+    """
+    cpu = cpu or CpuModel()
+    if not measured.executed:
+        return PresentCheck(NOT_EXECUTED, cpu=cpu, help=("a window with traffic",))
+    traced = bool(cpu.release_samples)
+    runs: dict[float, SimResult] = {}
+
+    def simulate(hidden_s: float) -> SimResult:
+        if hidden_s not in runs:
+            trial = cpu if traced else replace(cpu, release_s=hidden_s)
+            runs[hidden_s] = Simulation(config, service, traffic, trial, requests, seed=seed).run()
+        return runs[hidden_s]
+
+    def errors(hidden_s: float) -> tuple[float, float]:
+        """The batch's and the queue's errors, each in units of its bound."""
+        batch, queue = _figures(simulate(hidden_s), measured)[:2]
+        return batch.error / BATCH_BOUND, queue.error / QUEUE_BOUND
+
+    note = ""
+    if traced:
+        hidden = cpu.release_s
+        simulate(hidden)
+    else:
+        high = ceiling(config, service, measured)
+        hidden = _search(errors, high)
+        note = _why_off(errors, hidden, high)
+    result = runs[hidden]
+    calibrated = cpu if traced else replace(cpu, release_s=hidden)
+    figures = _figures(result, measured)
+    off = tuple(f.name for f in figures if not f.within)
+    return PresentCheck(
+        status=OFF if off else CALIBRATED,
+        figures=figures,
+        shares=_shares(result, measured),
+        inferred=() if traced else ((HIDDEN, hidden),),
+        cpu=calibrated,
+        help=_help(cpu) if off else (),
+        simulations=len(runs),
+        traced=traced,
+        note=note if off else "",
+    )
+
+
+def _why_off(errors: Callable[[float], tuple[float, float]], hidden: float, high: float) -> str:
+    """Which figure no hidden time brings within its bound, and which way, if one is."""
+    names = ("average batch", "mean queue")
+    at = errors(hidden)
+    if high <= 0 and max(abs(e) for e in at) > 1:
+        return "the fitted compute alone fills the instances at the measured executions per second"
+    for k, name in enumerate(names):
+        if abs(at[k]) <= 1:
+            continue
+        if errors(0.0)[k] > 1:
+            return (
+                f"{name} larger than measured with no hidden time: the traffic or cost fit is off"
+            )
+        if high > 0 and errors(high)[k] < -1:
+            return f"{name} short of measured with the most hidden time the window allows"
+    return ""
+
+
+def ceiling(config: BatcherConfig, service: ServiceModel, measured: Measured) -> float:
+    """The most an instance can stay unavailable after each execution: the time each
+    execution leaves of its instance (instances / executions per second) less its mean
+    compute time over the measured batch sizes, with :data:`CEILING_MARGIN` for noise.
+    0 when the compute alone fills the instances (the cost fit is then too slow)."""
+    shares = measured.size_shares or _shares_of_average(measured.avg_batch)
+    total = sum(shares.values())
+    compute = sum(service.time_s(size) * share for size, share in shares.items()) / total
+    cycle = config.instances / measured.executions_per_s
+    return max(cycle - compute, 0.0) * CEILING_MARGIN
+
+
+def _search(errors: Callable[[float], tuple[float, float]], high: float) -> float:
+    """The hidden time in [0, high] whose larger error (in units of its bound) is smallest.
+
+    Where both figures grow with the hidden time, that is the root of their sum, which false
+    position finds in a few simulations (:func:`_quick`). Where that root leaves a figure
+    off, or there is none, the figures may not move together: :func:`_thorough` looks over
+    the whole range before a present is called off."""
+    if high <= 0:
+        return 0.0
+    quick = _quick(lambda u: sum(errors(u)), high)
+    if quick is not None and max(abs(e) for e in errors(quick)) <= 1:
+        return quick
+    return _thorough(lambda u: max(abs(e) for e in errors(u)), high)
+
+
+def _quick(error: Callable[[float], float], high: float) -> float | None:
+    """The root of the increasing ``error`` in [0, high], by false position (the Illinois
+    variant: the kept end's error is halved when the same end moves twice); 0 when the
+    error is not negative there (no hidden time is needed), None when it stays negative."""
+    lo, f_lo = 0.0, error(0.0)
+    if f_lo >= 0:
+        return 0.0
+    hi, f_hi = high, error(high)
+    if f_hi <= 0:
+        return None
+    tried = {lo: f_lo, hi: f_hi}
+    side = 0
+    for _ in range(QUICK_STEPS):
+        u = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        if u in tried:
+            break
+        f = tried[u] = error(u)
+        if abs(f) <= QUICK_TOLERANCE:
+            break
+        if f > 0:
+            hi, f_hi = u, f
+            f_lo = f_lo / 2 if side > 0 else f_lo
+            side = 1
+        else:
+            lo, f_lo = u, f
+            f_hi = f_hi / 2 if side < 0 else f_hi
+            side = -1
+    return min(tried, key=lambda u: abs(tried[u]))
+
+
+def _thorough(worst: Callable[[float], float], high: float) -> float:
+    """The smallest ``worst`` over [0, high]: the best of :data:`GRID_STEPS` equal steps,
+    then a golden-section search between its neighbours."""
+    grid = [high * i / GRID_STEPS for i in range(GRID_STEPS + 1)]
+    scores = {u: worst(u) for u in grid}
+    best = min(grid, key=scores.__getitem__)
+    at = grid.index(best)
+    lo, hi = grid[max(at - 1, 0)], grid[min(at + 1, GRID_STEPS)]
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    while hi - lo > SEARCH_WIDTH * high:
+        if worst(a) <= worst(b):
+            hi, b = b, a
+            a = hi - ratio * (hi - lo)
+        else:
+            lo, a = a, b
+            b = lo + ratio * (hi - lo)
+        scores.update({a: worst(a), b: worst(b)})
+    return min(scores, key=scores.__getitem__)
+
+
+def _figures(result: SimResult, measured: Measured) -> tuple[Figure, ...]:
+    delays = result.queue_delays_s
+    executions_per_s = result.executions / result.duration_s if result.duration_s > 0 else 0.0
+    return (
+        Figure("average batch", result.mean_batch_size, measured.avg_batch, BATCH_BOUND),
+        Figure(
+            "mean queue",
+            sum(delays) / len(delays) if delays else 0.0,
+            measured.mean_queue_s,
+            QUEUE_BOUND,
+            QUEUE_FLOOR_S,
+        ),
+        Figure("executions per second", executions_per_s, measured.executions_per_s),
+    )
+
+
+def _shares(result: SimResult, measured: Measured) -> tuple[tuple[int, float, float], ...]:
+    n = result.executions
+    sizes = sorted(set(result.batch_sizes) | set(measured.size_shares))
+    return tuple(
+        (s, result.batch_sizes.get(s, 0) / n if n else 0.0, measured.size_shares.get(s, 0.0))
+        for s in sizes
+    )
+
+
+def _shares_of_average(avg_batch: float) -> dict[int, float]:
+    """Two neighbouring sizes whose mix has the average: when no shares were measured."""
+    low = max(math.floor(avg_batch), 1)
+    frac = max(avg_batch - low, 0.0)
+    return {low: 1 - frac, low + 1: frac} if frac else {low: 1.0}
+
+
+def _help(cpu: CpuModel) -> tuple[str, ...]:
+    """What would make the measured present firmer or the model closer to it."""
+    tips = ["a longer window (--window)"]
+    if not cpu.release_samples and not cpu.dispatch_samples:
+        tips.append("traces of the hand-offs (--traces)")
+    if cpu.cores is None:
+        tips.append("measured costs (--probe)")
+    return tuple(tips)
+
+
+def _miss(f: Figure) -> str:
+    if f.within:
+        return ""
+    assert f.bound is not None
+    return f" (off by {f.error:+.0%}, bound ±{f.bound:.0%})"
+
+
+def _ms(simulated: float, measured: float) -> str:
+    digits = 2 if max(simulated, measured) >= 1e-4 else 3
+    return f"{simulated * 1e3:.{digits}f} vs {measured * 1e3:.{digits}f}"
