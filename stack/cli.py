@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="URL",
         help="its metrics URL, once per --triton-url in the same order (STACK_TRITON_METRICS_URLS;"
-        " default: the same host, port 8002, /metrics)",
+        " default: the same host, the HTTP port + 2, /metrics)",
     )
     attach.add_argument(
         "--triton-admin-key-file",
