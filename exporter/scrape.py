@@ -66,10 +66,10 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Triton's answers as received (decoded JSON, metrics text); None where the endpoint
-    is down (then ``down`` says why)."""
+    """Triton's answers as received (decoded JSON, metrics text); None ("" for the metrics
+    text) where the endpoint is down, and then ``down`` says why."""
 
-    metrics_text: str | None
+    metrics_text: str
     stats: Any
     index: Any
     configs: dict[str, Any]
@@ -247,7 +247,7 @@ class Fetcher:
                     body, _parsed_or_none(body), versions, counters, now
                 )
         self._log_changes(target.url, down)
-        return Snapshot(metrics, stats, index, configs, ready, parsed, down)
+        return Snapshot(metrics or "", stats, index, configs, ready, parsed, down)
 
     def _still_valid(
         self,
@@ -363,7 +363,7 @@ def parse_snapshot(snapshot: Snapshot) -> TargetView:
     down = snapshot.down
     metrics = (
         parse_metrics(snapshot.metrics_text)
-        if snapshot.metrics_text is not None
+        if METRICS not in down
         else TritonMetrics(pending={}, gpus=[])
     )
     configs = {

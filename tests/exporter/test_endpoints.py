@@ -54,17 +54,14 @@ def scrape(snap: Snapshot, target: Target = TARGET) -> Samples:
 def without(moment: str, **down: str) -> Snapshot:
     """The capture with the endpoints in ``down`` taken away, as the fetcher leaves them."""
     snap = snapshot(moment)
-    changes: dict[str, object] = {"down": down}
-    if "metrics" in down:
-        changes["metrics_text"] = None
-    if "statistics" in down:
-        changes["stats"] = None
-        changes["configs"] = {}
-    if "repository" in down:
-        changes["index"] = None
-    if "config" in down:
-        changes["configs"] = {}
-    return dataclasses.replace(snap, **changes)
+    return dataclasses.replace(
+        snap,
+        down=down,
+        metrics_text="" if "metrics" in down else snap.metrics_text,
+        stats=None if "statistics" in down else snap.stats,
+        index=None if "repository" in down else snap.index,
+        configs={} if {"statistics", "config"} & down.keys() else snap.configs,
+    )
 
 
 def names(samples: Samples) -> set[str]:
