@@ -145,12 +145,17 @@ def _has_triton_series(text: str) -> bool:
     )
 
 
-def endpoint_rows(exporter_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> list[dict[str, Any]]:
-    """What the exporter at ``exporter_url`` says of each endpoint of each Triton: its URL,
-    whether it answered and why not (triton_batching_endpoint_info / _up); [] when the
-    exporter does not answer or reads no target."""
+def endpoint_rows(
+    services: Sequence[dict[str, Any]], timeout_s: float = PROBE_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """What the stack's exporter (from ``status``' rows of ``services``) says of each
+    endpoint of each Triton: its URL, whether it answered and why not
+    (triton_batching_endpoint_info / _up); [] without an exporter that answers."""
+    exporter = [s["urls"]["metrics"] for s in services if s["name"] == "exporter"]
+    if not exporter:
+        return []
     try:
-        response = requests.get(f"{exporter_url}/metrics", timeout=timeout_s)
+        response = requests.get(exporter[0], timeout=timeout_s)
         response.raise_for_status()
     except requests.RequestException:
         return []

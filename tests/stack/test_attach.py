@@ -199,7 +199,8 @@ def test_status_lines_name_each_endpoint_its_url_and_the_fix() -> None:
     )
     server = serve({"/metrics": (200, "text/plain", exporter_text)})
     try:
-        rows = attach.endpoint_rows(f"http://127.0.0.1:{server.server_address[1]}")
+        exporter = {"metrics": f"http://127.0.0.1:{server.server_address[1]}/metrics"}
+        rows = attach.endpoint_rows([{"name": "exporter", "urls": exporter}])
     finally:
         server.shutdown()
         server.server_close()
@@ -209,7 +210,9 @@ def test_status_lines_name_each_endpoint_its_url_and_the_fix() -> None:
         "give --triton-metrics-url",
         "  http://h:18000  statistics http://h:18000/v2/models/stats  up",
     ]
-    assert attach.endpoint_rows(DEAD_URL) == []
+    dead = {"metrics": f"{DEAD_URL}/metrics"}
+    assert attach.endpoint_rows([{"name": "exporter", "urls": dead}]) == []
+    assert attach.endpoint_rows([]) == []
 
 
 def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) -> None:
