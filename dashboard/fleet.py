@@ -46,6 +46,9 @@ QUEUE_SECONDS_PER_REQUEST = (
     f" / (sum by ({BY}) (increase(triton_batching_requests_success_total[${{w}}])) > 0)"
 )
 FIRING = 'ALERTS{alertstate="firing"}'
+# Shown in its own column (endpoints_down), not among the alerts: an endpoint that cannot be
+# read says nothing about the batcher, so it does not rank a server as a worse one.
+ENDPOINT_ALERT = "TritonEndpointDown"
 
 COLUMNS = [
     "target",
@@ -159,7 +162,7 @@ def _alerts(frame: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
         return found
     models = frame["model"] if "model" in frame else pd.Series([""] * len(frame))
     for target, model, name in zip(frame["target"], models, frame["alertname"], strict=True):
-        if isinstance(target, str) and target:
+        if isinstance(target, str) and target and name != ENDPOINT_ALERT:
             found.setdefault((target, model if isinstance(model, str) else ""), set()).add(
                 str(name)
             )

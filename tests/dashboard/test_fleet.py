@@ -117,6 +117,18 @@ def test_an_endpoint_down_is_named_on_its_servers_rows() -> None:
     assert "metrics (connection refused)" in set(shown["endpoints down"])
 
 
+def test_an_endpoint_alert_is_its_column_and_does_not_rank_a_batcher_worse() -> None:
+    data = {**answers(), "endpoints": endpoint_answers()}
+    data["alerts"] = pd.concat(
+        [data["alerts"], frame([{"alertname": "TritonEndpointDown", "target": A, "value": 1.0}])]
+    )
+    table = fleet.overview(data)
+    rows = list(zip(table["target"], table["model"], strict=True))
+    assert rows.index((B, "m")) < rows.index((A, "m"))  # still the worse batcher first
+    a = table.iloc[rows.index((A, "m"))]
+    assert a["alerts"] == "" and a["endpoints_down"] == "metrics (connection refused)"
+
+
 def test_the_endpoint_table_says_where_each_endpoint_is_read_and_the_fix() -> None:
     table = fleet.endpoint_table(endpoint_answers())
     assert table.to_dict("records") == [
