@@ -207,7 +207,7 @@ class Fetcher:
             ],
         )
         # The metrics port is a server of its own: any failure there is that endpoint's.
-        metrics = _or_down(outcomes[0], METRICS, down, lambda _exc: True)
+        metrics = _or_down(outcomes[0], METRICS, down, _failed_to_answer)
         stats = _or_down(outcomes[1], STATISTICS, down, _restricted)
         index = _or_down(outcomes[2], REPOSITORY, down, _restricted)
         ready = _or_down(outcomes[3], "readiness", down, lambda _exc: False)
@@ -303,6 +303,11 @@ class Fetcher:
 
 class _Late(Exception):
     """A request that had not answered when the target's time budget ran out."""
+
+
+def _failed_to_answer(exc: Exception) -> bool:
+    """Refused, timed out or an error status: not a bug of ours, nor garbage."""
+    return isinstance(exc, TritonError | _Late)
 
 
 def _restricted(exc: Exception) -> bool:
