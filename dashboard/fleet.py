@@ -3,7 +3,9 @@
 Plain Python over Prometheus (``promapi.PromClient``): the same raw counters and
 window as the live view's KPIs, grouped ``by (target, model)`` instead of summed.
 A server that stopped answering keeps its rows (its models are remembered over the
-window) with ``up`` 0, so a dead server is the first thing the table shows.
+window) with ``up`` 0, so a dead server is the first thing the table shows. A server
+that is read with one endpoint down (its metrics port, a restricted API) names it in
+``endpoints_down``; :func:`endpoint_table` says where each endpoint is read from.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 
 from dashboard import queries as q
 from dashboard.live import run_concurrently
+from exporter.scrape import FIXES
 from promapi import PromClient
 
 BY = "target, model"
@@ -43,11 +46,15 @@ QUEUE_SECONDS_PER_REQUEST = (
     f" / (sum by ({BY}) (increase(triton_batching_requests_success_total[${{w}}])) > 0)"
 )
 FIRING = 'ALERTS{alertstate="firing"}'
+# Shown in its own column (endpoints_down), not among the alerts: an endpoint that cannot be
+# read says nothing about the batcher, so it does not rank a server as a worse one.
+ENDPOINT_ALERT = "TritonEndpointDown"
 
 COLUMNS = [
     "target",
     "model",
     "up",
+    "endpoints_down",
     "requests_per_s",
     "average_batch_size",
     "max_batch_size",
@@ -85,6 +92,7 @@ def fetch(client: PromClient, window_s: int, at: float | None = None) -> pd.Data
         "executions": job(EXECUTIONS),
         "queue": job(QUEUE_SECONDS_PER_REQUEST),
         "up": job(q.TARGETS_UP),
+        "endpoints": job(q.ENDPOINTS),
         "alerts": job(FIRING),
     }
     results = run_concurrently(jobs)
@@ -107,6 +115,13 @@ def overview(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
         else {}
     )
     alerts = _alerts(frames["alerts"])
+    endpoints = endpoint_table(frames.get("endpoints", pd.DataFrame()))
+    down = {
+        target: ", ".join(
+            f"{e} ({r})" for e, r in zip(group["endpoint"], group["reason"], strict=True)
+        )
+        for target, group in endpoints[~endpoints["up"]].groupby("target")
+    }
     # A server down since before the window has no model rows: it still gets one.
     rows |= {(t, "") for t in up if not any(r[0] == t for r in rows)}
     records = []
@@ -125,6 +140,7 @@ def overview(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
                 "target": target,
                 "model": model,
                 "up": up.get(target, 0.0) == 1.0,
+                "endpoints_down": down.get(target, ""),
                 "requests_per_s": requests,
                 "average_batch_size": avg,
                 "max_batch_size": mbs,
@@ -146,7 +162,7 @@ def _alerts(frame: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
         return found
     models = frame["model"] if "model" in frame else pd.Series([""] * len(frame))
     for target, model, name in zip(frame["target"], models, frame["alertname"], strict=True):
-        if isinstance(target, str) and target:
+        if isinstance(target, str) and target and name != ENDPOINT_ALERT:
             found.setdefault((target, model if isinstance(model, str) else ""), set()).add(
                 str(name)
             )
@@ -174,3 +190,27 @@ def rank(frame: pd.DataFrame) -> pd.DataFrame:
         kind="stable",
     ).index
     return frame.loc[order].reset_index(drop=True)
+
+
+ENDPOINT_COLUMNS = ["target", "endpoint", "url", "up", "reason", "fix"]
+
+
+def endpoint_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per endpoint of each server (``queries.ENDPOINTS``' answer): the URL it is
+    read from, whether it answered, why not and what fixes it."""
+    if frame.empty or "endpoint" not in frame:
+        return pd.DataFrame(columns=ENDPOINT_COLUMNS).astype({"up": bool})
+    reasons = frame["reason"] if "reason" in frame else pd.Series([""] * len(frame))
+    table = pd.DataFrame(
+        {
+            "target": frame["target"].astype(str),
+            "endpoint": frame["endpoint"].astype(str),
+            "url": frame["url"].astype(str),
+            "up": frame["value"].astype(float) == 1.0,
+            "reason": reasons.fillna("").astype(str).to_numpy(),
+        }
+    )
+    table["fix"] = [
+        "" if up else FIXES.get(e, "") for e, up in zip(table["endpoint"], table["up"], strict=True)
+    ]
+    return table.sort_values(["target", "endpoint"], kind="stable").reset_index(drop=True)

@@ -100,6 +100,13 @@ PREFERRED_BATCH_SIZES = "max by (size) (triton_batching_preferred_batch_size{${s
 MODELS = "group by (model) (triton_batching_model_ready)"
 # Per Triton target the exporter reads: 1 if it answered.
 TARGETS_UP = "triton_batching_target_up"
+# Each endpoint of each Triton the exporter reads: where from (url), 1 if it answered, and
+# why not (reason); present while its target is read.
+ENDPOINTS = (
+    "max by (target, endpoint, url, reason) (triton_batching_endpoint_info)"
+    " * on (target, endpoint) group_left ()"
+    " max by (target, endpoint) (triton_batching_endpoint_up)"
+)
 # Did Prometheus reach the exporter and Triton at the last scrape (job -> 0/1)?
 SCRAPE_UP = "max by (job) (up)"
 

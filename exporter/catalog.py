@@ -24,6 +24,7 @@ INFO_LABELS: dict[str, tuple[str, ...]] = {
         "preferred_batch_sizes",
         "instance_kinds",
     ),
+    "triton_batching_endpoint": ("url", "reason"),
 }
 
 # What a family of each type is called on the wire (prometheus_client's exposition).

@@ -23,7 +23,7 @@ from exporter.targets import Target, make_targets
 from exporter.tracing import TraceBook, TraceCollector
 from exporter.web import make_app, make_web_server
 from stacksettings import ADMIN_KEY_HEADER, read_secret
-from tritonapi.urls import DEFAULT_METRICS_PORT
+from tritonapi.urls import METRICS_PORT_OFFSET
 
 DEFAULT_LISTEN = "127.0.0.1:9733"
 DEFAULT_TRITON = "http://127.0.0.1:8000"
@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="URL",
         help="Triton's /metrics URL, once per --triton-url in the same order (TRITON_METRICS_URL,"
-        f" comma-separated; default: the same host, port {DEFAULT_METRICS_PORT}, /metrics)",
+        f" comma-separated; default: the same host, the HTTP port + {METRICS_PORT_OFFSET},"
+        " /metrics)",
     )
     parser.add_argument(
         "--trace-file",

@@ -5,8 +5,9 @@ restart they start again from zero and Prometheus' ``rate()`` treats that as a
 counter reset. The derived gauges are ratios of the current cumulative values,
 so a reset can never make them negative or huge. Missing data gives no series:
 a target that fails reports only ``triton_batching_target_up 0``, its scrape
-duration and its data age; a ratio without a denominator is left out. What it
-writes, by example: :class:`BatchingCollector`.
+duration and its data age; an endpoint that is down (exporter.scrape) takes away only
+the series read from it, and says so in ``triton_batching_endpoint_up``; a ratio
+without a denominator is left out. What it writes, by example: :class:`BatchingCollector`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ from prometheus_client.registry import Collector
 
 from exporter import exposition
 from exporter.features import FeatureFamilies, batches_of
-from exporter.scrape import Fetcher, ModelView, Snapshot, TargetView, parse_snapshot
+from exporter.scrape import (
+    Fetcher,
+    ModelView,
+    Snapshot,
+    TargetView,
+    endpoint_urls,
+    parse_snapshot,
+)
 from exporter.targets import Target
+from tritonapi.modelconfig import ModelConfig
 from tritonapi.stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -37,6 +46,12 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[Target, float], Snapshot]
 
 MODEL = ["target", "model", "version"]
+TARGET_UP_HELP = (
+    "1 if the target was read: its HTTP API answered (readiness and statistics, or a "
+    "statistics API that is restricted) and no endpoint answered with something that is "
+    "not Triton's; else 0, and the target exports nothing else. An endpoint that is down "
+    "on its own is in triton_batching_endpoint_up."
+)
 STATS = "Triton statistics API /v2/models/stats"
 
 
@@ -156,9 +171,16 @@ class BatchingCollector(Collector):
         # HELP triton_batching_average_batch_size Inferences per execution since Triton started ...
         # TYPE triton_batching_average_batch_size gauge
         triton_batching_average_batch_size{target="http://127.0.0.1:8000",model="batch_add_model",version="1"} 1.483
-        # HELP triton_batching_target_up 1 if every endpoint of the target answered usably, else 0.
+        # HELP triton_batching_target_up 1 if the target was read: its HTTP API answered ...
         # TYPE triton_batching_target_up gauge
         triton_batching_target_up{target="http://127.0.0.1:8000"} 1.0
+
+    While a target is read, each endpoint says whether it answered and where it is read
+    from; one that is down (here a refused metrics port) takes away only its own series::
+
+        triton_batching_endpoint_up{target="http://127.0.0.1:18000",endpoint="metrics"} 0.0
+        triton_batching_endpoint_up{target="http://127.0.0.1:18000",endpoint="statistics"} 1.0
+        triton_batching_endpoint_info{target="http://127.0.0.1:18000",endpoint="metrics",url="http://127.0.0.1:18002/metrics",reason="connection refused"} 1.0
 
     On a server where Triton reports GPUs (through DCGM), their gauges pass through
     with the target added; without a GPU these families are absent, never zero::
@@ -417,8 +439,23 @@ class _Families:
         )
         self.up = GaugeMetricFamily(
             "triton_batching_target_up",
-            "1 if every endpoint of the target answered usably, else 0.",
+            TARGET_UP_HELP,
             labels=["target"],
+        )
+        self.endpoint_up = GaugeMetricFamily(
+            "triton_batching_endpoint_up",
+            "1 if the endpoint answered, else 0 and only the series read from it are left "
+            "out (metrics: refused, timed out or an error status; the others: restricted, "
+            "401 or 403); present while target_up is 1. "
+            "endpoint: metrics (Triton /metrics), statistics (/v2/models/stats), repository "
+            "(/v2/repository/index), config (/v2/models/<model>/config).",
+            labels=["target", "endpoint"],
+        )
+        self.endpoint_info = InfoMetricFamily(
+            "triton_batching_endpoint",
+            "The URL each endpoint of the target is read from, and why it is down "
+            "(reason, empty while it answers); present while target_up is 1.",
+            labels=["target", "endpoint"],
         )
         self.duration = GaugeMetricFamily(
             "triton_batching_scrape_duration_seconds",
@@ -448,12 +485,17 @@ class _Families:
             self.duration.add_metric([url], result.duration_s)
             if result.view is None:
                 continue
+            self._endpoints(result.target, result.view.endpoints)
             self.server_ready.add_metric([url], 1.0 if result.view.ready else 0.0)
             for model, version, ready in result.view.states:
                 self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
-            self.features.add_target(url, result.view.cache_configured)
+            cache = result.view.cache_configured
+            if cache is not None:
+                self.features.add_target(url, cache)
             for view in result.view.models:
-                self._model(url, view, result.view.cache_configured)
+                self._model(url, view, bool(cache))
+            for (model, version), (pending, failures) in result.view.unlisted.items():
+                self._from_metrics([url, model, version], pending, failures)
             for gpu in result.view.gpus:
                 for family, field_name in self.gpu:
                     number = getattr(gpu, field_name)
@@ -480,6 +522,8 @@ class _Families:
             self.efficiency,
             self.preferred_hit,
             self.up,
+            self.endpoint_up,
+            self.endpoint_info,
             self.duration,
             self.server_ready,
             *(family for family, _ in self.gpu),
@@ -487,11 +531,28 @@ class _Families:
         ]
         return families
 
+    def _endpoints(self, target: Target, endpoints: dict[str, str]) -> None:
+        urls = endpoint_urls(target)
+        for endpoint, why in endpoints.items():
+            self.endpoint_up.add_metric([target.url, endpoint], 0.0 if why else 1.0)
+            self.endpoint_info.add_metric(
+                [target.url, endpoint], {"url": urls[endpoint], "reason": why}
+            )
+
+    def _from_metrics(
+        self, labels: list[str], pending: float | None, failures: dict[str, float]
+    ) -> None:
+        if pending is not None:
+            self.pending.add_metric(labels, pending)
+        for reason, count in sorted(failures.items()):
+            self.failure_reasons.add_metric([*labels, reason], count)
+
     def _model(self, url: str, view: ModelView, cache: bool = False) -> None:
         s, c = view.stats, view.config
         labels = [url, s.name, s.version]
         # An ensemble forms no batches of its own (exporter.features): no batch series.
-        own = batches_of(c)
+        # Without its config a model may be one, so its batch series are left out too.
+        own = c is not None and batches_of(c)
         for family, value in self.counters:
             number = value(s)
             if number is not None and (own or family.name not in ENSEMBLE_LEFT_OUT):
@@ -499,10 +560,9 @@ class _Families:
         for size, batch in sorted(s.batches.items() if own else ()):
             self.batch_executions.add_metric([*labels, str(size)], batch.executions)
             self.batch_infer_seconds.add_metric([*labels, str(size)], batch.compute_infer_ns / 1e9)
-        if view.pending is not None:
-            self.pending.add_metric(labels, view.pending)
-        for reason, count in sorted(view.failures.items()):
-            self.failure_reasons.add_metric([*labels, reason], count)
+        self._from_metrics(labels, view.pending, view.failures)
+        if c is None:
+            return
 
         self.max_batch_size.add_metric(labels, c.max_batch_size)
         self.dynamic.add_metric(labels, 1.0 if c.dynamic_batching else 0.0)
@@ -533,15 +593,14 @@ class _Families:
                 b.executions for size, b in s.batches.items() if size in c.preferred_batch_sizes
             )
             self.preferred_hit.add_metric(labels, hits / executed)
-        self._features(labels, view, cache)
+        self._features(labels, view.stats, c, cache)
 
-    def _features(self, labels: list[str], view: ModelView, cache: bool) -> None:
+    def _features(self, labels: list[str], s: ModelStats, config: ModelConfig, cache: bool) -> None:
         """Queue limits, priorities, the cache, the scheduler (exporter.features)."""
-        s = view.stats
-        self.features.add(labels, view.config)
+        self.features.add(labels, config)
         hit, miss = s.phases.get("cache_hit"), s.phases.get("cache_miss")
         if not cache:  # the model asks for a cache the server does not have: no counts
             hit = miss = None
         self.features.add_cache(
-            labels, view.config, hit.count if hit else None, miss.count if miss else None
+            labels, config, hit.count if hit else None, miss.count if miss else None
         )

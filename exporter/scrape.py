@@ -2,6 +2,12 @@
 
 Fetching and parsing are separate so that unit tests feed recorded answers
 (real captures) through the same parsing the live exporter uses.
+
+Each endpoint stands on its own: a metrics port that is refused, missing or slow, and a
+statistics, repository or config API that is restricted (401/403), each take away only
+what is read from them, and are named in ``Snapshot.down`` with the reason. An answer
+that is not Triton's (garbage), an error status elsewhere, or an HTTP port that does not
+answer still fails the whole target: that is a wrong URL or a server that is down.
 """
 
 from __future__ import annotations
@@ -15,8 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from exporter.targets import Target
-from tritonapi.client import TritonClient, TritonError, TritonHTTPError, metrics_text
-from tritonapi.metrics import GpuStats, parse_metrics
+from tritonapi.client import (
+    TritonClient,
+    TritonError,
+    TritonHTTPError,
+    TritonUnreachable,
+    metrics_text,
+)
+from tritonapi.metrics import GpuStats, TritonMetrics, parse_metrics
 from tritonapi.modelconfig import ModelConfig, parse_json
 from tritonapi.stats import ModelStats, parse_statistics
 
@@ -26,6 +38,27 @@ log = logging.getLogger(__name__)
 # 401 from an authenticating proxy in front of it.
 RESTRICTED_STATUSES = (401, 403)
 
+# The endpoints a target is read from, as named in triton_batching_endpoint_up.
+METRICS, STATISTICS, REPOSITORY, CONFIG = "metrics", "statistics", "repository", "config"
+ENDPOINTS = (METRICS, STATISTICS, REPOSITORY, CONFIG)
+# What a user does about an endpoint that is down, for the log line.
+FIXES = {
+    METRICS: "give --triton-metrics-url",
+    STATISTICS: "give --triton-admin-key-file if Triton restricts it",
+    REPOSITORY: "give --triton-admin-key-file to read model states",
+    CONFIG: "give --triton-admin-key-file if Triton restricts it",
+}
+
+
+def endpoint_urls(target: Target) -> dict[str, str]:
+    """Where each endpoint of ``target`` is read from (MODEL stands for each model)."""
+    return {
+        METRICS: target.metrics_url,
+        STATISTICS: f"{target.url}/v2/models/stats",
+        REPOSITORY: f"{target.url}/v2/repository/index",
+        CONFIG: f"{target.url}/v2/models/MODEL/config",
+    }
+
 
 class UpstreamError(Exception):
     """One of Triton's endpoints did not give a usable answer; the message names it."""
@@ -33,7 +66,8 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Triton's answers as received (decoded JSON, metrics text)."""
+    """Triton's answers as received (decoded JSON, metrics text); None ("" for the metrics
+    text) where the endpoint is down, and then ``down`` says why."""
 
     metrics_text: str
     stats: Any
@@ -42,12 +76,15 @@ class Snapshot:
     ready: bool
     # Configs already parsed (the fetcher's cache), by model; the rest are parsed here.
     parsed: dict[str, ModelConfig] = field(default_factory=dict)
+    # Endpoints that did not answer usably, by name (ENDPOINTS): why, in a few words.
+    down: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ModelView:
     stats: ModelStats
-    config: ModelConfig
+    # None while the config API is down for this model: its config series are left out.
+    config: ModelConfig | None
     pending: float | None
     # Failed requests by Triton's reason label (2.49+); empty where Triton has none.
     failures: dict[str, float] = field(default_factory=dict)
@@ -61,8 +98,15 @@ class TargetView:
     states: list[tuple[str, str, bool]] = field(default_factory=list)
     # The GPUs Triton reports; empty without a GPU.
     gpus: list[GpuStats] = field(default_factory=list)
-    # Whether Triton has a response cache configured (--cache-config).
-    cache_configured: bool = False
+    # Whether Triton has a response cache configured (--cache-config); None without /metrics.
+    cache_configured: bool | None = False
+    # Every endpoint that was read: "" if it answered, else why not (Snapshot.down).
+    endpoints: dict[str, str] = field(default_factory=dict)
+    # /metrics' per-model values (pending, failures by reason) of models that the
+    # statistics API did not list because it is down.
+    unlisted: dict[tuple[str, str], tuple[float | None, dict[str, float]]] = field(
+        default_factory=dict
+    )
 
 
 # An unchanged model config is served from the cache this long at most: a reload that
@@ -96,7 +140,7 @@ def _fingerprint(stats: Any) -> dict[str, tuple[frozenset[str], tuple[int, int, 
     """Model name -> (versions, summed counters) from a statistics API answer."""
     versions: dict[str, set[str]] = {}
     counters: dict[str, list[int]] = {}
-    for entry in stats.get("model_stats") or []:
+    for entry in (stats or {}).get("model_stats") or []:
         if not isinstance(entry, dict) or "name" not in entry:
             continue
         name = str(entry["name"])
@@ -127,7 +171,8 @@ class Fetcher:
         self._clients: dict[str, TritonClient] = {}
         # The admin key header: the repository index is a restricted API.
         self.headers = dict(headers or {})
-        self._warned: set[str] = set()
+        # (target URL, endpoint) of the endpoints logged as down.
+        self._warned: set[tuple[str, str]] = set()
         self.config_ttl_s = config_ttl_s
         self._clock = clock
         self._configs: dict[tuple[str, str], _CachedConfig] = {}
@@ -147,24 +192,26 @@ class Fetcher:
         def step(call: Callable[[float], T]) -> Callable[[], T]:
             def run() -> T:
                 # Each request gets what is left of the target's budget, not a fresh one.
-                left = max(deadline - time.monotonic(), 0.01)
-                try:
-                    return call(left)
-                except TritonError as exc:
-                    raise UpstreamError(str(exc)) from exc
+                return call(max(deadline - time.monotonic(), 0.01))
 
             return run
 
-        metrics, stats, index, ready = self._all(
+        down: dict[str, str] = {}
+        outcomes = self._settle(
             deadline,
             [
                 step(lambda t: metrics_text(target.metrics_url, t, client.session)),
                 step(lambda t: client.statistics_json(timeout_s=t)),
-                step(lambda t: self._index(client, t)),
+                step(lambda t: client.repository_index(t)),
                 step(lambda t: client.ready(t)),
             ],
         )
-        names = _model_names(stats)
+        # The metrics port is a server of its own: any failure there is that endpoint's.
+        metrics = _or_down(outcomes[0], METRICS, down, _failed_to_answer)
+        stats = _or_down(outcomes[1], STATISTICS, down, _restricted)
+        index = _or_down(outcomes[2], REPOSITORY, down, _restricted)
+        ready = _or_down(outcomes[3], "readiness", down, lambda _exc: False)
+        names = _model_names(stats) if STATISTICS not in down else set()
         prints = _fingerprint(stats)
         now = self._clock()
         configs: dict[str, Any] = {}
@@ -187,16 +234,20 @@ class Fetcher:
         def config(name: str) -> Callable[[float], Any]:
             return lambda t: client.model_config_json(name, timeout_s=t)
 
-        fetched = self._all(deadline, [step(config(name)) for name in missing])
+        fetched = self._settle(deadline, [step(config(name)) for name in missing])
         with self._lock:
             self.config_fetches += len(missing)
-            for name, body in zip(missing, fetched, strict=True):
+            for name, outcome in zip(missing, fetched, strict=True):
+                body = _or_down(outcome, CONFIG, down, _restricted)
+                if CONFIG in down and body is None:
+                    continue  # restricted: not cached, asked again next read
                 configs[name] = body
                 versions, counters = prints.get(name, (frozenset(), (0, 0, 0)))
                 self._configs[(target.url, name)] = _CachedConfig(
                     body, _parsed_or_none(body), versions, counters, now
                 )
-        return Snapshot(metrics, stats, index, configs, ready, parsed)
+        self._log_changes(target.url, down)
+        return Snapshot(metrics or "", stats, index, configs, ready, parsed, down)
 
     def _still_valid(
         self,
@@ -210,36 +261,84 @@ class Fetcher:
         went_back = any(n < c for n, c in zip(counters, cached.counters, strict=True))
         return versions == cached.versions and not went_back
 
-    def _all(self, deadline: float, calls: list[Callable[[], Any]]) -> list[Any]:
-        """Run ``calls`` concurrently; their results in order, or the first error."""
-        if len(calls) <= 1:
-            return [call() for call in calls]
+    def _settle(self, deadline: float, calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run ``calls`` concurrently; each one's result in order, or the exception it
+        raised (``_Late`` for one still running at the deadline)."""
+        if len(calls) == 1:  # no thread for one request
+            try:
+                return [calls[0]()]
+            except Exception as exc:  # sorted out by _or_down, as for the others
+                return [exc]
         futures = [self._pool.submit(call) for call in calls]
-        done, pending = wait(futures, timeout=max(deadline - time.monotonic(), 0.01) + 0.05)
-        if pending:
-            for future in pending:
+        wait(futures, timeout=max(deadline - time.monotonic(), 0.01) + 0.05)
+        outcomes: list[Any] = []
+        for future in futures:
+            if not future.done():
                 future.cancel()
-            raise UpstreamError("no answer within the target's time budget")
-        return [future.result() for future in futures]
+                outcomes.append(_Late())
+            elif future.exception() is not None:
+                outcomes.append(future.exception())
+            else:
+                outcomes.append(future.result())
+        return outcomes
 
-    def _index(self, client: TritonClient, timeout_s: float) -> Any:
-        """The repository index, or None where it is restricted and we hold no key for it
-        (an attached Triton with its own key): then only the models' READY states are
-        missing, and the rest of the target is read as usual."""
-        try:
-            return client.repository_index(timeout_s)
-        except TritonHTTPError as exc:
-            if exc.status not in RESTRICTED_STATUSES:
-                raise
-            if client.url not in self._warned:
-                self._warned.add(client.url)
-                log.warning(
-                    "target %s: the repository index is restricted (%s); model states are "
-                    "not exported (give --triton-admin-key-file to read them)",
-                    client.url,
-                    exc.status,
-                )
-            return None
+    def _log_changes(self, url: str, down: dict[str, str]) -> None:
+        """One line when an endpoint goes down and one when it is back, not one per read."""
+        with self._lock:
+            for endpoint, why in sorted(down.items()):
+                if (url, endpoint) not in self._warned:
+                    self._warned.add((url, endpoint))
+                    log.warning(
+                        "target %s: the %s endpoint is down (%s); only its series are left "
+                        "out (%s)",
+                        url,
+                        endpoint,
+                        why,
+                        FIXES[endpoint],
+                    )
+            for key in [k for k in self._warned if k[0] == url and k[1] not in down]:
+                self._warned.discard(key)
+                log.info("target %s: the %s endpoint answers again", url, key[1])
+
+
+class _Late(Exception):
+    """A request that had not answered when the target's time budget ran out."""
+
+
+def _failed_to_answer(exc: Exception) -> bool:
+    """Refused, timed out or an error status: not a bug of ours, nor garbage."""
+    return isinstance(exc, TritonError | _Late)
+
+
+def _restricted(exc: Exception) -> bool:
+    return isinstance(exc, TritonHTTPError) and exc.status in RESTRICTED_STATUSES
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, _Late):
+        return "timed out"
+    if isinstance(exc, TritonUnreachable):
+        return exc.reason
+    if isinstance(exc, TritonHTTPError):
+        return f"HTTP {exc.status}"
+    return type(exc).__name__
+
+
+def _or_down(
+    outcome: Any, endpoint: str, down: dict[str, str], its_own: Callable[[Exception], bool]
+) -> Any:
+    """``outcome``'s value; None with ``down[endpoint]`` set when it failed in a way that is
+    the endpoint's alone (``its_own``); any other failure fails the whole target."""
+    if not isinstance(outcome, Exception):
+        return outcome
+    if its_own(outcome):
+        down.setdefault(endpoint, _why(outcome))
+        return None
+    if isinstance(outcome, _Late):
+        raise UpstreamError("no answer within the target's time budget")
+    if isinstance(outcome, TritonError):
+        raise UpstreamError(str(outcome)) from outcome
+    raise outcome
 
 
 def _model_names(stats: Any) -> set[str]:
@@ -263,8 +362,15 @@ def parse_index(payload: Any) -> list[tuple[str, str, bool]]:
 
 
 def parse_snapshot(snapshot: Snapshot) -> TargetView:
-    """Everything the collector exports for one target; ValueError on any malformed part."""
-    metrics = parse_metrics(snapshot.metrics_text)
+    """Everything the collector exports for one target; ValueError on any malformed part.
+
+    An endpoint named in ``snapshot.down`` gives nothing, and what needs it is left out."""
+    down = snapshot.down
+    metrics = (
+        parse_metrics(snapshot.metrics_text)
+        if METRICS not in down
+        else TritonMetrics(pending={}, gpus=[])
+    )
     configs = {
         name: snapshot.parsed.get(name) or parse_json(body)
         for name, body in snapshot.configs.items()
@@ -273,17 +379,31 @@ def parse_snapshot(snapshot: Snapshot) -> TargetView:
     for (model, version, reason), value in metrics.failures.items():
         failures.setdefault((model, version), {})[reason] = value
     models = []
-    for stats in parse_statistics(snapshot.stats):
-        if stats.name not in configs:
+    listed = parse_statistics(snapshot.stats) if STATISTICS not in down else []
+    for stats in listed:
+        if stats.name not in configs and CONFIG not in down:
             raise ValueError(f"no config fetched for model {stats.name!r}")
         models.append(
             ModelView(
                 stats,
-                configs[stats.name],
+                configs.get(stats.name),
                 metrics.pending.get(stats.key),
                 failures.get(stats.key, {}),
             )
         )
+    unlisted = {}
+    if STATISTICS in down:
+        for key in sorted(set(metrics.pending) | set(failures)):
+            unlisted[key] = (metrics.pending.get(key), failures.get(key, {}))
+    endpoints = {e: down.get(e, "") for e in (METRICS, STATISTICS, REPOSITORY)}
+    if snapshot.configs or CONFIG in down:  # asked only for the models the statistics list
+        endpoints[CONFIG] = down.get(CONFIG, "")
     return TargetView(
-        snapshot.ready, models, parse_index(snapshot.index), metrics.gpus, metrics.cache_configured
+        snapshot.ready,
+        models,
+        parse_index(snapshot.index),
+        metrics.gpus,
+        metrics.cache_configured if METRICS not in down else None,
+        endpoints,
+        unlisted,
     )

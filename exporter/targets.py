@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tritonapi.urls import DEFAULT_METRICS_PORT, default_metrics_url, normalize_url
+from tritonapi.urls import METRICS_PORT_OFFSET, default_metrics_url, normalize_url
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,8 @@ class Target:
 
 
 def make_targets(urls: list[str], metrics_urls: list[str]) -> list[Target]:
-    """Pair each Triton URL with its metrics URL (given in the same order, or defaulted)."""
+    """Pair each Triton URL with its metrics URL (given in the same order, or found by
+    Triton's port layout: the HTTP port + 2)."""
     if not urls:
         raise ValueError("no Triton to read: give --triton-url (or TRITON_URL)")
     clean = [normalize_url(u, "--triton-url") for u in urls]
@@ -26,7 +27,7 @@ def make_targets(urls: list[str], metrics_urls: list[str]) -> list[Target]:
         raise ValueError(
             f"--triton-metrics-url given {len(metrics_urls)} time(s) for {len(urls)} "
             "--triton-url: give one per --triton-url, in the same order, or none for "
-            f"the default http://HOST:{DEFAULT_METRICS_PORT}/metrics"
+            f"Triton's layout (the same host, the HTTP port + {METRICS_PORT_OFFSET}, /metrics)"
         )
     metrics = [normalize_url(m, "--triton-metrics-url") for m in metrics_urls] or [
         default_metrics_url(u) for u in clean

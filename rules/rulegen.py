@@ -158,6 +158,26 @@ def alert_rules(s: RuleSettings) -> list[dict[str, Any]]:
         ),
         _alert(
             s,
+            "TritonEndpointDown",
+            # Down through the whole short window, so that one slow read does not page; and
+            # only while the target itself is read, so that an outage pages as TritonDown.
+            f"max_over_time(triton_batching_endpoint_up[{short}]) == 0\n"
+            "and on (target) triton_batching_target_up == 1",
+            "Triton's {{ $labels.endpoint }} endpoint is down",
+            _fill(
+                "The exporter reads Triton at {{ $labels.target }}, but its "
+                "{{ $labels.endpoint }} endpoint has not answered for <short>: the series read "
+                "from it are missing, the others still flow.",
+                short=short,
+            ),
+            "`batchscope status` shows the URL of each endpoint and why it is down (also "
+            "triton_batching_endpoint_info's url and reason). metrics: is Triton started with "
+            "--allow-metrics false, or its metrics port other than the HTTP port + 2? Give "
+            "--triton-metrics-url. statistics, repository, config: a restricted API "
+            "(--http-restricted-api) needs --triton-admin-key-file.",
+        ),
+        _alert(
+            s,
             "ExporterDown",
             f'up{{job="{s.exporter_job}"}} == 0',
             "The batching exporter is down",

@@ -23,6 +23,7 @@ DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 # Alert name -> its threshold keys (besides severity and for).
 THRESHOLDS: dict[str, tuple[str, ...]] = {
     "TritonDown": ("min_failed_reads",),
+    "TritonEndpointDown": (),
     "ExporterDown": (),
     "AlertmanagerDown": (),
     "ModelNotReady": (),

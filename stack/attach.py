@@ -5,13 +5,21 @@ the dashboard read the given servers. Before anything starts, each URL is checke
 that is not a Triton (HTML, a 404 on ``/v2``, a metrics page without Triton's series) is
 refused with one line naming the flag; one that does not answer is only reported, since a
 server that is down at start is what ``triton_batching_target_up`` and TritonDown are for.
+Without ``--triton-metrics-url`` the metrics URL is found by Triton's port layout (the HTTP
+port + 2), tried, and reported; when nothing answers there, one line names the flag and the
+stack goes on without it. ``status`` then shows where the exporter reads each endpoint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.scrape import FIXES
 from exporter.targets import Target, make_targets
 from stacksettings import SettingsError
 from tritonapi.client import (
@@ -22,6 +30,7 @@ from tritonapi.client import (
     TritonUnreachable,
     metrics_text,
 )
+from tritonapi.urls import METRICS_PORT_OFFSET, default_metrics_url
 
 PROBE_TIMEOUT_S = 3.0
 # Every Triton exports these from its first start, with or without models or a GPU.
@@ -84,6 +93,9 @@ def probe(found: Sequence[Target], timeout_s: float = PROBE_TIMEOUT_S) -> list[s
             ) from None
         except TritonError as exc:
             raise SettingsError(f"--triton-url: {target.url}: {exc}") from None
+        if target.metrics_url == default_metrics_url(target.url):
+            warnings.append(_found_metrics(target, timeout_s))
+            continue
         try:
             text = metrics_text(target.metrics_url, timeout_s)
         except TritonUnreachable as exc:
@@ -106,8 +118,72 @@ def probe(found: Sequence[Target], timeout_s: float = PROBE_TIMEOUT_S) -> list[s
     return warnings
 
 
+def _found_metrics(target: Target, timeout_s: float) -> str:
+    """One line on the metrics URL found by the port layout: found, or not there."""
+    where = f"{target.metrics_url} (the HTTP port + {METRICS_PORT_OFFSET})"
+    try:
+        text = metrics_text(target.metrics_url, timeout_s)
+        why = "" if _has_triton_series(text) else "answers without Triton's nv_* series"
+    except TritonUnreachable as exc:
+        why = exc.reason
+    except TritonHTTPError as exc:
+        why = f"answered {exc.status}"
+    except TritonError as exc:
+        why = str(exc)
+    if not why:
+        return f"--triton-url {target.url}: Triton's metrics found at {where}"
+    return (
+        f"--triton-url {target.url}: no Triton metrics at {where}: {why}; give "
+        "--triton-metrics-url URL (the batch sizes are still read from the statistics API)"
+    )
+
+
 def _has_triton_series(text: str) -> bool:
     return any(
         line.startswith(TRITON_METRIC_PREFIX) or line.startswith(f"# TYPE {TRITON_METRIC_PREFIX}")
         for line in text.splitlines()
     )
+
+
+def endpoint_rows(
+    services: Sequence[dict[str, Any]], timeout_s: float = PROBE_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """What the stack's exporter (from ``status``' rows of ``services``) says of each
+    endpoint of each Triton: its URL, whether it answered and why not
+    (triton_batching_endpoint_info / _up); [] without an exporter that answers."""
+    exporter = [s["urls"]["metrics"] for s in services if s["name"] == "exporter"]
+    if not exporter:
+        return []
+    try:
+        response = requests.get(exporter[0], timeout=timeout_s)
+        response.raise_for_status()
+    except requests.RequestException:
+        return []
+    up: dict[tuple[str, str], float] = {}
+    info: dict[tuple[str, str], dict[str, str]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            key = (sample.labels.get("target", ""), sample.labels.get("endpoint", ""))
+            if sample.name == "triton_batching_endpoint_up":
+                up[key] = sample.value
+            elif sample.name == "triton_batching_endpoint_info":
+                info[key] = sample.labels
+    return [
+        {
+            "target": target,
+            "endpoint": endpoint,
+            "url": labels.get("url", ""),
+            "up": up.get((target, endpoint)) == 1,
+            "reason": labels.get("reason", ""),
+        }
+        for (target, endpoint), labels in sorted(info.items())
+    ]
+
+
+def endpoint_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """``status``' lines for :func:`endpoint_rows`: one per endpoint, the fix where down."""
+    lines = []
+    for row in rows:
+        state = "up" if row["up"] else f"down ({row['reason']}): {FIXES[row['endpoint']]}"
+        lines.append(f"  {row['target']}  {row['endpoint']:<10} {row['url']}  {state}")
+    return ["triton endpoints, as the exporter reads them:", *lines] if lines else []

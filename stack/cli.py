@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="URL",
         help="its metrics URL, once per --triton-url in the same order (STACK_TRITON_METRICS_URLS;"
-        " default: the same host, port 8002, /metrics)",
+        " default: the same host, the HTTP port + 2, /metrics)",
     )
     attach.add_argument(
         "--triton-admin-key-file",
@@ -587,6 +587,7 @@ def status(settings: Settings, as_json: bool) -> int:
     if as_json:
         keeper = Supervisor(settings, []).read_supervisor()
         body = {"state_dir": str(settings.state_dir), "supervisor": keeper, "services": rows}
+        body["endpoints"] = attach.endpoint_rows(rows)
         print(json.dumps(body, indent=2))
     elif not rows:
         print(f"the stack is not running (no state in {settings.state_dir})")
@@ -604,6 +605,8 @@ def status(settings: Settings, as_json: bool) -> int:
             if row["last_exit"]:
                 restarts += f" (last: {row['last_exit']})"
             print(f"{row['name']:<13} pid {row['pid']:<8} {row['state']:<10} {urls}  {restarts}")
+        for line in attach.endpoint_lines(attach.endpoint_rows(rows)):
+            print(line)
     return 0 if rows and all(r["state"] == "healthy" for r in rows) else 1
 
 

@@ -14,6 +14,7 @@ from stacksettings.auth import RESTRICTED_APIS as RESTRICTED_APIS
 from stacksettings.auth import admin_headers as admin_headers
 from stacksettings.auth import ensure_secret as ensure_secret
 from stacksettings.auth import read_secret as read_secret
+from stacksettings.ports import free_port_run as free_port_run
 from stacksettings.ports import free_ports as free_ports
 from stacksettings.settings import MAX_SCRAPE_INTERVAL_S as MAX_SCRAPE_INTERVAL_S
 from stacksettings.settings import PORTS as PORTS

@@ -65,3 +65,12 @@ def free_ports(count: int) -> list[int]:
     if len(ports) < count:
         raise OSError(f"no {count} free ports on 127.0.0.1 between {_PORT_POOL_START} and {end}")
     return ports
+
+
+def free_port_run(count: int, tries: int = 50) -> list[int]:
+    """``count`` consecutive free ports, as a Triton lays its own out (HTTP, gRPC, metrics)."""
+    for _ in range(tries):
+        ports = free_ports(count)
+        if ports == list(range(ports[0], ports[0] + count)):
+            return ports
+    raise OSError(f"no {count} consecutive free ports on 127.0.0.1 in {tries} tries")

@@ -8,6 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import data as cached
+from dashboard import fleet
+from dashboard import queries as q
 from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
 
@@ -35,12 +37,28 @@ def render(cfg: DashboardSettings) -> None:
             "(triton_batching_target_up is 0); its models keep their rows.",
             icon=":material/error:",
         )
+    endpoints = _endpoints(cfg)
+    for row in endpoints[~endpoints["up"]].itertuples():
+        st.warning(
+            f"Triton at {row.target}: its {row.endpoint} endpoint ({row.url}) is down "
+            f"({row.reason}); the series read from it are missing, the others still flow: "
+            f"{row.fix}.",
+            icon=":material/warning:",
+        )
     st.dataframe(
         display(frame),
         hide_index=True,
         use_container_width=True,
         key="fleet_table",
     )
+    if not endpoints.empty:
+        with st.expander("Where each server is read from"):
+            st.dataframe(
+                endpoints.assign(up=endpoints["up"].map({True: "up", False: "DOWN"})),
+                hide_index=True,
+                use_container_width=True,
+                key="fleet_endpoints",
+            )
     st.caption(
         f"Over the last {window}, per server and model: worst first (down, alerting, then "
         "the lowest batch efficiency among models with traffic). A dash: no traffic in the "
@@ -55,6 +73,7 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
             "server": frame["target"],
             "model": frame["model"],
             "up": frame["up"].map({True: "up", False: "DOWN"}),
+            "endpoints down": frame["endpoints_down"],
             "requests/s": frame["requests_per_s"].round(2),
             "avg batch": frame["average_batch_size"].round(2),
             "max batch": frame["max_batch_size"],
@@ -64,6 +83,13 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
             "firing alerts": frame["alerts"],
         }
     )
+
+
+def _endpoints(cfg: DashboardSettings) -> pd.DataFrame:
+    try:
+        return fleet.endpoint_table(cached.instant_at(cfg.prometheus_url, q.ENDPOINTS, _step(cfg)))
+    except PrometheusError:  # the overview above already said so
+        return fleet.endpoint_table(pd.DataFrame())
 
 
 def _step(cfg: DashboardSettings) -> float:

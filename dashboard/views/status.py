@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from dashboard import data as cached
+from dashboard import fleet
 from dashboard import queries as q
 from dashboard.settings import DashboardSettings
 from promapi import PrometheusError, PrometheusUnreachable
@@ -23,6 +24,8 @@ class StackState:
     targets_down: list[str] = field(default_factory=list)
     # Scrape jobs Prometheus could not reach (up == 0).
     jobs_down: list[str] = field(default_factory=list)
+    # Endpoints of targets that are read, down on their own (fleet.endpoint_table's rows).
+    endpoints_down: list[dict[str, str]] = field(default_factory=list)
 
 
 def read(cfg: DashboardSettings) -> StackState:
@@ -31,6 +34,7 @@ def read(cfg: DashboardSettings) -> StackState:
         state.models = cached.models(cfg.prometheus_url)
         targets = cached.instant(cfg.prometheus_url, q.TARGETS_UP)
         jobs = cached.instant(cfg.prometheus_url, q.SCRAPE_UP)
+        endpoints = fleet.endpoint_table(cached.instant(cfg.prometheus_url, q.ENDPOINTS))
     except PrometheusUnreachable as exc:
         state.prometheus_error, state.prometheus_unreachable = str(exc), True
         return state
@@ -41,6 +45,10 @@ def read(cfg: DashboardSettings) -> StackState:
         state.targets_down = sorted(targets.loc[targets["value"] == 0, "target"])
     if "job" in jobs:
         state.jobs_down = sorted(jobs.loc[jobs["value"] == 0, "job"])
+    state.endpoints_down = [
+        {str(k): str(v) for k, v in row.items()}
+        for row in endpoints[~endpoints["up"]].to_dict("records")
+    ]
     return state
 
 
@@ -60,6 +68,12 @@ def show_problems(cfg: DashboardSettings, state: StackState) -> None:
             f"The exporter cannot read Triton at {target}"
             + (f" ({why})" if why else "")
             + ": is that Triton running? The charts show data up to when it stopped.",
+            icon=":material/warning:",
+        )
+    for row in state.endpoints_down:
+        st.warning(
+            f"Triton at {row['target']}: its {row['endpoint']} endpoint ({row['url']}) is "
+            f"down ({row['reason']}); the series read from it are missing: {row['fix']}.",
             icon=":material/warning:",
         )
     for job in state.jobs_down:

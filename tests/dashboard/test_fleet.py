@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dashboard import fleet
+from dashboard import queries as q
 from dashboard.views import fleet_view
 from tests.deploy.tools import promtool
 
@@ -86,6 +87,79 @@ def test_the_display_names_units() -> None:
     assert shown.iloc[2]["queue ms/request"] == 0.4
 
 
+def endpoint_answers() -> pd.DataFrame:
+    """A is read with its metrics port refused; B answers on every endpoint. An endpoint
+    that answers has an empty reason, which Prometheus drops: no `reason` label."""
+    return frame(
+        [
+            {
+                "target": A,
+                "endpoint": "metrics",
+                "url": "http://10.0.0.1:8002/metrics",
+                "reason": "connection refused",
+                "value": 0.0,
+            },
+            {"target": A, "endpoint": "statistics", "url": f"{A}/v2/models/stats", "value": 1.0},
+            {"target": B, "endpoint": "metrics", "url": "http://10.0.0.2:8002/metrics"}
+            | {"value": 1.0},
+        ]
+    )
+
+
+def test_an_endpoint_down_is_named_on_its_servers_rows() -> None:
+    table = fleet.overview({**answers(), "endpoints": endpoint_answers()})
+    keys = zip(table["target"], table["model"], strict=True)
+    down = dict(zip(keys, table["endpoints_down"], strict=True))
+    assert down[(A, "m")] == "metrics (connection refused)"
+    assert down[(B, "m")] == "" and down[(B, "add_unbatched")] == ""
+    assert down[(C, "m")] == ""  # down altogether: that is `up`, not an endpoint
+    shown = fleet_view.display(table)
+    assert "metrics (connection refused)" in set(shown["endpoints down"])
+
+
+def test_an_endpoint_alert_is_its_column_and_does_not_rank_a_batcher_worse() -> None:
+    data = {**answers(), "endpoints": endpoint_answers()}
+    data["alerts"] = pd.concat(
+        [data["alerts"], frame([{"alertname": "TritonEndpointDown", "target": A, "value": 1.0}])]
+    )
+    table = fleet.overview(data)
+    rows = list(zip(table["target"], table["model"], strict=True))
+    assert rows.index((B, "m")) < rows.index((A, "m"))  # still the worse batcher first
+    a = table.iloc[rows.index((A, "m"))]
+    assert a["alerts"] == "" and a["endpoints_down"] == "metrics (connection refused)"
+
+
+def test_the_endpoint_table_says_where_each_endpoint_is_read_and_the_fix() -> None:
+    table = fleet.endpoint_table(endpoint_answers())
+    assert table.to_dict("records") == [
+        {
+            "target": A,
+            "endpoint": "metrics",
+            "url": "http://10.0.0.1:8002/metrics",
+            "up": False,
+            "reason": "connection refused",
+            "fix": "give --triton-metrics-url",
+        },
+        {
+            "target": A,
+            "endpoint": "statistics",
+            "url": f"{A}/v2/models/stats",
+            "up": True,
+            "reason": "",
+            "fix": "",
+        },
+        {
+            "target": B,
+            "endpoint": "metrics",
+            "url": "http://10.0.0.2:8002/metrics",
+            "up": True,
+            "reason": "",
+            "fix": "",
+        },
+    ]
+    assert fleet.endpoint_table(pd.DataFrame()).empty
+
+
 def test_every_fleet_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query as a recording rule, with Prometheus' own parser."""
     exprs = [
@@ -98,6 +172,7 @@ def test_every_fleet_query_is_valid_promql(tmp_path: Path) -> None:
         fleet.EXECUTIONS,
         fleet.QUEUE_SECONDS_PER_REQUEST,
         fleet.FIRING,
+        q.ENDPOINTS,
     ]
     rules = [
         {"record": f"fleet:q{i}", "expr": e.replace("${w}", "300s")} for i, e in enumerate(exprs)

@@ -146,7 +146,7 @@ def test_promtool_accepts_the_prometheus_rule(
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 29 rules found" in out.stdout
+    assert "SUCCESS: 30 rules found" in out.stdout
 
 
 def test_service_monitor_scrapes_both_jobs_like_the_local_stack(

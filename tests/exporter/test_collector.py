@@ -238,6 +238,8 @@ def test_every_series_carries_model_version_and_target() -> None:
             "triton_batching_data_age_seconds",
             "triton_batching_server_ready",
             "triton_batching_response_cache_configured",
+            "triton_batching_endpoint_up",
+            "triton_batching_endpoint_info",
         ):
             assert {"model", "version"} <= keys.keys(), name
 

@@ -25,13 +25,13 @@ from rules import prometheus_config
 from stack import attach, prometheus
 from stack import exporter as exporter_row
 from stack.services import service_table
-from stacksettings import PORTS, ROOT, Settings, free_ports, isolated
+from stacksettings import PORTS, ROOT, Settings, free_port_run, free_ports, isolated
 from tests.deploy.tools import promtool
 
 TRITON_V2 = {"name": "triton", "version": "2.51.0", "extensions": []}
 
 
-def serve(answers: dict[str, tuple[int, str, str]]) -> ThreadingHTTPServer:
+def serve(answers: dict[str, tuple[int, str, str]], port: int = 0) -> ThreadingHTTPServer:
     """A server answering path -> (status, content type, body); 404 for other paths."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -47,7 +47,7 @@ def serve(answers: dict[str, tuple[int, str, str]]) -> ThreadingHTTPServer:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -134,14 +134,85 @@ def test_a_server_that_is_down_at_start_is_watched_not_refused() -> None:
     assert warnings[0].endswith("; watching it")
 
 
-def test_the_metrics_url_defaults_to_port_8002_and_gets_its_path() -> None:
-    found = attach.targets(["http://gpu-a:8000", "https://gpu-b:9000"], [])
+def test_the_metrics_url_is_found_at_the_http_port_plus_2_and_gets_its_path() -> None:
+    """Triton's layout: HTTP, gRPC = HTTP + 1, metrics = HTTP + 2 (8000/8001/8002 by
+    default, 18000/18001/18002 for a Triton moved as a whole)."""
+    found = attach.targets(["http://gpu-a:8000", "https://gpu-b:9000", "http://gpu-c"], [])
     assert [t.metrics_url for t in found] == [
         "http://gpu-a:8002/metrics",
-        "https://gpu-b:8002/metrics",
+        "https://gpu-b:9002/metrics",
+        "http://gpu-c:8002/metrics",
     ]
     (target,) = attach.targets(["http://gpu-a:8000"], ["http://gpu-a:9102"])
     assert target.metrics_url == "http://gpu-a:9102/metrics"
+
+
+METRICS_TEXT = '# TYPE nv_inference_count counter\nnv_inference_count{model="m",version="1"} 3\n'
+
+
+def test_up_reports_the_metrics_url_it_found_at_the_http_port_plus_2() -> None:
+    http, _grpc, metrics = free_port_run(3)
+    servers = [
+        serve({"/v2": (200, "application/json", json.dumps(TRITON_V2))}, http),
+        serve({"/metrics": (200, "text/plain", METRICS_TEXT)}, metrics),
+    ]
+    try:
+        found = attach.targets([f"http://127.0.0.1:{http}"], [])
+        assert attach.probe(found, timeout_s=2.0) == [
+            f"--triton-url http://127.0.0.1:{http}: Triton's metrics found at "
+            f"http://127.0.0.1:{metrics}/metrics (the HTTP port + 2)"
+        ]
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+def test_no_metrics_at_the_http_port_plus_2_is_one_line_naming_the_flag() -> None:
+    """Nothing there (a Triton with --allow-metrics false, or its metrics port moved): the
+    stack goes on, reading the rest; the line says which flag gives the URL."""
+    http, _grpc, metrics = free_port_run(3)
+    server = serve({"/v2": (200, "application/json", json.dumps(TRITON_V2))}, http)
+    try:
+        found = attach.targets([f"http://127.0.0.1:{http}"], [])
+        (line,) = attach.probe(found, timeout_s=2.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert line == (
+        f"--triton-url http://127.0.0.1:{http}: no Triton metrics at "
+        f"http://127.0.0.1:{metrics}/metrics (the HTTP port + 2): connection refused; give "
+        "--triton-metrics-url URL (the batch sizes are still read from the statistics API)"
+    )
+
+
+def test_status_lines_name_each_endpoint_its_url_and_the_fix() -> None:
+    exporter_text = (
+        "# TYPE triton_batching_endpoint_up gauge\n"
+        'triton_batching_endpoint_up{target="http://h:18000",endpoint="metrics"} 0.0\n'
+        'triton_batching_endpoint_up{target="http://h:18000",endpoint="statistics"} 1.0\n'
+        "# TYPE triton_batching_endpoint_info gauge\n"
+        'triton_batching_endpoint_info{target="http://h:18000",endpoint="metrics",'
+        'url="http://h:18002/metrics",reason="connection refused"} 1.0\n'
+        'triton_batching_endpoint_info{target="http://h:18000",endpoint="statistics",'
+        'url="http://h:18000/v2/models/stats",reason=""} 1.0\n'
+    )
+    server = serve({"/metrics": (200, "text/plain", exporter_text)})
+    try:
+        exporter = {"metrics": f"http://127.0.0.1:{server.server_address[1]}/metrics"}
+        rows = attach.endpoint_rows([{"name": "exporter", "urls": exporter}])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert attach.endpoint_lines(rows) == [
+        "triton endpoints, as the exporter reads them:",
+        "  http://h:18000  metrics    http://h:18002/metrics  down (connection refused): "
+        "give --triton-metrics-url",
+        "  http://h:18000  statistics http://h:18000/v2/models/stats  up",
+    ]
+    dead = {"metrics": f"{DEAD_URL}/metrics"}
+    assert attach.endpoint_rows([{"name": "exporter", "urls": dead}]) == []
+    assert attach.endpoint_rows([]) == []
 
 
 def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) -> None:
