@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from advisor import cli as advisor_cli
-from dashboard import runs
+from dashboard import loadruns
 from exporter import cli as exporter_cli
 from loadgen import cli as loadgen_cli
 from stack import cli as stack_cli
@@ -345,21 +345,21 @@ def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Pat
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        (runs.RunForm("concurrency", "m", concurrency=0), "concurrency must be greater than 0"),
-        (runs.RunForm("concurrency", "m", concurrency=17), "limit of 16; for bigger runs"),
-        (runs.RunForm("concurrency", "m", duration_s=float("nan")), "duration must be greater"),
-        (runs.RunForm("concurrency", "m", duration_s=31), "limit of 30 s; for bigger runs"),
-        (runs.RunForm("rate", "m", rate=-1), "rate must be greater than 0"),
-        (runs.RunForm("rate", "m", rate=501), "limit of 500/s; for bigger runs"),
-        (runs.RunForm("serial", "m", requests=65), "limit of 64; for bigger runs"),
-        (runs.RunForm("nosuch", "m"), "unknown scenario 'nosuch'"),
+        (loadruns.RunForm("concurrency", "m", concurrency=0), "concurrency must be greater than 0"),
+        (loadruns.RunForm("concurrency", "m", concurrency=17), "limit of 16; for bigger runs"),
+        (loadruns.RunForm("concurrency", "m", duration_s=float("nan")), "duration must be greater"),
+        (loadruns.RunForm("concurrency", "m", duration_s=31), "limit of 30 s; for bigger runs"),
+        (loadruns.RunForm("rate", "m", rate=-1), "rate must be greater than 0"),
+        (loadruns.RunForm("rate", "m", rate=501), "limit of 500/s; for bigger runs"),
+        (loadruns.RunForm("serial", "m", requests=65), "limit of 64; for bigger runs"),
+        (loadruns.RunForm("nosuch", "m"), "unknown scenario 'nosuch'"),
     ],
 )
 def test_the_dashboard_form_refuses_with_a_message(
-    form: runs.RunForm, message: str, tmp_path: Path
+    form: loadruns.RunForm, message: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(runs.RunRefused, match=message.replace("(", r"\(")) as refused:
-        runs.to_params(form, DEAD_URL)
+    with pytest.raises(loadruns.RunRefused, match=message.replace("(", r"\(")) as refused:
+        loadruns.to_params(form, DEAD_URL)
     assert "\n" not in str(refused.value)
 
 

@@ -247,3 +247,12 @@ def test_the_loadgen_check_catches_an_upward_import(tmp_path: Path) -> None:
         "def f():\n    from loadgen.engine.runner import RunResult\n"
     )
     assert loadgen_violations(tmp_path) == ["loadgen/results/stored.py:3: results imports engine"]
+
+
+def test_no_dashboard_module_shadows_a_package() -> None:
+    """`streamlit run dashboard/app.py` puts dashboard/ first on sys.path, so a module there
+    named like a top-level package (dashboard/runs.py beside runs/) is what `import runs`
+    finds in the dashboard's process, and the page fails with an ImportError."""
+    modules = {p.stem for p in (ROOT / "dashboard").glob("*.py")}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert sorted(modules & packages) == []

@@ -12,7 +12,7 @@ import streamlit as st
 
 from advisor.storedrun import check_poolable
 from autopilot import apply as autopilot_apply
-from dashboard import access, advice, apply, charts, fmt, runs
+from dashboard import access, advice, apply, charts, fmt, loadruns
 from dashboard import data as cached
 from dashboard.live import LiveData
 from dashboard.settings import DashboardSettings
@@ -29,9 +29,9 @@ DEFAULT_MODEL = "batch_add_model"
 
 
 @st.cache_resource(show_spinner=False)
-def manager() -> runs.RunManager:
+def manager() -> loadruns.RunManager:
     """One for the whole dashboard process: every tab sees the same run."""
-    return runs.RunManager()
+    return loadruns.RunManager()
 
 
 def render(cfg: DashboardSettings, models: list[str]) -> None:
@@ -42,7 +42,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     st.fragment(_progress, run_every=PROGRESS_EVERY_S if manager().busy else None)()
     render_changes(cfg)
     try:
-        listed = runs.list_runs(cfg.store)
+        listed = loadruns.list_runs(cfg.store)
     except (LoadgenError, StoreError) as exc:
         st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
         return
@@ -56,7 +56,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
         return
     ids = [int(i) for i in listed["id"]]
     names = {
-        int(r["id"]): runs.load(cfg.store, int(r["id"])).describe()
+        int(r["id"]): loadruns.load(cfg.store, int(r["id"])).describe()
         for _, r in listed.head(50).iterrows()
     }
     ids = [i for i in ids if i in names]
@@ -64,7 +64,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
     if selected not in ids:
         st.session_state["run"] = ids[0]
     run_id = st.selectbox("Run", ids, format_func=names.__getitem__, key="run")
-    run = runs.load(cfg.store, run_id)
+    run = loadruns.load(cfg.store, run_id)
     render_result(cfg, run)
     if unlocked:
         render_advice(cfg, run, ids)
@@ -74,7 +74,7 @@ def render(cfg: DashboardSettings, models: list[str]) -> None:
 def render_changes(cfg: DashboardSettings) -> None:
     """The record of `advise --apply`: each change, its outcome, and p99 before and after."""
     try:
-        made = runs.changes(cfg.store)
+        made = loadruns.changes(cfg.store)
     except (LoadgenError, StoreError) as exc:
         st.error(f"{exc}: fix or move the file and reload.", icon=":material/error:")
         return
@@ -95,9 +95,9 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
         cols = st.columns([2, 2, 1, 1, 2])
         scenario = cols[0].selectbox(
             "Scenario",
-            list(runs.SCENARIOS),
+            list(loadruns.SCENARIOS),
             key="form_scenario",
-            help="\n".join(f"**{k}**: {v}" for k, v in runs.SCENARIOS.items()),
+            help="\n".join(f"**{k}**: {v}" for k, v in loadruns.SCENARIOS.items()),
         )
         if st.session_state.get("form_model") not in models and DEFAULT_MODEL in models:
             st.session_state["form_model"] = DEFAULT_MODEL
@@ -105,37 +105,37 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
         form: dict[str, Any] = {}
         if scenario == "concurrency":
             form["concurrency"] = cols[2].number_input(
-                "Concurrency", 1, runs.MAX_CONCURRENCY, 4, key="form_concurrency"
+                "Concurrency", 1, loadruns.MAX_CONCURRENCY, 4, key="form_concurrency"
             )
         elif scenario == "rate":
             form["rate"] = cols[2].number_input(
-                "Rate (req/s)", 1.0, runs.MAX_RATE, 100.0, step=10.0, key="form_rate"
+                "Rate (req/s)", 1.0, loadruns.MAX_RATE, 100.0, step=10.0, key="form_rate"
             )
         else:
             form["requests"] = cols[2].number_input(
-                "Requests", 1, runs.MAX_REQUESTS, 3, key="form_requests"
+                "Requests", 1, loadruns.MAX_REQUESTS, 3, key="form_requests"
             )
         if scenario in ("concurrency", "rate"):
             form["duration_s"] = cols[3].number_input(
-                "Duration (s)", 1.0, runs.MAX_DURATION_S, 5.0, step=1.0, key="form_duration"
+                "Duration (s)", 1.0, loadruns.MAX_DURATION_S, 5.0, step=1.0, key="form_duration"
             )
         label = cols[4].text_input(
             "Label (optional)", key="form_label", placeholder="e.g. batching on"
         )
         form.update(render_inputs(cfg, model))
         st.caption(
-            f"Limits here: concurrency ≤ {runs.MAX_CONCURRENCY}, rate ≤ {runs.MAX_RATE:g}/s, "
-            f"duration ≤ {runs.MAX_DURATION_S:g} s, requests ≤ {runs.MAX_REQUESTS}; one run at a "
+            f"Limits here: concurrency ≤ {loadruns.MAX_CONCURRENCY}, rate ≤ {loadruns.MAX_RATE:g}/s, "
+            f"duration ≤ {loadruns.MAX_DURATION_S:g} s, requests ≤ {loadruns.MAX_REQUESTS}; one run at a "
             "time. Bigger runs: `batchscope load` from a shell."
         )
         if st.button("Start run", type="primary", disabled=manager().busy, key="form_start"):
             try:
-                params = runs.to_params(
-                    runs.RunForm(scenario=scenario, model=model, label=label, **form),
+                params = loadruns.to_params(
+                    loadruns.RunForm(scenario=scenario, model=model, label=label, **form),
                     cfg.triton_url,
                 )
                 started = manager().start(params, cfg.store)
-            except runs.RunRefused as exc:
+            except loadruns.RunRefused as exc:
                 st.error(str(exc), icon=":material/block:")
                 return
             # Why a run did not start is this tab's to read; a run that did is every tab's.
@@ -145,7 +145,7 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
 
 @st.cache_data(ttl=30, show_spinner=False)
 def _model_inputs(triton_url: str, model: str) -> list[dict[str, str]] | str:
-    return runs.model_inputs(triton_url, model)
+    return loadruns.model_inputs(triton_url, model)
 
 
 def render_inputs(cfg: DashboardSettings, model: str) -> dict[str, str]:
@@ -176,7 +176,9 @@ def render_inputs(cfg: DashboardSettings, model: str) -> dict[str, str]:
         "Input data (perf_analyzer JSON)", type=["json"], key="form_input_data"
     )
     if upload is not None:
-        out["input_data"] = str(runs.save_upload(cfg.store.parent / "inputdata", upload.getvalue()))
+        out["input_data"] = str(
+            loadruns.save_upload(cfg.store.parent / "inputdata", upload.getvalue())
+        )
         # Said by the server once it holds the file: a run started before this line shows
         # would send random inputs.
         st.caption(f"The requests will take their inputs from {upload.name}.")
@@ -245,12 +247,12 @@ def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
     with client:
         st.subheader("Client side")
         st.dataframe(
-            fmt.table(runs.latency_table(run), {"ms": "{:.2f}"}),
+            fmt.table(loadruns.latency_table(run), {"ms": "{:.2f}"}),
             hide_index=True,
         )
         if c.send_lateness_s is not None:
             st.dataframe(
-                fmt.table(runs.lateness_table(run), {"us": "{:,.0f}"}),
+                fmt.table(loadruns.lateness_table(run), {"us": "{:,.0f}"}),
                 hide_index=True,
             )
             st.caption(
@@ -258,12 +260,12 @@ def render_result(cfg: DashboardSettings, run: LoadRun) -> None:
                 "(open-loop runs). Past 1 ms at p99 the run did not keep its schedule."
             )
         st.plotly_chart(
-            charts.render_run_timeline(runs.timeline(cfg.store, run.run_id or 0)),
+            charts.render_run_timeline(loadruns.timeline(cfg.store, run.run_id or 0)),
             key="run_timeline",
         )
         st.caption(charts.RUN_CAPTIONS["timeline"])
         st.plotly_chart(
-            charts.render_run_batches(runs.executions_by_size(run), preferred),
+            charts.render_run_batches(loadruns.executions_by_size(run), preferred),
             key="run_batches",
         )
         st.caption(charts.RUN_CAPTIONS["batches"])
@@ -344,7 +346,7 @@ def poolable(cfg: DashboardSettings, run: LoadRun, ids: list[int]) -> list[int]:
         if other_id == run.run_id:
             continue
         try:
-            check_poolable([(run.run_id or 0, run), (other_id, runs.load(cfg.store, other_id))])
+            check_poolable([(run.run_id or 0, run), (other_id, loadruns.load(cfg.store, other_id))])
         except (ValueError, LoadgenError, StoreError):
             continue
         found.append(other_id)
@@ -566,8 +568,8 @@ def render_compare(cfg: DashboardSettings, ids: list[int], names: dict[int, str]
     left, right = st.columns(2)
     a = left.selectbox("A", ids, format_func=names.__getitem__, key="compare_a")
     b = right.selectbox("B", ids, format_func=names.__getitem__, key="compare_b")
-    run_a, run_b = runs.load(cfg.store, a), runs.load(cfg.store, b)
-    table = runs.compare(run_a, run_b)
+    run_a, run_b = loadruns.load(cfg.store, a), loadruns.load(cfg.store, b)
+    table = loadruns.compare(run_a, run_b)
     st.dataframe(
         fmt.table(table, {"A": "{:,.2f}", "B": "{:,.2f}", "B / A": "{:.2f}x"}),
         hide_index=True,

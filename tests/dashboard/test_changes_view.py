@@ -9,7 +9,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from dashboard import charts, runs
+from dashboard import charts, loadruns
 from runs.changes import Change
 from runs.store import RunStore
 from tests.dashboard.conftest import closed_url
@@ -57,7 +57,7 @@ def seeded(path: Path) -> Path:
 
 
 def test_the_frame_reads_the_record_newest_first(tmp_path: Path) -> None:
-    frame = runs.changes(seeded(tmp_path / "s.sqlite3"))
+    frame = loadruns.changes(seeded(tmp_path / "s.sqlite3"))
     assert list(frame["outcome"]) == ["kept", "rolled_back"]
     rolled = frame.iloc[1]
     assert rolled["time (UTC)"] == "1970-01-01 00:00:00"
@@ -67,7 +67,7 @@ def test_the_frame_reads_the_record_newest_first(tmp_path: Path) -> None:
     assert (frame.iloc[0]["p99 before (ms)"], frame.iloc[0]["p99 after (ms)"]) == (10.8, 1.2)
     figure = charts.render_changes(frame)
     assert [list(t.y) for t in figure.data] == [[10.8, 2.92], [1.2, 22.43]]
-    assert runs.changes(tmp_path / "none.sqlite3").empty
+    assert loadruns.changes(tmp_path / "none.sqlite3").empty
 
 
 def test_the_load_runs_page_lists_the_changes(make_app: MakeApp, tmp_path: Path) -> None:

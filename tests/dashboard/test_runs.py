@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import access, runs
+from dashboard import access, loadruns
 from loadgen.reports import report
 from stacksettings import Settings
 from tests.dashboard.conftest import closed_url
@@ -24,23 +24,25 @@ CAPTURED = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        (runs.RunForm("concurrency", "m", concurrency=17), "concurrency 17 is above"),
-        (runs.RunForm("concurrency", "m", duration_s=31), "duration 31 s is above"),
-        (runs.RunForm("rate", "m", rate=501), "rate 501/s is above"),
-        (runs.RunForm("concurrent", "m", requests=65), "requests 65 is above"),
-        (runs.RunForm("serial", "m", requests=0), "requests must be greater than 0"),
-        (runs.RunForm("steps", "m"), "unknown scenario"),
+        (loadruns.RunForm("concurrency", "m", concurrency=17), "concurrency 17 is above"),
+        (loadruns.RunForm("concurrency", "m", duration_s=31), "duration 31 s is above"),
+        (loadruns.RunForm("rate", "m", rate=501), "rate 501/s is above"),
+        (loadruns.RunForm("concurrent", "m", requests=65), "requests 65 is above"),
+        (loadruns.RunForm("serial", "m", requests=0), "requests must be greater than 0"),
+        (loadruns.RunForm("steps", "m"), "unknown scenario"),
     ],
 )
 def test_the_form_cannot_ask_for_more_than_the_dashboard_allows(
-    form: runs.RunForm, message: str
+    form: loadruns.RunForm, message: str
 ) -> None:
-    with pytest.raises(runs.RunRefused, match=message):
-        runs.to_params(form, "http://127.0.0.1:8000")
+    with pytest.raises(loadruns.RunRefused, match=message):
+        loadruns.to_params(form, "http://127.0.0.1:8000")
 
 
 def test_params_within_bounds_go_to_the_load_generator() -> None:
-    p = runs.to_params(runs.RunForm("rate", "batch_add_model", rate=50, duration_s=2), "http://h:1")
+    p = loadruns.to_params(
+        loadruns.RunForm("rate", "batch_add_model", rate=50, duration_s=2), "http://h:1"
+    )
     assert (p.scenario, p.model, p.rate, p.duration_s, p.url) == (
         "rate",
         "batch_add_model",
@@ -51,8 +53,8 @@ def test_params_within_bounds_go_to_the_load_generator() -> None:
 
 
 def test_the_comparison_is_the_clis_b_over_a() -> None:
-    a, b = runs.load(CAPTURED, 1), runs.load(CAPTURED, 2)
-    frame = runs.compare(a, b).set_index("measure")
+    a, b = loadruns.load(CAPTURED, 1), loadruns.load(CAPTURED, 2)
+    frame = loadruns.compare(a, b).set_index("measure")
     assert frame.loc["throughput (req/s)", "B / A"] == pytest.approx(5772.650 / 396.960, rel=1e-5)
     assert frame.loc["throughput (req/s)", "B / A"] > 1  # B was faster: a gain reads as one
     # Row for row, the CLI's table shows the same ratios: one function behind both.
@@ -76,7 +78,7 @@ def test_no_runs_yet_says_how_to_start_one(make_app: MakeApp, tmp_path: Path) ->
 def test_a_run_that_did_not_start_is_told_to_the_tab_that_started_it(
     make_app: MakeApp, tmp_path: Path
 ) -> None:
-    store = tmp_path / "runs.sqlite3"
+    store = tmp_path / "loadruns.sqlite3"
     at = make_app(closed_url(), closed_url(), store=str(store))
     (error,) = dashboard_run.start_run(at) or dashboard_run.wait_done(at, store)
     assert error.startswith("The run did not start: ") and "not answering" in error, error
