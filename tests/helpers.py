@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 import numpy as np
 import requests
 import tritonclient.http as httpclient
+from stack.cli import restart
 from tritonclient.grpc import service_pb2
 
 from bench.wire import Capture, requests_in
 from loadgen.clients.checks import WRONG_SUM
-from stack.cli import restart
 from stacksettings import Settings
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats

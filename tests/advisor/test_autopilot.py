@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from advisor.cli import main
 
 from advisor import autopilot
 from advisor.autopilot import Predicted, Window, judge
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from loadgen.engine.runner import RunParams
 from loadgen.store.changes import Change

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
-
 from advisor.cli import main
+
 from stacksettings import Settings, free_ports
 from tests.helpers import add_inputs
 

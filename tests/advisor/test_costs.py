@@ -20,9 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from advisor.cli import main
 
 from advisor import costs, inputs
-from advisor.cli import main
 from advisor.fit import fit_traffic
 from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from advisor.cli import main
 
 from advisor import advice, pilot
 from advisor.advice import SearchOptions
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from advisor.cli import main
 
 from advisor import storedrun
 from advisor.calibrate import load_capture
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from advisor.cli import main as advisor_main
 from streamlit.testing.v1 import AppTest
 
-from advisor.cli import main as advisor_main
 from loadgen.engine.runner import RunParams, run
 from stack.supervisor import running
 from stacksettings import Settings, isolated

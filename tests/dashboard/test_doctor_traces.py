@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from stack.cli import main as stack_main
+
 from stacksettings import Settings
 
 pytestmark = pytest.mark.integration

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from doctor import Window, check
 from doctor.cli import SAMPLE_S
 from stack.cli import main as stack_main
+
+from doctor import Window, check
 from tritonapi.modelconfig import parse_json
 
 SPEC = {

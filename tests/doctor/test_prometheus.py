@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from stack.cli import main as stack_main
 
 from loadgen.engine.runner import RunParams, run
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, isolated
 from tests.dashboard.conftest import (

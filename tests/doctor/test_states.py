@@ -18,11 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from stack.cli import main as stack_main
 
 from doctor import StatisticsSampler, diagnose
 from doctor.observe import Diagnosis
 from loadgen.engine.runner import RunParams, run
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
 from tritonapi import TritonClient

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stack.cli import main
 
 from doctor.window import Window, summed
-from stack.cli import main
 
 DB = Path(__file__).resolve().parents[1] / "advisor" / "data" / "loadruns.sqlite3"
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 import requests
-
 from exporter.cli import Options, build_parser, main, options_from
+
 from exporter.targets import Target
 from stacksettings import ROOT, free_ports
 from tests.exporter.replay import captured_replies, replay_server

@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from loadgen.cli import main
 
 from loadgen import limits
-from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.errors import LoadgenError
 from loadgen.reports import report

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from loadgen.cli import main, parse_age
+
 from loadgen.clients.slots import FAILED, OK
 from loadgen.engine.runner import RunResult
 from loadgen.errors import LoadgenError

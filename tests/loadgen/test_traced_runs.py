@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from advisor import storedrun
 from advisor.cli import main as advisor_main
 from loadgen.cli import main
+from stack.cli import main as stack_main
+
+from advisor import storedrun
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.store.runstore import RunStore
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
 from tests.doctor.test_agreement import advisor_config

@@ -7,8 +7,8 @@ import time
 
 import pytest
 import requests
-
 from stack.cli import main
+
 from stacksettings import Settings, free_ports
 from tests.dashboard.conftest import send_bursts
 from tests.helpers import wait_for

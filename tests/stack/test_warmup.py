@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from stack.cli import build_parser
 
 from stack import warmup
-from stack.cli import build_parser
 from stacksettings import Settings
 from tests.dashboard.conftest import prom_has, wait_for
 

@@ -1,5 +1,5 @@
-"""The CLI's parts for load from more than one process or machine, and the HDR export:
-``--processes N`` on the load runs, ``loadgen merge FILES...`` and ``export --hgrm``."""
+"""Load from more than one process or machine, and the HDR export: ``--processes N`` on
+the load runs, ``batchscope load merge FILES...`` and ``load export --hgrm``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from loadgen.engine import workers
 from loadgen.errors import LoadgenError
 from loadgen.reports import merge, report
-from loadgen.reports.hgrm import UNITS, hgrm
+from loadgen.reports.hgrm import hgrm
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams, default_db
 from loadgen.results.summary import LoadRun, result_json
@@ -23,38 +23,6 @@ PROCESSES_HELP = (
     "--requests and --max-in-flight are divided among them (the first ones take the "
     "remainder), a rate or each --stage's rate is divided by N (1)"
 )
-
-
-def add_processes(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--processes", type=int, default=1, metavar="N", help=PROCESSES_HELP)
-
-
-def add_merge(sub: Any) -> None:
-    m = sub.add_parser(
-        "merge",
-        help="combine runs made side by side (pods, machines) into one stored run",
-        description="Merge runs of the same requests to the same model, made at the same "
-        "time by several load generators, into one stored run: counts add, latency "
-        "histograms merge exactly, timelines sum on the earliest run's clock. Each FILE is "
-        "a store with one run (FILE:RUN_ID for one of several) or a run's --json output. "
-        "The server side is left out (each run's statistics saw the others' requests).",
-    )
-    m.add_argument("files", nargs="+", metavar="FILE")
-    m.add_argument("--label", default="", help="the merged run's label")
-    m.add_argument("--db", default=None, help="the store to put it in (LOADGEN_DB)")
-    m.add_argument("--json", action="store_true", help="print JSON instead of the table")
-
-
-def add_hgrm(export: argparse.ArgumentParser) -> None:
-    export.add_argument(
-        "--hgrm",
-        action="store_true",
-        help="print HdrHistogram's percentile distribution (.hgrm) of the run's latency "
-        "(successful requests) instead of writing CSV files",
-    )
-    export.add_argument(
-        "--unit", choices=tuple(UNITS), default="us", help="--hgrm values in us or ms (us)"
-    )
 
 
 def json_of(result: Any, db: str | None) -> dict[str, Any]:
