@@ -16,7 +16,8 @@ Modules: :mod:`advisor.config` (the batching config), :mod:`advisor.model` (serv
 CPU and traffic models), :mod:`advisor.simulator` (the discrete-event batcher),
 :mod:`advisor.fit` (fitting from Triton statistics or Prometheus),
 :mod:`advisor.calibrate` (CPU costs from measured runs), :mod:`advisor.predict`
-(predictions and the config search), :mod:`advisor.actions` (what ``batchscope advise``, ``predict`` and ``autopilot`` do).
+(predictions and the config search), :mod:`advisor.actions` (what ``batchscope advise``,
+``predict`` and ``autopilot`` do).
 """
 
 from advisor import costs, storedrun, verify

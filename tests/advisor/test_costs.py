@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from advisor.cli import main
 
 from advisor import costs, inputs
 from advisor.fit import fit_traffic
+from batchscope.main import main
 from doctor.observe import sample_statistics
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult

@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
-from advisor.cli import main
 
 from advisor import storedrun
 from advisor.calibrate import load_capture
 from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
+from batchscope.main import main
 from loadgen.results.params import RunParams
 from loadgen.store.runstore import RunStore
 

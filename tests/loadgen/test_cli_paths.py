@@ -1,5 +1,5 @@
-"""The load generator's and the advisor's commands as a user types them: `python -m loadgen
-steps | show | compare | capacity | export` and `python -m advisor advise`, each a process of
+"""The load generator's and the advisor's commands as a user types them: `batchscope load
+steps | show | compare | capacity | export` and `batchscope advise`, each a process of
 its own against the session's real Triton, checked against Triton's statistics API."""
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from loadgen.cli import main
 
 from loadgen import limits
 from loadgen.engine.runner import RunParams, run
@@ -24,6 +23,7 @@ from loadgen.results.summary import ServerSummary
 from loadgen.store.runstore import RunStore
 from loadgen.store.schema import STALE_S
 from stacksettings import ROOT, Settings
+from tests.helpers import load as main
 from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
@@ -140,7 +140,8 @@ def _start_cli_run(triton_url: str, db: Path, seconds: int = 30) -> subprocess.P
         [
             sys.executable,
             "-m",
-            "loadgen",
+            "batchscope",
+            "load",
             "concurrency",
             "-c",
             "4",
@@ -260,7 +261,7 @@ def test_a_locked_store_saves_the_run_beside_it_and_says_so_in_one_line(
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-d", "1"]
+            [sys.executable, "-m", "batchscope", "load", "concurrency", "-c", "4", "-d", "1"]
             + ["--url", triton_url, "--json"],
             env=_cli_env(db),
             capture_output=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loadgen.cli import main, parse_age
 
+from loadgen.actions import parse_age
 from loadgen.clients.slots import FAILED, OK
 from loadgen.engine.runner import RunResult
 from loadgen.errors import LoadgenError
@@ -25,6 +25,7 @@ from loadgen.store.prune import check_rules
 from loadgen.store.runstore import RunStore
 from loadgen.store.schema import ABANDONED, IN_PROGRESS, STALE_S
 from loadgen.store.writer import RunWriter, Tick
+from tests.helpers import load as main
 
 OLD_STORE = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 PARAMS = RunParams("concurrency", url="http://127.0.0.1:1", concurrency=8, duration_s=100)

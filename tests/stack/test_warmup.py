@@ -5,17 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from stack.cli import build_parser
 
+from batchscope.main import parse
 from stack import warmup
 from stacksettings import Settings
 from tests.dashboard.conftest import prom_has, wait_for
 
 
 def test_no_warmup_flag() -> None:
-    parser = build_parser()
-    assert parser.parse_args(["up", "--no-warmup"]).no_warmup is True
-    assert parser.parse_args(["up"]).no_warmup is False
+    assert parse(["up", "--no-warmup"]).no_warmup is True
+    assert parse(["up"]).no_warmup is False
 
 
 @pytest.mark.integration
