@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: list[tuple[str, ...]] = [
     ("bench",),  # benchmarks: stand on the packages (the launcher's code included), not on tests
-    ("batchscope",),  # the one command: mounts every tool's parser; nothing imports it
+    ("batchscope",),  # the one command, one module per subcommand; nothing imports it
     ("stack",),  # the launcher: starts and wires everything; no package imports it
     ("dashboard",),
     # The doctor asks the advisor's search for its fix lines (doctor.prescribe); the advisor
@@ -96,12 +96,12 @@ def test_the_check_catches_an_upward_and_a_lazy_import(tmp_path: Path) -> None:
     ]
 
 
-# Inside loadgen, highest first: the entry modules (cli, sequences, priorities...) stand on
+# Inside loadgen, highest first: the entry modules (actions, sequences, priorities...) stand on
 # the run engine, which stands on reports, the store, results and the wire clients; limits
 # and errors are below them all. Imports inside one sub-package, and between the entry
 # modules (priorities builds on sequences), are fine.
 LOADGEN_LAYERS: list[tuple[str, ...]] = [
-    ("__main__", "cli", "cli_multi", "sequences", "priorities", "inputopts"),
+    ("actions", "split", "sequences", "priorities", "inputopts"),
     ("engine",),
     ("reports",),
     ("store",),
