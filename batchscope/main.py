@@ -56,7 +56,6 @@ def add_command(action: argparse._SubParsersAction, name: str) -> Parser:
         description=getattr(module, "DESCRIPTION", None) or COMMANDS[name].summary,
     )
     module.add_arguments(parser)
-    parser.set_defaults(run=module.run)
     return parser
 
 
@@ -90,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse(words)
         prog = args.command_prog
-        return int(args.run(args))
+        return int(module_of(words[0]).run(args))
     except CommandError as exc:
         print(exc.line(prog), file=sys.stderr)
         return exc.exit_code

@@ -3,7 +3,8 @@
 ``-m/--model`` a model's name (checked as Triton names), ``--url`` Triton's HTTP endpoint,
 ``--metrics-url`` Triton's /metrics, ``--db`` the load-run store, ``--json`` machine-readable
 output. A command adds the ones it takes; only the help's default and whether the flag is
-required differ.
+required differ. A command that spelled one otherwise keeps that spelling as an alias only
+where compose, Kubernetes or the stack pass it (the exporter's ``--triton-url``).
 """
 
 from __future__ import annotations
@@ -22,17 +23,22 @@ def add_model(parser: Adder, help: str, required: bool = False, default: Any = N
     )
 
 
-def add_url(parser: Adder, help: str, default: Any = None, **kwargs: Any) -> None:
-    parser.add_argument("--url", default=default, help=help, **kwargs)
+def add_url(parser: Adder, help: str, *aliases: str, default: Any = None, **kwargs: Any) -> None:
+    """``--url``, Triton's HTTP endpoint (``aliases``: a command's older spelling)."""
+    parser.add_argument("--url", *aliases, default=default, help=help, **kwargs)
 
 
-def add_metrics_url(parser: Adder, help: str, **kwargs: Any) -> None:
-    parser.add_argument("--metrics-url", help=help, **kwargs)
+def add_metrics_url(parser: Adder, help: str, *aliases: str, **kwargs: Any) -> None:
+    """``--metrics-url``, Triton's /metrics."""
+    parser.add_argument("--metrics-url", *aliases, help=help, **kwargs)
 
 
-def add_db(parser: Adder, help: str = "", default: Any = None, **kwargs: Any) -> None:
+def add_db(
+    parser: Adder, help: str = "", *aliases: str, default: Any = None, **kwargs: Any
+) -> None:
+    """``--db``, the load-run store."""
     parser.add_argument(
-        "--db", default=default, help=help or "the load-run store (LOADGEN_DB)", **kwargs
+        "--db", *aliases, default=default, help=help or "the load-run store (LOADGEN_DB)", **kwargs
     )
 
 

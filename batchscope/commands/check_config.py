@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from batchscope import stackopts
+from batchscope import options, stackopts
 from stack import control
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     stackopts.add_common(parser)
-    parser.add_argument(
+    # --triton-url as `up` spells attach mode's servers (the manual shows it).
+    options.add_url(
+        parser,
+        "check the configs this running Triton serves; repeatable (STACK_TRITON_URLS)",
         "--triton-url",
+        dest="triton_url",
         action="append",
         default=[],
         metavar="URL",
-        help="check the configs this running Triton serves; repeatable (STACK_TRITON_URLS)",
     )
 
 

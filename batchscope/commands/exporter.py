@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from batchscope import options
 from batchscope.base import CommandError
 from exporter.options import (
     DEFAULT_LISTEN,
@@ -31,23 +32,23 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url",
+    options.add_url(
+        parser,
+        "Triton HTTP endpoint to read, repeatable for several Tritons (TRITON_URL, "
+        f"comma-separated; default {DEFAULT_TRITON})",
         "--triton-url",
         dest="triton_url",
         action="append",
         metavar="URL",
-        help="Triton HTTP endpoint to read, repeatable for several Tritons (TRITON_URL, "
-        f"comma-separated; default {DEFAULT_TRITON})",
     )
-    parser.add_argument(
-        "--metrics-url",
+    options.add_metrics_url(
+        parser,
+        "Triton's /metrics URL, once per --triton-url in the same order (TRITON_METRICS_URL,"
+        f" comma-separated; default: the same host, port {DEFAULT_METRICS_PORT}, /metrics)",
         "--triton-metrics-url",
         dest="triton_metrics_url",
         action="append",
         metavar="URL",
-        help="Triton's /metrics URL, once per --triton-url in the same order (TRITON_METRICS_URL,"
-        f" comma-separated; default: the same host, port {DEFAULT_METRICS_PORT}, /metrics)",
     )
     parser.add_argument(
         "--trace-file",
@@ -92,14 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "refreshed before the scrape answers); 0 reads them at each scrape "
         "(EXPORTER_READ_INTERVAL, 0)",
     )
-    parser.add_argument(
-        "--db",
+    options.add_db(
+        parser,
+        "the load-run store (SQLite) whose config_changes table `batchscope advise "
+        "--apply` writes: exported as triton_batching_config_changes_total by outcome "
+        "(EXPORTER_CHANGES_DB; none by default)",
         "--changes-db",
         dest="changes_db",
         metavar="FILE",
-        help="the load-run store (SQLite) whose config_changes table `batchscope advise "
-        "--apply` writes: exported as triton_batching_config_changes_total by outcome "
-        "(EXPORTER_CHANGES_DB; none by default)",
     )
     parser.add_argument(
         "--web.listen-address",
