@@ -32,16 +32,16 @@ DEAD_URL = "http://127.0.0.1:9"  # nothing listens: no command here reaches a se
 
 COMMANDS: list[tuple[str, list[str]]] = [
     ("interpreter", ["-c", "pass"]),
-    ("stack --help", ["-m", "batchscope", "--help"]),
-    ("advisor --help", ["-m", "batchscope", "--help"]),
-    ("loadgen --help", ["-m", "batchscope", "load", "--help"]),
+    ("batchscope --help", ["-m", "batchscope", "--help"]),
+    ("advise --help", ["-m", "batchscope", "advise", "--help"]),
+    ("load --help", ["-m", "batchscope", "load", "--help"]),
     ("exporter --help", ["-m", "batchscope", "exporter", "--help"]),
-    ("stack doctor bad flag", ["-m", "batchscope", "doctor", "--window", "0"]),
+    ("doctor bad flag", ["-m", "batchscope", "doctor", "--window", "0"]),
     (
-        "advisor predict bad flag",
+        "predict bad flag",
         ["-m", "batchscope", "predict", "--service-us", "x", "--concurrency", "8"],
     ),
-    ("loadgen rate bad flag", ["-m", "batchscope", "load", "rate", "--url", DEAD_URL, "-r", "0"]),
+    ("load rate bad flag", ["-m", "batchscope", "load", "rate", "--url", DEAD_URL, "-r", "0"]),
 ]
 
 
