@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from batchscope import versions
 from batchscope.base import PROG, CommandError, Parser
 from batchscope.commands import COMMANDS
 
@@ -23,6 +22,8 @@ class _Versions(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help=kwargs.get("help"))  # type: ignore[arg-type]
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from batchscope import versions  # asks the servers: only --version needs it
+
         print(versions.report())
         parser.exit()
 
