@@ -129,7 +129,10 @@ def parse_scenario(words: list[str]) -> argparse.Namespace:
     p = Parser(prog=f"{PROG} load compare {words[0]}", description=SCENARIO_HELP[words[0]])
     _scenario_args(words[0], p)
     _common(p)
-    return p.parse_args(words[1:])
+    try:
+        return p.parse_args(words[1:])
+    except CommandError as exc:  # named as compare's: that is the command typed
+        raise CommandError(f"{' '.join(words)!r}: {exc}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -215,7 +215,9 @@ def test_advise_probe_on_a_model_that_never_executed_needs_the_traffic(
         [sys.executable, "-m", "batchscope", *argv], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.strip().endswith("give the traffic with --rate or --concurrency")
+    assert out.stderr.strip().endswith(
+        "give the traffic with --rate or --concurrency (see 'batchscope advise --help')"
+    )
     assert len(out.stderr.strip().splitlines()) == 1
     assert model_stats(url, "bounded_ids_untouched").inference_count == 0  # nothing was sent
 
