@@ -95,9 +95,9 @@ def test_doctor_and_advisor_propose_the_same_config(
     # is the same function either way, and this keeps it to seconds on a busy machine.
     search = ["--p99-ms", P99_MS, "--seeds", "2", "--requests", "1500"]
     stored = ["--store", str(db), "--run", "1", *search, "--json"]
-    code, doctor_out, doctor_err = answer(["stack", "doctor", *stored], env)
+    code, doctor_out, doctor_err = answer(["batchscope", "doctor", *stored], env)
     assert code in (0, 1), doctor_err
-    code, advisor_out, advisor_err = answer(["advisor", "advise", *stored], env)
+    code, advisor_out, advisor_err = answer(["batchscope", "advise", *stored], env)
     assert code == 0, advisor_err
     verdict, config = doctor_config(doctor_out)
     assert (verdict, config) == advisor_config(advisor_out), (doctor_out, advisor_out)
