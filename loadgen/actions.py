@@ -219,10 +219,10 @@ def run_compare(args: argparse.Namespace, parse: Callable[[list[str]], argparse.
     return _exit_code(results)
 
 
-def list_runs(args: argparse.Namespace) -> int:
-    with RunStore(args.db or default_db()) as runs:
-        rows = runs.list_runs(args.limit)
-    if args.json:
+def list_runs(db: str | None, limit: int, as_json: bool) -> int:
+    with RunStore(db or default_db()) as runs:
+        rows = runs.list_runs(limit)
+    if as_json:
         print(json.dumps(rows, indent=2))
         return 0
     print(
@@ -241,19 +241,19 @@ def list_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_run(args: argparse.Namespace) -> int:
-    with RunStore(args.db or default_db()) as runs:
-        run = runs.load_row(args.run_id)
+def show_run(db: str | None, run_id: int) -> int:
+    with RunStore(db or default_db()) as runs:
+        run = runs.load_row(run_id)
     print(json.dumps(run, indent=2))
     return 0
 
 
-def prune_runs(args: argparse.Namespace) -> int:
-    age = None if args.older_than is None else parse_age(args.older_than)
-    db = args.db or default_db()
-    check_rules(args.keep, age)
+def prune_runs(db: str | None, keep: int | None, older_than: str | None) -> int:
+    age = None if older_than is None else parse_age(older_than)
+    db = db or default_db()
+    check_rules(keep, age)
     with RunStore(db) as runs:
-        done = runs.prune(args.keep, age)
+        done = runs.prune(keep, age)
     print(
         f"pruned {len(done.runs)} runs ({done.records:,} records) from {db}: "
         f"{done.bytes_before / 1e6:.1f} MB -> {done.bytes_after / 1e6:.1f} MB"
@@ -261,24 +261,22 @@ def prune_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def import_run(args: argparse.Namespace) -> int:
-    db = args.db or default_db()
+def import_run(db: str | None, saved: str) -> int:
+    db = db or default_db()
     with RunStore(db, create=True) as runs:
-        run_id, added = runs.import_saved(args.saved)
-    print(f"run #{run_id} in {db}, {added:,} records added from {args.saved}")
+        run_id, added = runs.import_saved(saved)
+    print(f"run #{run_id} in {db}, {added:,} records added from {saved}")
     return 0
 
 
-def export_run(args: argparse.Namespace) -> int:
-    if args.hgrm:
-        return split.export_hgrm(args)
+def export_run(db: str | None, run_id: int, out: str) -> int:
+    """The run's CSV files in ``out``, their paths printed."""
     try:
-        with RunStore(args.db or default_db()) as runs:
-            paths = runs.export_csv(args.run_id, args.out)
+        with RunStore(db or default_db()) as runs:
+            paths = runs.export_csv(run_id, out)
     except OSError as exc:
         raise LoadgenError(
-            f"--out {args.out}: cannot write the CSV files there ({exc.strerror or exc}); "
-            "give a folder"
+            f"--out {out}: cannot write the CSV files there ({exc.strerror or exc}); give a folder"
         ) from None
     for path in paths:
         print(path)

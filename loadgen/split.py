@@ -75,12 +75,12 @@ def exit_code(runs: list[LoadRun]) -> int:
     )
 
 
-def merge_runs(args: argparse.Namespace) -> int:
-    parts = merge.read_parts(args.files)
-    merged = merge.merge(parts, label=args.label)
-    db = args.db or default_db()
+def merge_runs(files: list[str], label: str, db: str | None, as_json: bool) -> int:
+    parts = merge.read_parts(files)
+    merged = merge.merge(parts, label=label)
+    db = db or default_db()
     merged.run.run_id = merge.save(db, merged, parts)
-    if args.json:
+    if as_json:
         print(json.dumps(merge.portable(result_json(merged.run), merged.found), indent=2))
     else:
         print(report.run_table(merged.run))
@@ -89,19 +89,20 @@ def merge_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_hgrm(args: argparse.Namespace) -> int:
-    db = args.db or default_db()
+def export_hgrm(db: str | None, run_id: int, unit: str) -> int:
+    """The run's latency as HdrHistogram's percentile distribution, on stdout."""
+    db = db or default_db()
     with RunStore(db) as runs:
-        run = runs.load_run(args.run_id)
+        run = runs.load_run(run_id)
         rows = runs.conn.execute(
-            "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (args.run_id,)
+            "SELECT start_s, latency_s, outcome FROM records WHERE run_id = ?", (run_id,)
         )
         found = merge.from_records((r[0], r[1], r[2]) for r in rows)
     if found.n != run.summary.client.sent:
         raise LoadgenError(
-            f"run {args.run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "
+            f"run {run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "
             f"{db}: its latency histogram cannot be rebuilt"
         )
     latency: Histogram = found.latency
-    sys.stdout.write(hgrm(latency, args.unit))
+    sys.stdout.write(hgrm(latency, unit))
     return 0

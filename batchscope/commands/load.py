@@ -316,22 +316,24 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "compare":
             return actions.run_compare(args, parse_scenario)
         if args.command == "runs":
-            return actions.list_runs(args)
+            return actions.list_runs(args.db, args.limit, args.json)
         if args.command == "show":
-            return actions.show_run(args)
+            return actions.show_run(args.db, args.run_id)
         if args.command == "prune":
-            return actions.prune_runs(args)
+            return actions.prune_runs(args.db, args.keep, args.older_than)
         if args.command == "import":
-            return actions.import_run(args)
+            return actions.import_run(args.db, args.saved)
         if args.command == "capacity":
             return actions.run_capacity(args)
         if args.command == "merge":
-            return split.merge_runs(args)
+            return split.merge_runs(args.files, args.label, args.db, args.json)
         if args.command == "sequences":
             return run_sequences(args)
         if args.command == "priorities":
             return run_priorities(args)
-        return actions.export_run(args)
+        if args.hgrm:
+            return split.export_hgrm(args.db, args.run_id, args.unit)
+        return actions.export_run(args.db, args.run_id, args.out)
     except LoadgenError as exc:
         raise CommandError(str(exc), exc.exit_code) from None
     except sqlite3.DatabaseError as exc:
