@@ -31,4 +31,4 @@ USER 10001
 # Inside a container the services listen on every interface of its own network namespace;
 # what is published is compose's and Kubernetes' decision (compose: 127.0.0.1 only).
 EXPOSE 9733 8501
-CMD ["python", "-m", "exporter", "--web.listen-address", ":9733"]
+CMD ["batchscope", "exporter", "--web.listen-address", ":9733"]

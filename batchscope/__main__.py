@@ -1,3 +1,3 @@
-from batchscope.cli import main
+from batchscope.main import main
 
 raise SystemExit(main())

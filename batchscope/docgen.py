@@ -1,7 +1,7 @@
 """``batchscope docs``: the manual's generated pages, written from the code they describe.
 
 Three pages under ``docs/reference/`` cannot be edited by hand: the CLI reference from
-the argparse parsers ``batchscope`` mounts, the metrics reference from the exporter's
+the parsers of ``batchscope``'s commands, the metrics reference from the exporter's
 metric families (``exporter.catalog``), and the alerts reference from the rules generated
 from ``rules/settings.yaml``. ``--check`` writes nothing and fails when a committed
 page differs from what the code says now (``tests/docs/test_generated.py`` runs it).
@@ -13,10 +13,11 @@ import argparse
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from batchscope.main import full_parser
 from exporter import catalog
 from rules import rulegen, rulesettings
 from stacksettings import ROOT
@@ -85,15 +86,12 @@ def _parser_section(parser: argparse.ArgumentParser, level: int) -> Iterator[str
 
 
 def cli_page() -> str:
-    from batchscope.cli import build_parser  # the dispatcher imports this module
-
-    parser, _ = build_parser()
     lines = [
-        HEADER.format(source="the argparse parsers (batchscope/cli.py mounts each tool's)"),
+        HEADER.format(source="the argparse parsers (batchscope/commands/, one per subcommand)"),
         "# CLI reference\n",
         "Every subcommand of `batchscope`, with the flags of the tool that runs it. "
         "`batchscope SUBCOMMAND --help` prints the same.\n",
-        *_parser_section(parser, 2),
+        *_parser_section(full_parser(), 2),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -164,32 +162,11 @@ def stale(found: dict[Path, str]) -> list[Path]:
     return [p for p, text in found.items() if not p.is_file() or p.read_text() != text]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="batchscope docs",
-        description="regenerate the manual's reference pages (CLI, metrics, alerts) from the "
-        "code, or check them, or serve the manual locally",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if a committed page differs from what would be written",
-    )
-    parser.add_argument(
-        "--serve",
-        nargs="?",
-        const="127.0.0.1:8800",
-        metavar="ADDRESS",
-        help="regenerate, then serve the manual with `mkdocs serve` at ADDRESS "
-        "(127.0.0.1:8800; mkdocs comes with the test extra)",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def regenerate(check: bool, serve: str | None) -> int:
+    """Write the pages that differ (or with ``check`` name them, exit 1); then serve the
+    manual at ``serve`` when given."""
     found = pages()
-    if args.check:
+    if check:
         wrong = stale(found)
         for path in wrong:
             print(
@@ -204,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tmp.write_text(text)
             tmp.replace(path)
             print(path.relative_to(ROOT))
-    if args.serve is None:
+    if serve is None:
         return 0
     if importlib.util.find_spec("mkdocs") is None:
         print(
@@ -213,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    command = [sys.executable, "-m", "mkdocs", "serve", "--dev-addr", args.serve]
+    command = [sys.executable, "-m", "mkdocs", "serve", "--dev-addr", serve]
     try:
         return subprocess.call(command, cwd=ROOT)
     except KeyboardInterrupt:

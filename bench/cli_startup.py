@@ -32,16 +32,16 @@ DEAD_URL = "http://127.0.0.1:9"  # nothing listens: no command here reaches a se
 
 COMMANDS: list[tuple[str, list[str]]] = [
     ("interpreter", ["-c", "pass"]),
-    ("stack --help", ["-m", "stack", "--help"]),
-    ("advisor --help", ["-m", "advisor", "--help"]),
-    ("loadgen --help", ["-m", "loadgen", "--help"]),
-    ("exporter --help", ["-m", "exporter", "--help"]),
-    ("stack doctor bad flag", ["-m", "stack", "doctor", "--window", "0"]),
+    ("batchscope --help", ["-m", "batchscope", "--help"]),
+    ("advise --help", ["-m", "batchscope", "advise", "--help"]),
+    ("load --help", ["-m", "batchscope", "load", "--help"]),
+    ("exporter --help", ["-m", "batchscope", "exporter", "--help"]),
+    ("doctor bad flag", ["-m", "batchscope", "doctor", "--window", "0"]),
     (
-        "advisor predict bad flag",
-        ["-m", "advisor", "predict", "--service-us", "x", "--concurrency", "8"],
+        "predict bad flag",
+        ["-m", "batchscope", "predict", "--service-us", "x", "--concurrency", "8"],
     ),
-    ("loadgen rate bad flag", ["-m", "loadgen", "rate", "--url", DEAD_URL, "-r", "0"]),
+    ("load rate bad flag", ["-m", "batchscope", "load", "rate", "--url", DEAD_URL, "-r", "0"]),
 ]
 
 

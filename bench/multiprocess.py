@@ -4,7 +4,7 @@ spare and spends little CPU; the load client's own cost per request is what limi
 
     STACK_TRITON_VENV=... .venv/bin/python -m bench.multiprocess [--rounds 3] [--seconds 5]
 
-Each round runs `python -m loadgen concurrency` with --processes 1, then 2 (alternating, so
+Each round runs `batchscope load concurrency` with --processes 1, then 2 (alternating, so
 that both see the same machine load), the same total concurrency, every answer checked.
 Prints per N: the median throughput, the client's CPU per request (the loadgen process and
 its workers, from the kernel's accounting of waited-for children: it includes each worker's
@@ -46,7 +46,7 @@ def one_run(
     cpu0, server0 = children_cpu_s(), procstat.group_cpu_seconds(pgid)
     out = subprocess.run(
         [
-            sys.executable, "-m", "loadgen", "concurrency", "-m", MODEL,
+            sys.executable, "-m", "batchscope", "load", "concurrency", "-m", MODEL,
             "-c", str(concurrency), "-d", str(seconds), "--processes", str(processes),
             "--url", url, "--no-store", "--json",
         ],

@@ -6,7 +6,7 @@ to the last, and 0 requests unaccounted for.
 
 A private stack on free ports (bench.common): Triton, the exporter, Prometheus, Alertmanager
 and the dashboard. Without --concurrency, 4 s at each of 8, 16 and 32 clients picks the
-level with the highest throughput. The soak itself is one `python -m loadgen concurrency`
+level with the highest throughput. The soak itself is one `batchscope load concurrency`
 process storing into a fresh store, so the load generator is measured as a service too.
 Every 5 s the RSS of each service (its whole process group: Triton's python-backend stubs
 count with Triton) is sampled; the table gives the median of the first minute, of the first
@@ -105,7 +105,7 @@ def soak(
     out_path, err_path = folder / "loadgen.out.json", folder / "loadgen.err"
     out_file, err_file = out_path.open("w"), err_path.open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "concurrency", "-c", str(concurrency)]
+        [sys.executable, "-m", "batchscope", "load", "concurrency", "-c", str(concurrency)]
         + ["-d", f"{seconds:g}", "--url", url, "--db", str(db), "--json"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

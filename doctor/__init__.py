@@ -9,7 +9,7 @@ numbers it rests on and the fix as ``config.pbtxt`` lines; a healthy batcher get
   window type, :class:`observe.window.Window`, whichever source filled it);
 - :mod:`doctor.diagnosis`: one model's config, window, traces and findings;
 - :mod:`doctor.report`: the text the CLI and the dashboard show;
-- :mod:`doctor.cli`: ``batchscope doctor`` (and ``python -m stack doctor``).
+- :mod:`doctor.checkup`: what ``batchscope doctor`` does, live or on a stored run.
 """
 
 from doctor.checks import Finding, check

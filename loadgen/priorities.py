@@ -9,17 +9,14 @@ model), so these client-side figures are the only per-level view.
 Triton treats a priority outside 1..priority_levels as the default level without a word
 (checked on 2.51: priority 3 of 2 levels is answered), so such a mix is refused here.
 
-    python -m loadgen.priorities --model add_priority --mix 1:2,2:4 --duration 3
+    batchscope load priorities --model add_priority --mix 1:2,2:4 --duration 3
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadgen.errors import LoadgenError
@@ -27,7 +24,6 @@ from loadgen.results.params import default_urls
 from loadgen.sequences import error_kind, json_inputs, read_config
 from tritonapi.client import TritonClient, TritonError
 from tritonapi.modelconfig import ModelConfig
-from tritonapi.modelname import model_name
 
 MAX_CLIENTS = 64
 MAX_DURATION_S = 300.0
@@ -151,37 +147,3 @@ def report(params: PriorityParams, results: dict[int, LevelResult]) -> str:
         lines.append(f"priority {level} ({clients} clients): {r.sent} sent, {r.ok} ok, {latency}")
         lines += [f"  {n} x {kind}" for kind, n in r.errors.items()]
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadgen.priorities",
-        description="Closed-loop clients per priority level against one model, side by side.",
-    )
-    parser.add_argument(
-        "--model", type=model_name, required=True, help="a model with priority_levels"
-    )
-    parser.add_argument("--mix", required=True, help="LEVEL:CLIENTS pairs, e.g. 1:2,2:4")
-    parser.add_argument("--url", default="", help="Triton HTTP URL (default: the stack's)")
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds")
-    parser.add_argument("--timeout-s", type=float, default=10.0, help="per request")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        params = PriorityParams(
-            args.model, parse_mix(args.mix), args.url, args.duration, args.timeout_s
-        )
-        results = run_mix(params)
-    except LoadgenError as exc:
-        print(f"python -m loadgen.priorities: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(report(params, results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

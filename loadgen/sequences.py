@@ -12,17 +12,14 @@ specify the START flag"): a sequence that was never started, or one idle longer 
 ``max_sequence_idle_microseconds`` whose slot was freed. That refusal is recorded under
 one error kind that says so, never as a generic failure.
 
-    python -m loadgen.sequences --model seq_accumulate --sequences 20 --length 5 --concurrency 4
+    batchscope load sequences --model seq_accumulate --sequences 20 --length 5 --concurrency 4
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +28,6 @@ from loadgen.errors import LoadgenError
 from loadgen.results.params import default_urls
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError, TritonUnreachable
 from tritonapi.modelconfig import ModelConfig, Tensor
-from tritonapi.modelname import model_name
 
 # KServe v2 JSON datatypes of the model config's TYPE_* we can fill with small numbers.
 DATATYPES = {
@@ -245,48 +241,3 @@ def report(result: SequenceResult) -> str:
     ]
     lines += [f"  {n} x {kind}" for kind, n in result.errors.items()]
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadgen.sequences",
-        description="Send sequences (START ... END, one correlation ID each) to a stateful "
-        "model served with sequence batching.",
-    )
-    parser.add_argument(
-        "--model", type=model_name, required=True, help="a model with sequence_batching"
-    )
-    parser.add_argument("--url", default="", help="Triton HTTP URL (default: the stack's)")
-    parser.add_argument("--sequences", type=int, default=8, help="how many sequences")
-    parser.add_argument("--length", type=int, default=5, help="requests per sequence")
-    parser.add_argument("--concurrency", type=int, default=4, help="sequences in flight")
-    parser.add_argument("--first-id", type=int, default=1, help="first correlation ID")
-    parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between steps")
-    parser.add_argument("--timeout-s", type=float, default=10.0, help="per request")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    params = SequenceParams(
-        model=args.model,
-        url=args.url,
-        sequences=args.sequences,
-        length=args.length,
-        concurrency=args.concurrency,
-        first_id=args.first_id,
-        gap_s=args.gap_ms / 1e3,
-        timeout_s=args.timeout_s,
-    )
-    try:
-        result = run_sequences(params)
-    except LoadgenError as exc:
-        print(f"python -m loadgen.sequences: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(report(result))
-    return 0 if result.failed == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

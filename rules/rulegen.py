@@ -392,7 +392,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump(body: Any, source: Path, command: str = "python -m stack rules") -> str:
+def dump(body: Any, source: Path, command: str = "batchscope rules") -> str:
     try:
         origin = source.resolve().relative_to(ROOT)
     except ValueError:

@@ -25,7 +25,7 @@ from stack.service import Service
 from stacksettings import ALERTMANAGER_USER, Settings, ensure_secret
 
 BINARY = "prometheus-alertmanager"
-# The web config (basic auth) `python -m stack secrets` writes for compose, in the state folder.
+# The web config (basic auth) `batchscope secrets` writes for compose, in the state folder.
 WEB_CONFIG = "alertmanager-web.yml"
 INSTALL_HINT = (
     "install it with `apt-get install prometheus-alertmanager` (Debian/Ubuntu; ./stack/up does "
@@ -39,7 +39,7 @@ def web_config(password: str) -> str:
     # once per new connection's credentials, not per request.
     digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=10)).decode()
     body = {"basic_auth_users": {ALERTMANAGER_USER: digest}}
-    return "# Written by `python -m stack`; edits are overwritten.\n" + yaml.safe_dump(body)
+    return "# Written by `batchscope`; edits are overwritten.\n" + yaml.safe_dump(body)
 
 
 def write_web_config(password_file: Path, path: Path) -> Path:

@@ -22,7 +22,7 @@ def environment(settings: Settings) -> dict[str, str]:
         "DASHBOARD_TRITON_URLS": ",".join(settings.triton_targets),
         "STACK_TRITON_URLS": ",".join(settings.triton_urls),
         "DASHBOARD_EXPORTER_URL": settings.url("exporter"),
-        # Where `python -m loadgen` stores runs by default (loadgen.results.params.default_db).
+        # Where `batchscope load` stores runs by default (loadgen.results.params.default_db).
         "DASHBOARD_STORE": str(settings.store),
         "DASHBOARD_MODEL_REPOSITORY": str(settings.model_repository),
         # Named in the dashboard's messages when a service stops: the --state-dir in use.

@@ -1,4 +1,4 @@
-"""The batching exporter (``python -m exporter``), reading the stack's own Triton."""
+"""The batching exporter (``batchscope exporter``), reading the stack's own Triton."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def service(settings: Settings) -> Service:
         argv=[
             sys.executable,
             "-m",
+            "batchscope",
             "exporter",
             *targets(settings),
             f"--triton-timeout={triton_timeout_s(settings):g}",

@@ -63,7 +63,7 @@ def write_config(settings: Settings) -> Path:
     )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(
-        "# Written by `python -m stack up`; edits are overwritten.\n"
+        "# Written by `batchscope up`; edits are overwritten.\n"
         + yaml.safe_dump(body, sort_keys=False)
     )
     tmp.replace(path)

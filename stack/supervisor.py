@@ -424,7 +424,7 @@ class Supervisor:
     def supervise(self, running: list[Running]) -> None:
         """Block until a stop is requested; restart services that die, with backoff.
 
-        Also serves `python -m stack restart SERVICE` from another shell (a request
+        Also serves `batchscope restart SERVICE` from another shell (a request
         file in the state folder). ``running`` is updated in place.
         """
         tracks = {run.name: _Backoff(started_at=time.monotonic()) for run in running}
@@ -681,7 +681,7 @@ def _rfc3339(epoch: float) -> str:
 
 
 def restart_requests(settings: Settings) -> Path:
-    """Where `python -m stack restart` leaves requests for the supervising process."""
+    """Where `batchscope restart` leaves requests for the supervising process."""
     return settings.state_dir / "requests"
 
 

@@ -1,4 +1,4 @@
-"""``python -m stack trace``: trace the next N requests of one model, within a time limit.
+"""``batchscope trace``: trace the next N requests of one model, within a time limit.
 
 Triton writes the window's traces to its trace file when the N-th traced request is done
 (see ``tritonapi.traces`` for why windows are counted, not timed); the exporter reads and

@@ -133,7 +133,7 @@ def server_argv(runtime: Runtime, settings: Settings, backends: Path, key: str |
         # Latency summaries give the dashboard real p99s (off by default in Triton).
         "--metrics-config=summary_latencies=true",
         # Per-request traces: written to a file of ours, off until a model's setting
-        # turns them on (`python -m stack trace`, the dashboard's timeline). The file can
+        # turns them on (`batchscope trace`, the dashboard's timeline). The file can
         # only be chosen at start; level, rate and count change at run time.
         f"--trace-config=triton,file={settings.trace_file}",
         "--trace-config=level=OFF",

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2
 
 from bench.wire import Capture, requests_in
 from loadgen.clients.checks import WRONG_SUM
-from stack.cli import restart
+from stack.control import restart
 from stacksettings import Settings
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats
@@ -423,3 +423,10 @@ class TritonCrashes:
                 return False
 
         wait_for(f"Triton ready at {url}", ready, timeout_s)
+
+
+def load(argv: Sequence[str]) -> int:
+    """``batchscope load ARGV...`` in this process; its exit status."""
+    from batchscope.main import main
+
+    return main(["load", *argv])

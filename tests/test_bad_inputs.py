@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import importlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,11 +29,8 @@ from typing import Any
 
 import pytest
 
-from advisor import cli as advisor_cli
+from batchscope.main import full_parser, main
 from dashboard import loadruns
-from exporter import cli as exporter_cli
-from loadgen import cli as loadgen_cli
-from stack import cli as stack_cli
 from stacksettings import PORTS, free_ports, isolated
 from tritonapi.modelname import model_name
 
@@ -60,17 +57,17 @@ def case(*argv: str, problem: str, fix: str, **env: str) -> Case:
     return Case(tuple(argv), problem, fix, env)
 
 
-STACK = ("stack",)
-UP = ("stack", "up", "--no-warmup")
-EXPORTER = ("exporter",)
-LOADGEN = ("loadgen",)
-CONC = ("loadgen", "concurrency", "--url", DEAD_URL, "--no-store")
-SEQ = ("loadgen.sequences", "--url", DEAD_URL)
-PRIO = ("loadgen.priorities", "--url", DEAD_URL)
-RATE = ("loadgen", "rate", "--url", DEAD_URL, "--no-store")
-CAPACITY = ("loadgen", "capacity", "--url", DEAD_URL, "--no-store")
-ADVISOR = ("advisor",)
-PREDICT = ("advisor", "predict", "--service-us", "450,47", "--concurrency", "8")
+STACK = ("batchscope",)
+UP = ("batchscope", "up", "--no-warmup")
+EXPORTER = ("batchscope", "exporter")
+LOADGEN = ("batchscope", "load")
+CONC = ("batchscope", "load", "concurrency", "--url", DEAD_URL, "--no-store")
+SEQ = ("batchscope", "load", "sequences", "--url", DEAD_URL)
+PRIO = ("batchscope", "load", "priorities", "--url", DEAD_URL)
+RATE = ("batchscope", "load", "rate", "--url", DEAD_URL, "--no-store")
+CAPACITY = ("batchscope", "load", "capacity", "--url", DEAD_URL, "--no-store")
+ADVISOR = ("batchscope",)
+PREDICT = ("batchscope", "predict", "--service-us", "450,47", "--concurrency", "8")
 
 CASES = [
     # ---- the launcher ----------------------------------------------------------------
@@ -311,7 +308,9 @@ def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
 
 def test_there_are_at_least_40_cases_across_every_cli() -> None:
     assert len(CASES) >= 40
-    assert {c.argv[0].split(".")[0] for c in CASES} == {"stack", "exporter", "loadgen", "advisor"}
+    assert {c.argv[0] for c in CASES} == {"batchscope"}
+    groups = {GROUPS.get(c.argv[1], "") for c in CASES}
+    assert groups >= {"stack", "exporter", "loadgen", "advisor"}, groups
 
 
 # About a hundred interpreters started one after another: minutes on a busy 2-core machine.
@@ -322,10 +321,11 @@ def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Pat
         results = list(pool.map(lambda c: run(c, state), CASES))
     problems = []
     for c, result in zip(CASES, results, strict=True):
-        errors = [ln for ln in result.stderr.splitlines() if ln and not ln.startswith(" ")]
-        errors = [ln for ln in errors if not ln.startswith("usage:")]
+        errors = [ln for ln in result.stderr.splitlines() if ln]
         message = errors[-1] if errors else ""
         wrong = []
+        if not re.match(r"batchscope( [\w-]+)*: error: ", message):
+            wrong.append("not a `batchscope SUBCOMMAND: error:` line")
         if result.returncode != 2:
             wrong.append(f"exit {result.returncode}")
         if "Traceback" in result.stderr:
@@ -368,14 +368,18 @@ def test_the_dashboard_form_refuses_with_a_message(
 # so a new flag is covered the day it is added. Each case runs in a forked child of this
 # process (the modules are imported once), with the same environment as above.
 
-PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
-    "stack": stack_cli.build_parser,
-    "loadgen": loadgen_cli.build_parser,
-    "exporter": exporter_cli.build_parser,
-    "advisor": advisor_cli.build_parser,
+# The tool each command belongs to: a flag the tool's commands share is tried once.
+GROUPS = {
+    **dict.fromkeys(
+        ("up", "down", "restart", "secrets", "status", "check-config", "trace"), "stack"
+    ),
+    **dict.fromkeys(("rules", "render"), "stack"),
+    "doctor": "doctor",
+    **dict.fromkeys(("docs", "completion"), "batchscope"),
+    "load": "loadgen",
+    "exporter": "exporter",
+    **dict.fromkeys(("advise", "autopilot", "predict"), "advisor"),
 }
-MAINS = {"stack": "stack.cli", "loadgen": "loadgen.cli", "exporter": "exporter.cli"}
-MAINS["advisor"] = "advisor.cli"
 NUMERIC_METAVARS = {"PORT", "SECONDS", "S", "N", "B", "R", "X", "AGE"}
 URL_METAVARS = {"URL", "EXPORTER_URL"}
 PATH_METAVARS = {"FILE", "PREFIX"}
@@ -386,28 +390,28 @@ OUTPUT_PATHS = {"--state-dir", "--output", "--out", "--trace-file", "--calibrati
 # nothing is written where the store is checked.
 (BUSY,) = free_ports(1)
 BASE: dict[str, tuple[str, ...]] = {
-    "stack up": ("--no-warmup", "--rules-settings", "{garbage}"),
-    "stack restart": ("exporter",),
-    "stack check-config": (),
-    "stack trace": ("--model", "m", "--url", DEAD_URL),
-    "stack doctor": ("--url", DEAD_URL),
-    "stack secrets": ("--state-dir", "{scratch}/secrets"),
-    "loadgen serial": ("--url", DEAD_URL, "--no-store"),
-    "loadgen concurrent": ("--url", DEAD_URL, "--no-store"),
-    "loadgen concurrency": ("--url", DEAD_URL, "--no-store"),
-    "loadgen rate": ("-r", "10", "--url", DEAD_URL, "--no-store"),
-    "loadgen steps": ("--stage", "10:1", "--url", DEAD_URL, "--no-store"),
-    "loadgen capacity": ("--p99-ms", "5", "--url", DEAD_URL, "--no-store"),
-    "loadgen compare": ("serial -n 1", "serial -n 2", "--db", "{scratch}/compare.db"),
-    "loadgen runs": ("--db", "{store}"),
-    "loadgen show": ("1", "--db", "{store}"),
-    "loadgen export": ("1", "--db", "{store}", "--out", "{scratch}/export"),
-    "loadgen merge": ("{store}", "{store}", "--db", "{scratch}/merge.db"),
-    "loadgen prune": ("--db", "{scratch}/prune.db"),
-    "loadgen import": ("{garbage}", "--db", "{scratch}/import.db"),
+    "up": ("--no-warmup", "--rules-settings", "{garbage}"),
+    "restart": ("exporter",),
+    "check-config": (),
+    "trace": ("--model", "m", "--url", DEAD_URL),
+    "doctor": ("--url", DEAD_URL),
+    "secrets": ("--state-dir", "{scratch}/secrets"),
+    "load serial": ("--url", DEAD_URL, "--no-store"),
+    "load concurrent": ("--url", DEAD_URL, "--no-store"),
+    "load concurrency": ("--url", DEAD_URL, "--no-store"),
+    "load rate": ("-r", "10", "--url", DEAD_URL, "--no-store"),
+    "load steps": ("--stage", "10:1", "--url", DEAD_URL, "--no-store"),
+    "load capacity": ("--p99-ms", "5", "--url", DEAD_URL, "--no-store"),
+    "load compare": ("serial -n 1", "serial -n 2", "--db", "{scratch}/compare.db"),
+    "load runs": ("--db", "{store}"),
+    "load show": ("1", "--db", "{store}"),
+    "load export": ("1", "--db", "{store}", "--out", "{scratch}/export"),
+    "load merge": ("{store}", "{store}", "--db", "{scratch}/merge.db"),
+    "load prune": ("--db", "{scratch}/prune.db"),
+    "load import": ("{garbage}", "--db", "{scratch}/import.db"),
     "exporter": ("--web.listen-address", f"127.0.0.1:{BUSY}"),
-    "advisor predict": ("--service-us", "450,47", "--concurrency", "8", "--max-batch-size", "8"),
-    "advisor advise": ("--url", DEAD_URL, "--model", "m", "--p99-ms", "5"),
+    "predict": ("--service-us", "450,47", "--concurrency", "8", "--max-batch-size", "8"),
+    "advise": ("--url", DEAD_URL, "--model", "m", "--p99-ms", "5"),
 }
 VALUES = {
     # class -> (label, value, refused in every context)
@@ -438,24 +442,24 @@ VALUES = {
 }
 # Reviewed: values these flags take on purpose. (command, flag, label) -> why.
 ACCEPTED: dict[tuple[str, str, str], str] = {
-    ("stack up", "--hung-after", "zero"): "0 turns hang restarts off",
-    ("loadgen serial", "--gap-ms", "zero"): "back to back",
-    ("loadgen serial", "--seed", "zero"): "a seed like any other",
-    ("loadgen prune", "--keep", "zero"): "keep none (the store is checked next)",
+    ("up", "--hung-after", "zero"): "0 turns hang restarts off",
+    ("load serial", "--gap-ms", "zero"): "back to back",
+    ("load serial", "--seed", "zero"): "a seed like any other",
+    ("load prune", "--keep", "zero"): "keep none (the store is checked next)",
     ("exporter", "--config-cache-ttl", "zero"): "0: no config cache",
     ("exporter", "--read-interval", "zero"): "0: read at each scrape",
     ("exporter", "--trace-sample", "zero"): "0: always-on trace sampling off (the default)",
-    ("advisor advise", "--cv", "zero"): "0: evenly spaced arrivals",
-    ("advisor advise", "--delay-us", "zero"): "0: no queue delay, Triton's default",
-    ("stack up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
-    ("stack up", "--triton-url", "another service's port"): "warned by the probe, then watched",
-    ("loadgen serial", "--db", "missing"): "a new store is made there",
-    ("loadgen serial", "--grpc-url", "another service's port"): "used only with --protocol grpc",
-    ("loadgen serial", "--exporter-url", "another service's port"): "used only with --trace",
-    ("advisor advise", "--model-repository", "missing"): "read only by --verify",
-    ("advisor advise", "--db", "missing"): "a new store is made there (by --apply's record)",
-    ("advisor advise", "--model-repository", "a directory"): "a repository is a folder",
-    ("advisor advise", "--admin-key-file", "missing"): "no key: the default may not exist",
+    ("advise", "--cv", "zero"): "0: evenly spaced arrivals",
+    ("advise", "--delay-us", "zero"): "0: no queue delay, Triton's default",
+    ("up", "--triton-url", "dead"): "attach mode watches a server that is down (warned)",
+    ("up", "--triton-url", "another service's port"): "warned by the probe, then watched",
+    ("load serial", "--db", "missing"): "a new store is made there",
+    ("load serial", "--grpc-url", "another service's port"): "used only with --protocol grpc",
+    ("load serial", "--exporter-url", "another service's port"): "used only with --trace",
+    ("advise", "--model-repository", "missing"): "read only by --verify",
+    ("advise", "--db", "missing"): "a new store is made there (by --apply's record)",
+    ("advise", "--model-repository", "a directory"): "a repository is a folder",
+    ("advise", "--admin-key-file", "missing"): "no key: the default may not exist",
     ("exporter", "--triton-url", "dead"): "read at scrape time: a down Triton is what it reports",
     ("exporter", "--triton-url", "another service's port"): "read at scrape time, reported then",
     ("exporter", "--changes-db", "missing"): "no store yet: no series until the first change",
@@ -466,17 +470,17 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("exporter", "--trace-file", "garbage"): "a prefix: Triton writes PREFIX.0, .1, ...",
     # The doctor reads Prometheus and the exporter after Triton: what answers there is
     # judged then (a dead Triton, as here, is the first thing it reports).
-    ("stack doctor", "--metrics-url", "another service's port"): "read after Triton answers",
-    ("advisor advise", "--metrics-url", "another service's port"): "read after Triton answers",
-    ("advisor autopilot", "--metrics-url", "another service's port"): "read after Triton answers",
-    ("stack doctor", "--prometheus", "another service's port"): "read after Triton answers",
-    ("stack doctor", "--exporter-url", "another service's port"): "read after Triton answers",
+    ("doctor", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("advise", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("autopilot", "--metrics-url", "another service's port"): "read after Triton answers",
+    ("doctor", "--prometheus", "another service's port"): "read after Triton answers",
+    ("doctor", "--exporter-url", "another service's port"): "read after Triton answers",
 }
 
 
 @dataclass(frozen=True)
 class Flag:
-    command: str  # "loadgen rate"
+    command: str  # "load rate"
     option: str  # "--duration"
     kind: str  # number | path | url | model
     names: tuple[str, ...]  # what an error line may call it
@@ -510,13 +514,15 @@ def flags() -> list[Flag]:
                     walk(sub, f"{path} {name}")
             elif action.option_strings and action.nargs != 0:
                 kind = classify(action)
-                key = (path.split()[0], action.option_strings[-1])
+                key = (GROUPS[path.split()[0]], action.option_strings[-1])
                 if kind and key not in found and path in BASE:
                     names = (*action.option_strings, action.dest.replace("_", "-"))
                     found[key] = Flag(path, action.option_strings[-1], kind, names)
 
-    for module, build in PARSERS.items():
-        walk(build(), module)
+    (sub,) = [a for a in full_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(GROUPS) == set(sub.choices)  # a new command is given its tool here
+    for name, parser in sub.choices.items():
+        walk(parser, name)
     return list(found.values())
 
 
@@ -576,8 +582,8 @@ def socket_held(port: int) -> Iterator[None]:
         yield
 
 
-def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> int:
-    """Run ``module.main(argv)`` in a forked child; its stderr goes to ``out``."""
+def forked(argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> int:
+    """Run ``batchscope ARGV...`` (its main) in a forked child; its stderr goes to ``out``."""
     pid = os.fork()
     if pid == 0:  # the child
         code = 99
@@ -590,7 +596,7 @@ def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout
             # pytest's capture replaces sys.stderr and sys.stdout: point them at the fds.
             sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives until _exit
             sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            code = importlib.import_module(module).main(argv) or 0
+            code = main(argv) or 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except BaseException:  # noqa: BLE001 - reported as the traceback it is
@@ -612,9 +618,11 @@ def forked(module: str, argv: list[str], env: dict[str, str], out: Path, timeout
 
 def verdict(c: ClassCase, code: int, stderr: str, value: str) -> str | None:
     """What is wrong with how the command took the value, or None."""
-    errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
+    errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith(" ")]
     if "Traceback" in stderr:
         return "a traceback"
+    if any(ln.startswith("usage:") for ln in errors):
+        return "a usage block"
     if code not in (0, 1, 2):
         return f"exit {code}"
     accepted = (c.flag.command, c.flag.option, c.label) in ACCEPTED
@@ -637,7 +645,7 @@ def test_class_cases_cover_every_flag_with_a_number_path_url_or_model() -> None:
     print(per_class)
     # Every class has flags in it, and a few well-known ones are found by the walk.
     assert all(per_class.values()), per_class
-    options = {(f.command.split()[0], f.option, f.kind) for f in FLAGS}
+    options = {(GROUPS[f.command.split()[0]], f.option, f.kind) for f in FLAGS}
     for known in [
         ("loadgen", "--duration", "number"),
         ("loadgen", "--db", "path"),
@@ -645,6 +653,7 @@ def test_class_cases_cover_every_flag_with_a_number_path_url_or_model() -> None:
         ("exporter", "--triton-url", "url"),
         ("advisor", "--traces", "url"),
         ("stack", "--model", "model"),
+        ("doctor", "--model", "model"),
     ]:
         assert known in options, known
 
@@ -679,9 +688,9 @@ def test_every_class_case_is_refused_in_one_line_naming_the_flag(
                 if c.flag.option == "--db":  # a run that is stored: the store is checked
                     base = [a for a in base if a != "--no-store"]
                 value = c.value.format(**fill)
-                argv = [*c.flag.command.split()[1:], *base, c.flag.option, value]
+                argv = [*c.flag.command.split(), *base, c.flag.option, value]
                 out = tmp_path / "stderr"
-                code = forked(MAINS[c.flag.command.split()[0]], argv, env, out, 20)
+                code = forked(argv, env, out, 20)
                 why = verdict(c, code, out.read_text(errors="replace"), value)
                 if why:
                     problems.append(f"{c.id}: {why}")
@@ -705,24 +714,24 @@ ENV_FLAGS = {
     "STACK_TRITON_URLS": "--triton-url",
 }
 ENV_VARS: list[tuple[str, str, str]] = [
-    *[(var, "number", "stack up") for _, var in PORTS.values()],
-    ("STACK_SCRAPE_INTERVAL", "number", "stack up"),
-    ("STACK_HUNG_AFTER", "number", "stack up"),
-    ("STACK_TRITON_CACHE_BYTES", "number", "stack up"),
+    *[(var, "number", "up") for _, var in PORTS.values()],
+    ("STACK_SCRAPE_INTERVAL", "number", "up"),
+    ("STACK_HUNG_AFTER", "number", "up"),
+    ("STACK_TRITON_CACHE_BYTES", "number", "up"),
     ("TRITON_TIMEOUT", "number", "exporter"),
     ("EXPORTER_CONFIG_CACHE_TTL", "number", "exporter"),
     ("EXPORTER_READ_INTERVAL", "number", "exporter"),
-    ("STACK_STATE_DIR", "path", "stack status"),
-    ("STACK_MODEL_REPOSITORY", "path", "stack check-config"),
-    ("STACK_RULES_SETTINGS", "path", "stack up"),
-    ("STACK_TRITON_ADMIN_KEY_FILE", "path", "stack check-config"),
+    ("STACK_STATE_DIR", "path", "status"),
+    ("STACK_MODEL_REPOSITORY", "path", "check-config"),
+    ("STACK_RULES_SETTINGS", "path", "up"),
+    ("STACK_TRITON_ADMIN_KEY_FILE", "path", "check-config"),
     ("TRITON_ADMIN_KEY_FILE", "path", "exporter"),
-    ("LOADGEN_DB", "path", "loadgen runs"),
-    ("STACK_TRITON_URLS", "url", "stack check-config"),
+    ("LOADGEN_DB", "path", "load runs"),
+    ("STACK_TRITON_URLS", "url", "check-config"),
     ("TRITON_URL", "url", "exporter"),
     ("TRITON_METRICS_URL", "url", "exporter"),
 ]
-ENV_BASE = {**BASE, "stack up": ("--no-warmup",), "loadgen runs": (), "stack status": ()}
+ENV_BASE = {**BASE, "up": ("--no-warmup",), "load runs": (), "status": ()}
 ENV_ACCEPTED = {
     ("STACK_HUNG_AFTER", "zero"): "0 turns hang restarts off",
     ("STACK_TRITON_CACHE_BYTES", "zero"): "0: no response cache",
@@ -773,10 +782,10 @@ def test_every_environment_class_case_is_refused_in_one_line_naming_the_variable
         with socket_held(BUSY):
             for var, command, label, value, _strict in ENV_CASES:
                 filled = value.format(**fill)
-                argv = [*command.split()[1:], *(a.format(**fill) for a in ENV_BASE[command])]
+                argv = [*command.split(), *(a.format(**fill) for a in ENV_BASE[command])]
                 out = tmp_path / "stderr"
                 env = {**base_env, var: filled}
-                code = forked(MAINS[command.split()[0]], argv, env, out, 20)
+                code = forked(argv, env, out, 20)
                 stderr = out.read_text(errors="replace")
                 errors = [
                     ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))
@@ -827,9 +836,9 @@ def test_an_unknown_model_is_named_by_every_command_that_takes_one(
     problems = []
     for flag in MODEL_FLAGS:
         base = [triton if a == DEAD_URL else a for a in BASE[flag.command]]
-        argv = [*flag.command.split()[1:], *base, flag.option, "nosuch_model"]
+        argv = [*flag.command.split(), *base, flag.option, "nosuch_model"]
         out = tmp_path / "stderr"
-        code = forked(MAINS[flag.command.split()[0]], argv, env, out, 60)
+        code = forked(argv, env, out, 60)
         stderr = out.read_text(errors="replace")
         errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith((" ", "usage:"))]
         if code != 2 or len(errors) != 1 or "nosuch_model" not in errors[0]:
@@ -873,7 +882,7 @@ def _one_line_exit_2(c: Case, state: Path) -> None:
 def test_a_data_file_naming_an_input_the_model_lacks(inputs_url: str, state: Path) -> None:
     _one_line_exit_2(
         case(
-            *("loadgen", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
+            *("batchscope", "load", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
             *("--input-data", str(INPUTDATA / "text_stats.json")),
             problem="the model has no tensor 'TEXT'",
             fix="(it has IDS)",
@@ -886,7 +895,7 @@ def test_a_data_file_naming_an_input_the_model_lacks(inputs_url: str, state: Pat
 def test_a_data_file_that_is_not_json(inputs_url: str, state: Path) -> None:
     _one_line_exit_2(
         case(
-            *("loadgen", "rate", "-r", "10", "--url", inputs_url, "-m", "bounded_ids"),
+            *("batchscope", "load", "rate", "-r", "10", "--url", inputs_url, "-m", "bounded_ids"),
             *("--input-data", str(INPUTDATA / "model_repository" / "bounded_ids" / "config.pbtxt")),
             problem="not a readable JSON file",
             fix="",
@@ -911,7 +920,7 @@ def test_a_data_file_that_does_not_exist(state: Path) -> None:
 def test_a_range_outside_the_dtype(inputs_url: str, state: Path) -> None:
     _one_line_exit_2(
         case(
-            *("loadgen", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
+            *("batchscope", "load", "concurrency", "--url", inputs_url, "-m", "bounded_ids"),
             *("--shape", "IDS=8", "--range", "IDS=-1:1e20"),
             problem="INT64 holds whole numbers",
             fix="LO:HI must lie in",
@@ -920,7 +929,7 @@ def test_a_range_outside_the_dtype(inputs_url: str, state: Path) -> None:
     )
     _one_line_exit_2(
         case(
-            *("loadgen", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
+            *("batchscope", "load", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
             *("--range", "X=0:70000"),
             problem="outside what FP16 holds",
             fix="65504",
@@ -933,7 +942,7 @@ def test_a_range_outside_the_dtype(inputs_url: str, state: Path) -> None:
 def test_a_shape_outside_the_models_dims(inputs_url: str, state: Path) -> None:
     _one_line_exit_2(
         case(
-            *("loadgen", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
+            *("batchscope", "load", "concurrency", "--url", inputs_url, "-m", "fp16_pair"),
             *("--shape", "Y=2:4,3"),
             problem="--shape Y=2:4,3 does not match the model's shape [2, 3]",
             fix="-1 = any size",

@@ -3,7 +3,7 @@
 Parsing uses the real ModelConfig protobuf that Triton itself uses
 (:mod:`tritonapi.modelconfig`), so a syntax error is reported with the line and
 column Triton would complain about. On top of the syntax, the batching rules a
-config can break without Triton refusing it are checked. ``python -m stack
+config can break without Triton refusing it are checked. ``batchscope
 check-config``, the launcher's ``up`` and the dashboard's config view run these.
 """
 

@@ -1,5 +1,5 @@
 """Model config view: each model's config.pbtxt as parsed, as Triton loaded it, and the
-findings of ``python -m stack check-config``."""
+findings of ``batchscope check-config``."""
 
 from __future__ import annotations
 

@@ -124,9 +124,10 @@ def render_form(cfg: DashboardSettings, models: list[str]) -> None:
         )
         form.update(render_inputs(cfg, model))
         st.caption(
-            f"Limits here: concurrency ≤ {loadruns.MAX_CONCURRENCY}, rate ≤ {loadruns.MAX_RATE:g}/s, "
-            f"duration ≤ {loadruns.MAX_DURATION_S:g} s, requests ≤ {loadruns.MAX_REQUESTS}; one run at a "
-            "time. Bigger runs: `batchscope load` from a shell."
+            f"Limits here: concurrency ≤ {loadruns.MAX_CONCURRENCY}, "
+            f"rate ≤ {loadruns.MAX_RATE:g}/s, duration ≤ {loadruns.MAX_DURATION_S:g} s, "
+            f"requests ≤ {loadruns.MAX_REQUESTS}; one run at a time. Bigger runs: "
+            "`batchscope load` from a shell."
         )
         if st.button("Start run", type="primary", disabled=manager().busy, key="form_start"):
             try:

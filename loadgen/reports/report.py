@@ -24,11 +24,13 @@ def _num(value: float | None, digits: int = 1) -> str:
 class ProgressBar:
     """One line redrawn in place on a terminal (stderr); silent when stderr is not one."""
 
-    def __init__(self, label: str, stream: IO[str] = sys.stderr, width: int = 24) -> None:
+    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 24) -> None:
         self.label = label
-        self.stream = stream
+        # Read when the bar is made, not when this module is imported (a command imports
+        # it lazily, perhaps while a caller has swapped sys.stderr for a moment).
+        self.stream = stream or sys.stderr
         self.width = width
-        self.live = stream.isatty()
+        self.live = self.stream.isatty()
 
     def __call__(self, snap: dict[str, Any]) -> None:
         if not self.live:

@@ -1,4 +1,5 @@
-"""triton-advisor: bad input gets one line and exit code 2; advise against the real Triton."""
+"""batchscope advise and predict: bad input gets one line and exit code 2; advise against the
+real Triton."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from advisor.cli import main
+from batchscope.main import main
 from stacksettings import Settings, free_ports
 from tests.helpers import add_inputs
 
@@ -18,18 +19,15 @@ DATA = Path(__file__).parent / "data" / "calibration.json"
 
 
 def error_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    return err[-1]
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith(f"batchscope {argv[0]}: error: "), err
+    assert err.endswith(f" (see 'batchscope {argv[0]} --help')"), err
+    return err
 
 
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse
-        code = int(exc.code or 0)
+    code = main(argv)
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -91,7 +89,8 @@ def test_inconsistent_config_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
     )
     assert code == 2 and out == ""
     assert err.strip() == (
-        "triton-advisor: error: preferred batch size 8 is outside 1..max_batch_size (4)"
+        "batchscope predict: error: preferred batch size 8 is outside 1..max_batch_size (4)"
+        " (see 'batchscope predict --help')"
     )
 
 
@@ -116,7 +115,7 @@ def test_bad_input_options_are_one_line_before_any_server(
     argv = ["advise", "--url", f"http://127.0.0.1:{port}", "--model", "m", "--p99-ms", "5"]
     code, out, err = run_main([*argv, *option], capsys)
     assert code == 2 and out == ""
-    assert err.startswith(f"triton-advisor: error: {expected}"), err
+    assert err.startswith(f"batchscope advise: error: {expected}"), err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -128,8 +127,9 @@ def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 2 and out == ""
     assert err.strip() == (
-        f"triton-advisor: error: Triton at http://127.0.0.1:{port} is not answering "
+        f"batchscope advise: error: Triton at http://127.0.0.1:{port} is not answering "
         "(connection refused): start it (./stack/up) or fix --url"
+        " (see 'batchscope advise --help')"
     )
 
 
@@ -151,7 +151,7 @@ def test_bad_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         capsys,
     )
     assert code == 2
-    assert err.startswith("triton-advisor: error: --calibration:")
+    assert err.startswith("batchscope predict: error: --calibration:")
 
 
 def test_predict_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from advisor import costs, inputs
-from advisor.cli import main
 from advisor.fit import fit_traffic
+from batchscope.main import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult
 from loadgen.results.stored import load_run

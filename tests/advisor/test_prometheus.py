@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from advisor.cli import main
 from advisor.fit import batch_times_from_prometheus, fit_service_times, traffic_from_prometheus
+from batchscope.main import main
 from loadgen.clients.burst import burst, infer_body
 from stacksettings import Settings
 

@@ -14,10 +14,10 @@ import pytest
 
 from advisor import storedrun
 from advisor.calibrate import load_capture
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.model import ClosedLoop, OpenLoop
 from advisor.predict import predict
+from batchscope.main import main
 from loadgen.results.params import RunParams
 from loadgen.results.stored import load_run
 from runs.store import RunStore

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from autopilot import apply
 from autopilot.apply import Predicted, Seen, judge
+from batchscope.main import main
 from loadgen.engine.runner import RunParams
 from runs.changes import Change
 from runs.store import RunStore
@@ -229,7 +229,8 @@ def test_apply_needs_the_live_model(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["advise", "--store", "x.sqlite3", "--run", "1", "--p99-ms", "5", "--apply"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [
-        "triton-advisor: error: --apply needs --url and --model: the live model to change"
+        "batchscope advise: error: --apply needs --url and --model: the live model to change"
+        " (see 'batchscope advise --help')"
     ]
 
 
@@ -277,7 +278,16 @@ def poisson_traffic(params: RunParams, db: Path) -> Iterator[Path]:
     )
     assert params == plain, "poisson_traffic passes only these parameters to the CLI"
     argv = [
-        *(sys.executable, "-m", "loadgen", "rate", "--poisson", "--rate", str(params.rate)),
+        *(
+            sys.executable,
+            "-m",
+            "batchscope",
+            "load",
+            "rate",
+            "--poisson",
+            "--rate",
+            str(params.rate),
+        ),
         *("--duration", str(params.duration_s), "--model", params.model, "--url", params.url),
         *("--timeout", str(params.timeout_s), "--db", str(db)),
         *(("--seed", str(params.seed)) if params.seed is not None else ()),

@@ -20,13 +20,13 @@ import pytest
 
 from advisor import advice
 from advisor.advice import SearchOptions
-from advisor.cli import main
 from advisor.config import BatcherConfig, from_model_config
 from advisor.inputs import Costs, Inputs, Options, Prepared
 from advisor.model import CpuModel, OpenLoop, ServiceModel
 from advisor.predict import SearchSpace
 from autopilot import loop
 from autopilot.policy import Policy, PolicyError, load, parse
+from batchscope.main import main
 from runs.changes import Change
 from runs.store import RunStore
 from stack.supervisor import Supervisor, running
@@ -87,7 +87,8 @@ def test_each_bad_field_is_one_line_and_the_cli_exits_2(
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 7
-    assert all(line.startswith(f"triton-advisor: error: {where}") for line in err)
+    assert all(line.startswith(f"batchscope autopilot: error: {where}") for line in err)
+    assert err[-1].endswith(" (see 'batchscope autopilot --help')")
     path.write_text("max_batch_size: max: 2\n")
     with pytest.raises(PolicyError, match="not valid YAML at line 1"):
         load(path)
@@ -277,8 +278,9 @@ def test_a_never_touch_model_is_refused_before_anything_is_watched(
     )
     assert code == 2 and out == []
     assert err.strip().splitlines() == [
-        f"triton-advisor: error: autopilot: {MODEL} is in the policy's never_touch list; "
+        f"batchscope autopilot: error: autopilot: {MODEL} is in the policy's never_touch list; "
         "nothing is watched or changed (remove it from never_touch to pilot it)"
+        " (see 'batchscope autopilot --help')"
     ]
     assert time.monotonic() - started < 5  # before any interval
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC

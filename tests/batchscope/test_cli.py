@@ -1,7 +1,8 @@
 """batchscope: one command over every tool, typed as a user types it (subprocess).
 
-The subcommands are the tools' own parsers; these tests compare them with those parsers
-rather than with a list written here, so a subcommand added to a tool is checked too.
+The subcommands are those of the table in batchscope/commands/; these tests compare the
+help with that table and with the commands' own parsers rather than with a list written
+here, so a subcommand added there is checked too.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor import cli as advisor_cli
-from batchscope import cli
-from exporter import cli as exporter_cli
-from loadgen import cli as loadgen_cli
-from stack import cli as stack_cli
+from batchscope.commands import COMMANDS, Command
+from batchscope.main import full_parser, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCHSCOPE = [sys.executable, "-m", "batchscope"]
@@ -41,27 +39,31 @@ def listed(help_text: str) -> set[str]:
     return names
 
 
-def test_help_lists_every_subcommand_of_every_tool() -> None:
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's subcommands by name, in their order (none: empty)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_help_lists_every_subcommand_of_the_table() -> None:
     done = run("--help")
     assert done.returncode == 0, done.stderr
-    expected = {
-        *cli.subcommands_of(stack_cli.build_parser()),
-        *cli.subcommands_of(advisor_cli.build_parser()),
-        "load",
-        "exporter",
-        "docs",
-        "completion",
-    }
-    assert listed(done.stdout) == expected
-    epilog = " ".join(done.stdout.split("Subcommands of subcommands:")[1].split())
-    for name in [*cli.subcommands_of(loadgen_cli.build_parser()), "sequences", "priorities"]:
-        assert f" {name}," in epilog or f" {name}." in epilog, name
+    assert listed(done.stdout) == set(COMMANDS)
+    assert list(subcommands(full_parser())) == list(COMMANDS)
+    # The subcommands of subcommands are named too (load's, in its summary).
+    text = " ".join(done.stdout.split()) + " "
+    for name, command in subcommands(full_parser()).items():
+        for nested in subcommands(command):
+            assert f" {nested}," in text or f" {nested} " in text, f"{name} {nested}"
 
 
-def test_load_lists_every_loadgen_subcommand_and_the_two_modules() -> None:
+def test_load_lists_every_load_subcommand_with_sequences_and_priorities() -> None:
     done = run("load", "--help")
     assert done.returncode == 0, done.stderr
-    expected = {*cli.subcommands_of(loadgen_cli.build_parser()), "sequences", "priorities"}
+    expected = set(subcommands(subcommands(full_parser())["load"]))
+    assert {"serial", "compare", "merge", "sequences", "priorities"} <= expected
     assert listed(done.stdout) == expected
 
 
@@ -90,10 +92,10 @@ def test_each_subcommand_help_names_the_command_typed(words: list[str], prog: st
     assert done.stdout.startswith(f"usage: {prog} ")
 
 
-def test_a_flag_of_the_tool_shows_in_batchscope_help() -> None:
-    """The flags are the tool's own: every option of `python -m exporter` is in ours."""
+def test_a_flag_of_the_command_shows_in_its_help() -> None:
+    """Every option of the exporter command's parser is in `batchscope exporter --help`."""
     ours = run("exporter", "--help").stdout
-    theirs = exporter_cli.build_parser()
+    theirs = subcommands(full_parser())["exporter"]
     for action in theirs._actions:
         for option in action.option_strings:
             assert option in ours
@@ -113,33 +115,25 @@ def test_a_flag_of_the_tool_shows_in_batchscope_help() -> None:
 def test_an_unknown_command_or_flag_is_usage_error_2(words: list[str]) -> None:
     done = run(*words)
     assert done.returncode == 2
-    assert "error:" in done.stderr.splitlines()[-1]
+    (line,) = done.stderr.splitlines()
+    assert "error:" in line and line.startswith("batchscope")
     assert "Traceback" not in done.stderr
 
 
-def test_a_subcommand_added_to_a_tool_appears_without_a_change_here(
+def test_a_command_added_to_the_table_appears_without_a_change_here(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    original = stack_cli.build_parser
-
-    def with_extra() -> argparse.ArgumentParser:
-        parser = original()
-        sub = cli._subparsers_action(parser)
-        extra = sub.add_parser("extra-command", help="added by another change")
-        extra.add_argument("--extra-flag")
-        return parser
-
-    monkeypatch.setattr(stack_cli, "build_parser", with_extra)
-    parser, table = cli.build_parser()
-    assert "extra-command" in table
-    args = parser.parse_args(["extra-command", "--extra-flag", "x"])
-    assert args.extra_flag == "x"
+    extra = Command("batchscope.commands.render", "added by another change")
+    monkeypatch.setitem(COMMANDS, "extra-command", extra)
+    assert "extra-command" in subcommands(full_parser())
+    args = parse(["extra-command", "--check"])
+    assert args.check is True and args.command_prog == "batchscope extra-command"
 
 
-def test_batchscope_runs_the_tool_and_prints_what_it_prints() -> None:
+def test_the_script_and_python_m_batchscope_print_the_same() -> None:
     ours = run("check-config")
     theirs = subprocess.run(
-        [sys.executable, "-m", "stack", "check-config"],
+        [str(SCRIPT), "check-config"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -153,7 +147,7 @@ def test_batchscope_runs_the_tool_and_prints_what_it_prints() -> None:
     assert ours.returncode == 0 and "OK" in ours.stdout
 
 
-def test_predict_gives_what_the_advisor_module_gives() -> None:
+def test_predict_gives_the_same_from_the_script() -> None:
     words = [
         "predict",
         "--max-batch-size",
@@ -169,7 +163,7 @@ def test_predict_gives_what_the_advisor_module_gives() -> None:
     ]
     ours = run(*words)
     theirs = subprocess.run(
-        [sys.executable, "-m", "advisor", *words],
+        [str(SCRIPT), *words],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -180,11 +174,16 @@ def test_predict_gives_what_the_advisor_module_gives() -> None:
 
 
 @pytest.mark.parametrize("module", ["stack", "loadgen", "advisor", "exporter"])
-def test_the_python_m_forms_keep_working(module: str) -> None:
+def test_batchscope_is_the_only_entry_point(module: str) -> None:
+    """The tools' own `python -m` mains are gone: one command, one way to type it."""
     done = subprocess.run(
         [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 0 and done.stdout.startswith("usage: "), done.stderr
+    assert done.returncode != 0 and "cannot be directly executed" in done.stderr, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "batchscope", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: batchscope "), done.stderr
 
 
 def test_stack_up_passes_its_flags_to_batchscope_up() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from advisor.cli import main as advisor_main
+from batchscope.main import main as batchscope
 from loadgen.engine.runner import RunParams, run
 from stack.supervisor import running
 from stacksettings import Settings, isolated
@@ -132,7 +132,7 @@ def test_runs_of_one_traffic_are_pooled_as_advise_run_pools_them(
     # The CLI on the same runs, with the dashboard's bound and calibration file.
     calibrations = db.parent / "advisor-calibrations.json"
     argv = ["advise", "--store", str(db), "--run", "1,2", "--p99-ms", "10", "--json"]
-    assert advisor_main([*argv, "--calibrations", str(calibrations)]) == 0
+    assert batchscope([*argv, "--calibrations", str(calibrations)]) == 0
     said = json.loads(capsys.readouterr().out)
     if said["keep"]:
         assert any(m.value.startswith("Keep it") for m in at.success), [i.value for i in at.info]

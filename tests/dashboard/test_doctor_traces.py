@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stack.cli import main as stack_main
+from batchscope.main import main as batchscope
 from stacksettings import Settings
 
 pytestmark = pytest.mark.integration
@@ -15,7 +15,7 @@ def test_the_doctor_summarises_batch_traces(
 ) -> None:
     s = traced_stack
     argv = ["doctor", "--url", s.url("triton_http"), "--model", "batch_add_model"]
-    code = stack_main([*argv, "--window", "1", "--exporter-url", s.url("exporter")])
+    code = batchscope([*argv, "--window", "1", "--exporter-url", s.url("exporter")])
     out = capsys.readouterr().out
     assert code in (0, 1)
     (line,) = [x for x in out.splitlines() if "batch traces:" in x]

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from batchscope.main import parse
 from deploygen import deployfiles
-from exporter import cli as exporter_cli
+from exporter.options import options_from
 from stack import exporter as exporter_row
 from stack import prometheus
 from stacksettings import ROOT, Settings
@@ -95,7 +96,7 @@ def test_default_services_and_the_on_demand_loadgen() -> None:
     with_loadgen = resolved(COMPOSE, profiles=("loadgen",))
     loadgen = with_loadgen["services"]["loadgen"]
     assert loadgen["profiles"] == ["loadgen"]
-    assert loadgen["entrypoint"] == ["python", "-m", "loadgen"]
+    assert loadgen["entrypoint"] == ["batchscope", "load"]
     assert loadgen["depends_on"]["triton"]["condition"] == "service_healthy"
 
 
@@ -235,9 +236,8 @@ def test_promtool_accepts_the_compose_prometheus_config(
 
 def test_the_exporter_command_is_one_the_exporter_accepts(gpu: dict[str, Any]) -> None:
     command = gpu["services"]["exporter"]["command"]
-    assert command[:3] == ["python", "-m", "exporter"]
-    args = exporter_cli.build_parser().parse_args(command[3:])
-    opts = exporter_cli.options_from(args, {})
+    assert command[:2] == ["batchscope", "exporter"]
+    opts = options_from(parse(command[1:]), {})
     assert [(t.url, t.metrics_url) for t in opts.targets] == [
         ("http://triton:8000", "http://triton:8002/metrics")
     ]
@@ -253,9 +253,7 @@ def test_triton_writes_traces_where_the_exporter_reads_them(gpu: dict[str, Any])
     (file_arg,) = [a for a in triton["command"] if a.startswith("--trace-config=triton,file=")]
     trace_file = file_arg.split("file=", 1)[1]
     assert "--trace-config=level=OFF" in triton["command"]
-    opts = exporter_cli.options_from(
-        exporter_cli.build_parser().parse_args(exporter["command"][3:]), {}
-    )
+    opts = options_from(parse(exporter["command"][1:]), {})
     assert [str(p) for p in opts.trace_files] == [trace_file]
     folder = trace_file.rsplit("/", 1)[0]
     for service in (triton, exporter):
@@ -272,7 +270,6 @@ def test_the_loadgen_service_reaches_triton_by_its_settings(
     gpu: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """loadgen's default target comes from STACK_HOST: compose sets it to the service name."""
-    from loadgen import cli as loadgen_cli
     from loadgen.results import params
 
     svc = gpu["services"]["loadgen"]
@@ -282,10 +279,9 @@ def test_the_loadgen_service_reaches_triton_by_its_settings(
         monkeypatch.delenv(name, raising=False)
     assert params.default_urls() == ("http://triton:8000", "triton:8001")
     assert params.default_db() == "/data/runs.sqlite"
-    parser = loadgen_cli.build_parser()
-    parser.parse_args(svc["command"])
+    parse(["load", *svc["command"]])
     # The README's example.
-    args = parser.parse_args(["concurrency", "-c", "8", "-d", "10", "--allow-remote"])
+    args = parse(["load", "concurrency", "-c", "8", "-d", "10", "--allow-remote"])
     assert args.allow_remote
 
 

@@ -112,4 +112,8 @@ def test_the_build_context_installs_every_package(tmp_path: Path) -> None:
             str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py") if p.is_file()
         }, package
     assert "rules/generated/alerts.yml" in names
-    assert "exporter/__main__.py" in names and "loadgen/__main__.py" in names
+    # What the image runs: `batchscope exporter`, `batchscope load` (its console script).
+    assert {"batchscope/commands/exporter.py", "batchscope/commands/load.py"} <= names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "batchscope = batchscope.main:main" in scripts

@@ -14,8 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from batchscope.main import parse
 from deploygen import deployfiles
-from exporter import cli as exporter_cli
+from exporter.options import options_from
 from rules import prometheus_config, rulegen, rulesettings
 from stack import exporter as exporter_row
 from stacksettings import ROOT, Settings
@@ -110,7 +111,7 @@ def test_a_broken_manifest_is_refused() -> None:
 
 def test_generated_files_are_committed_as_generated() -> None:
     for path, text in deployfiles.render().items():
-        assert path.read_text() == text, f"{path} is stale: run `python -m stack render`"
+        assert path.read_text() == text, f"{path} is stale: run `batchscope render`"
 
 
 def test_grafana_dashboard_configmap_for_the_sidecar(
@@ -218,11 +219,11 @@ def test_the_exporter_sidecar_reads_its_own_replica(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     sidecar = container(objects[("Deployment", "triton")], "exporter")
-    assert sidecar["args"][:3] == ["python", "-m", "exporter"]
+    assert sidecar["args"][:2] == ["batchscope", "exporter"]
     # Kubernetes expands $(POD_IP) from the container's env; give the parser what it would see.
     assert sidecar["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    args = [a.replace("$(POD_IP)", "10.1.2.3") for a in sidecar["args"][3:]]
-    opts = exporter_cli.options_from(exporter_cli.build_parser().parse_args(args), {})
+    args = [a.replace("$(POD_IP)", "10.1.2.3") for a in sidecar["args"][1:]]
+    opts = options_from(parse(args), {})
     assert [(t.url, t.metrics_url) for t in opts.targets] == [
         ("http://10.1.2.3:8000", "http://10.1.2.3:8002/metrics")
     ]

@@ -10,7 +10,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from loadgen import cli
+from batchscope.main import parse
+from loadgen import actions
 from loadgen.clients.target import check_target, parse_address
 from loadgen.results.params import default_urls
 from tests.deploy.test_k8s import K8S, VERSIONS, kustomize
@@ -80,10 +81,10 @@ def test_each_pod_runs_a_load_the_cli_accepts_printing_mergeable_json(
 ) -> None:
     (c,) = pod(objects)["containers"]
     args = expanded(c, 2)
-    assert args[:3] == ["python", "-m", "loadgen"]
-    parsed = cli.build_parser().parse_args(args[3:])
+    assert args[:2] == ["batchscope", "load"]
+    parsed = parse(args[1:])
     assert parsed.json and parsed.db.startswith("/tmp/")  # its own store, on its emptyDir
-    (params,) = cli.params_from(parsed.command, parsed)
+    (params,) = actions.params_from(parsed.command, parsed)
     assert params.label == "pod 2 of 4" and params.concurrency == 8
     # The input options, empty by default: loadgen's defaults.
     assert (params.shapes, params.ranges, params.input_data) == ((), (), "random")
@@ -92,8 +93,8 @@ def test_each_pod_runs_a_load_the_cli_accepts_printing_mergeable_json(
         re.sub(r"\$\((\w+)\)", lambda m: given.get(m.group(1), f"$({m.group(1)})"), a)
         for a in c["args"]
     ]
-    (shaped,) = cli.params_from(
-        parsed.command, cli.build_parser().parse_args(expanded({**c, "args": with_inputs}, 2)[3:])
+    (shaped,) = actions.params_from(
+        parsed.command, parse(expanded({**c, "args": with_inputs}, 2)[1:])
     )
     assert shaped.shapes == (("ids", ((4, 64),)), ("mask", ((4, 64),)))
     assert shaped.ranges == (("ids", (0.0, 30000.0)),)

@@ -3,7 +3,7 @@
 Each fenced ``bash`` block of README.md and docs/ is split into simple commands. A
 ``batchscope`` command (and ``./stack/up``, which passes its flags to ``batchscope up``) is
 parsed by batchscope's own parser, so an unknown subcommand or flag, or a bad value, fails
-here as it would for a reader (argparse's exit 2). Those that need no server, load, GPU or
+here as it would for a reader (exit 2). Those that need no server, load, GPU or
 cluster are then run for real; the others run their ``--help``, in a subprocess, as typed.
 Other tools (docker, kubectl, helm, ...) cannot run here: they must be on the list below,
 and the files of this repository they name must exist.
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from batchscope import cli
+from batchscope.base import CommandError
+from batchscope.main import parse as parse_words
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -82,26 +83,18 @@ def without_redirects(words: list[str]) -> list[str]:
     return kept
 
 
-@cache
-def parser() -> object:
-    return cli.build_parser()[0]
-
-
-def parse(words: list[str]) -> tuple[int, str]:
-    """batchscope's parser on the words: (exit code, what it printed); 0 when it parsed."""
+def parse(words: list[str]) -> tuple[int, str, list[str]]:
+    """batchscope's parser on the words: (exit code, what it printed, the subcommand words
+    at the front, ["load", "serial"]); 0 when it parsed."""
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            parser().parse_args(words)  # type: ignore[attr-defined]
-    except SystemExit as exc:
-        return int(exc.code or 0), out.getvalue()
-    return 0, out.getvalue()
-
-
-def subcommand_path(words: list[str]) -> list[str]:
-    """The subcommand words at the front of a batchscope command: ["load", "serial"]."""
-    deepest = cli.innermost(parser(), words)  # type: ignore[arg-type]
-    return deepest.prog.split()[1:]
+            args = parse_words(words)
+    except CommandError as exc:
+        return exc.exit_code, str(exc), []
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0), out.getvalue(), []
+    return 0, out.getvalue(), args.command_prog.split()[1:]
 
 
 @cache
@@ -117,9 +110,8 @@ def run_batchscope(*words: str) -> subprocess.CompletedProcess[str]:
 
 
 def check_batchscope(words: list[str]) -> None:
-    code, printed = parse(words)
+    code, printed, path = parse(words)
     assert code == 0, f"batchscope {shlex.join(words)}: exit {code}\n{printed}"
-    path = subcommand_path(words)
     top = path[0] if path else ""
     runnable = (
         not path

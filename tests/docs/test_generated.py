@@ -7,6 +7,7 @@ show that it catches a stale page, and check that each source is read whole.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchscope import cli, docgen
+from batchscope import docgen
+from batchscope.commands import COMMANDS
+from batchscope.main import full_parser
 from exporter import catalog
 from exporter.collector import BatchingCollector
 from exporter.scrape import Snapshot
@@ -51,21 +54,22 @@ def test_check_names_a_stale_page_and_writes_nothing(
     before = stale.read_text()
     monkeypatch.setattr(docgen, "REFERENCE", copy)
     monkeypatch.setattr(docgen, "ROOT", tmp_path)
-    assert docgen.main(["--check"]) == 1
+    assert docgen.regenerate(check=True, serve=None) == 1
     assert capsys.readouterr().err.strip() == (
         "docs/reference/metrics.md differs from the code: run `batchscope docs`"
     )
     assert stale.read_text() == before
-    assert docgen.main([]) == 0
-    assert docgen.main(["--check"]) == 0
+    assert docgen.regenerate(check=False, serve=None) == 0
+    assert docgen.regenerate(check=True, serve=None) == 0
 
 
 def test_the_cli_page_has_every_subcommand_and_flag() -> None:
     page = docgen.cli_page()
-    parser, table = cli.build_parser()
-    for name, mount in table.items():
+    (sub,) = [a for a in full_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(COMMANDS)
+    for name, command in sub.choices.items():
         assert f"`batchscope {name}`" in page
-        for action in mount.parser._actions:
+        for action in command._actions:
             for option in action.option_strings:
                 if action.help != "==SUPPRESS==" and option not in ("-h", "--help"):
                     assert f"`{option}`" in page, f"{name} {option}"

@@ -4,7 +4,7 @@ One private Triton serves the five states of ``test_states`` (healthy, batching 
 client, no delay under spread-out traffic, a full queue) and the issue's two cases:
 ``mlp_model`` under 150/s Poisson, and the spec's add model without delay at about 409/s
 Poisson (0.1 to 0.3 ms of compute per request here). For each, a load run is stored, and
-``python -m stack doctor --store DB --run 1`` and ``python -m advisor advise --store DB --run
+``batchscope doctor --store DB --run 1`` and ``batchscope advise --store DB --run
 1`` run as a user runs them (subprocesses): both keep, both find none that meets the bound, or
 both change to the same config. A stored run gives both the same inputs; two live windows of
 one load do not (their fits differ a little, and a decision near a threshold can flip, as it
@@ -95,9 +95,9 @@ def test_doctor_and_advisor_propose_the_same_config(
     # is the same function either way, and this keeps it to seconds on a busy machine.
     search = ["--p99-ms", P99_MS, "--seeds", "2", "--requests", "1500"]
     stored = ["--store", str(db), "--run", "1", *search, "--json"]
-    code, doctor_out, doctor_err = answer(["stack", "doctor", *stored], env)
+    code, doctor_out, doctor_err = answer(["batchscope", "doctor", *stored], env)
     assert code in (0, 1), doctor_err
-    code, advisor_out, advisor_err = answer(["advisor", "advise", *stored], env)
+    code, advisor_out, advisor_err = answer(["batchscope", "advise", *stored], env)
     assert code == 0, advisor_err
     verdict, config = doctor_config(doctor_out)
     assert (verdict, config) == advisor_config(advisor_out), (doctor_out, advisor_out)

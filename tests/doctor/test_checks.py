@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from batchscope.main import main as batchscope
 from doctor import check
-from doctor.cli import SAMPLE_S
+from doctor.checkup import SAMPLE_S
 from observe.window import Window
-from stack.cli import main as stack_main
 from tritonapi.modelconfig import parse_json
 
 SPEC = {
@@ -142,7 +142,7 @@ def test_latency_findings() -> None:
 
 def test_cli_misuse(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        stack_main(["doctor", "--help"])
+        batchscope(["doctor", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "0 no finding, 1 findings, 2 misuse" in out and f"{SAMPLE_S:g} by default" in out
@@ -152,7 +152,7 @@ def test_cli_misuse(capsys: pytest.CaptureFixture[str]) -> None:
         # Checked before Triton is asked anything: a bad flag is named as itself.
         (["--url", "http://127.0.0.1:1", "--window", "0"], "--window 0: between 1 and"),
     ]:
-        assert stack_main(["doctor", *argv]) == 2
+        assert batchscope(["doctor", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
 

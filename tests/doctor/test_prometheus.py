@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from batchscope.main import main as batchscope
 from loadgen.engine.runner import RunParams, run
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, isolated
 from tests.dashboard.conftest import (
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def doctor_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
     """``batchscope doctor ARGV --json``, which finds something (exit 1): its JSON report."""
-    code = stack_main([*argv, "--json"])
+    code = batchscope([*argv, "--json"])
     out, err = capsys.readouterr()
     assert code == 1 and out, (code, err)
     return json.loads(out)
@@ -113,7 +113,7 @@ def test_states_from_prometheus_rate_while_busy(
     s = watched
     busy_for_a_few_seconds(s, model)
     argv = ["doctor", "--url", s.url("triton_http"), "--prometheus", s.url("prometheus")]
-    assert stack_main([*argv, "--model", model, "--window", "300", "--json"]) == 1
+    assert batchscope([*argv, "--model", model, "--window", "300", "--json"]) == 1
     [report] = json.loads(capsys.readouterr().out)
     assert state_codes([f["code"] for f in report["findings"]]) == [code]
     window = next(f for f in report["facts"] if f.startswith("window: "))

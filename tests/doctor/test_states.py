@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from batchscope.main import main as batchscope
 from doctor import diagnose
 from doctor.diagnosis import Diagnosis
 from loadgen.engine.runner import RunParams, run
 from observe.sampler import Sampler
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
 from tritonapi import TritonClient
@@ -197,17 +197,17 @@ def test_full_queue_rejects(triton: Settings) -> None:
 
 def test_cli(triton: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     url = triton.url("triton_http")
-    assert stack_main(["doctor", "--url", url, "--model", "add_off", "--window", "1"]) == 1
+    assert batchscope(["doctor", "--url", url, "--model", "add_off", "--window", "1"]) == 1
     out = capsys.readouterr().out
     assert "FINDING [config] dynamic batching is off" in out
     assert "traces off" in out and "max_queue_delay_microseconds: 100" in out
-    assert stack_main(["doctor", "--url", url, "--model", "add_healthy", "--window", "1"]) == 0
+    assert batchscope(["doctor", "--url", url, "--model", "add_healthy", "--window", "1"]) == 0
     assert "no finding" in capsys.readouterr().out
-    assert stack_main(["doctor", "--url", url, "--model", "nope", "--window", "1"]) == 2
+    assert batchscope(["doctor", "--url", url, "--model", "nope", "--window", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such ready model" in err
     # With the key of the restricted repository index, the message lists the ready models.
     key = ["--admin-key-file", str(triton.admin_key_file)]
-    assert stack_main(["doctor", "--url", url, "--model", "nope", *key]) == 2
+    assert batchscope(["doctor", "--url", url, "--model", "nope", *key]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such ready model" in err and "add_healthy" in err

@@ -78,6 +78,7 @@ def test_the_exporter_process_serves_the_counter(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
+            "batchscope",
             "exporter",
             f"--triton-url=http://127.0.0.1:{dead}",  # no Triton: the store alone is read
             f"--changes-db={db}",

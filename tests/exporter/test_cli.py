@@ -10,14 +10,20 @@ import time
 import pytest
 import requests
 
-from exporter.cli import Options, build_parser, main, options_from
+from batchscope.main import main as batchscope
+from batchscope.main import parse
+from exporter.options import Options, options_from
 from exporter.targets import Target
 from stacksettings import ROOT, free_ports
 from tests.exporter.replay import captured_replies, replay_server
 
 
 def options(argv: list[str], env: dict[str, str] | None = None) -> Options:
-    return options_from(build_parser().parse_args(argv), env or {})
+    return options_from(parse(["exporter", *argv]), env or {})
+
+
+def main(argv: list[str]) -> int:
+    return batchscope(["exporter", *argv])
 
 
 def test_defaults() -> None:
@@ -78,21 +84,18 @@ def test_environment_fallbacks_and_flags_win() -> None:
 def test_bad_flags_give_one_line_and_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("python -m exporter: error: ")
-    assert message in err[-1]
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("batchscope exporter: error: ")
+    assert err.endswith(" (see 'batchscope exporter --help')")
+    assert message in err
 
 
 def test_bad_environment_is_reported_like_a_flag(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("EXPORTER_LOG_LEVEL", "loud")
-    with pytest.raises(SystemExit) as exit_info:
-        main([])
-    assert exit_info.value.code == 2
+    assert main([]) == 2
     assert "EXPORTER_LOG_LEVEL: 'loud'" in capsys.readouterr().err
 
 
@@ -116,6 +119,7 @@ def test_the_process_serves_landing_page_health_metrics_and_stops_on_sigterm() -
             [
                 sys.executable,
                 "-m",
+                "batchscope",
                 "exporter",
                 f"--triton-url={triton.target.url}",
                 f"--triton-metrics-url={triton.target.metrics_url}",
@@ -154,7 +158,6 @@ def test_a_taken_listen_address_is_misuse(capsys: pytest.CaptureFixture[str]) ->
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        with pytest.raises(SystemExit) as exit_info:
-            main([f"--web.listen-address=127.0.0.1:{port}"])
-    assert exit_info.value.code == 2
+        code = main([f"--web.listen-address=127.0.0.1:{port}"])
+    assert code == 2
     assert "cannot listen on 127.0.0.1:" in capsys.readouterr().err

@@ -21,7 +21,6 @@ from loadgen.sequences import (
     SequenceParams,
     error_kind,
     expected_running_sum,
-    main,
     run_sequences,
     send_step,
     sequence_config,
@@ -29,7 +28,7 @@ from loadgen.sequences import (
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.features.conftest import build_repository, registry_for
-from tests.helpers import wait_for
+from tests.helpers import load, wait_for
 from tritonapi import TritonClient, TritonHTTPError
 
 pytestmark = pytest.mark.integration
@@ -302,8 +301,11 @@ def test_a_sequence_without_start_is_refused_with_a_clear_error(
     with pytest.raises(LoadgenError, match="batchscope load sequences --model seq_accumulate"):
         run(RunParams(scenario="serial", model="seq_accumulate", url=client.url, requests=1))
     # And sequences refuse a model without sequence batching: one line, exit code 2.
-    assert main(["--model", "batch_add_model", "--url", client.url]) == 2
+    assert load(["sequences", "--model", "batch_add_model", "--url", client.url]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no sequence batching (scheduler: dynamic)" in err
-    assert main(["--model", "seq_accumulate", "--url", client.url, "--first-id", "0"]) == 2
+    assert (
+        load(["sequences", "--model", "seq_accumulate", "--url", client.url, "--first-id", "0"])
+        == 2
+    )
     assert "Triton reads 0 as 'no correlation ID'" in capsys.readouterr().err

@@ -10,9 +10,10 @@ import pytest
 
 from dashboard.features import PRESERVE_ORDERING_COST, config_notes
 from loadgen.errors import LoadgenError
-from loadgen.priorities import PriorityParams, main, parse_mix, run_mix
+from loadgen.priorities import PriorityParams, parse_mix, run_mix
 from stacksettings import Settings
 from tests.features.conftest import registry_for
+from tests.helpers import load
 from tritonapi import TritonClient
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ def test_bad_mixes_are_one_line_and_exit_2(
         (["--model", "add_priority", "--mix", "1:1,1:2"], "names a priority level twice"),
     ]
     for argv, message in cases:
-        assert main([*argv, "--url", url, "--duration", "0.5"]) == 2
+        assert load(["priorities", *argv, "--url", url, "--duration", "0.5"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     with pytest.raises(LoadgenError, match="at least 1 client"):

@@ -26,10 +26,10 @@ from playwright.sync_api import Page
 from prometheus_client.parser import text_string_to_metric_families
 from streamlit import config as st_config
 
+from batchscope.main import main as batchscope
 from dashboard import fleet as overview
 from loadgen.clients.burst import burst, infer_body
 from promapi import PromClient
-from stack import cli as stack_cli
 from stack import dashboard as dashboard_row
 from stack.supervisor import running
 from stacksettings import ROOT, RULES_SETTINGS, Settings, isolated
@@ -166,7 +166,7 @@ def test_check_config_reads_each_servers_served_configs(
     argv = ["check-config", "--state-dir", str(attached.settings.state_dir)]
     for server in attached.fleet.servers:
         argv += ["--triton-url", server.url]
-    assert stack_cli.main(argv) == 0
+    assert batchscope(argv) == 0
     out = capsys.readouterr().out
     assert "check-config: 4 model(s) OK on http://10.213.77.2:8000" in out
 
@@ -220,7 +220,7 @@ def test_a_load_run_outside_the_allowlist_is_refused_with_one_line(
     # The CLI refuses it the same way, before sending anything.
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHBOARD_")}
     done = subprocess.run(
-        [sys.executable, "-m", "loadgen", "concurrent", "--url", outside, "--no-store"],
+        [sys.executable, "-m", "batchscope", "load", "concurrent", "--url", outside, "--no-store"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -274,9 +274,9 @@ def test_the_compose_wiring_reaches_triton_by_its_service_name(
         return {**base, **{k: mounted.get(v, v) for k, v in env.items()}}
 
     command = compose["exporter"]["command"]
-    assert command[:3] == ["python", "-m", "exporter"]
+    assert command[:2] == ["batchscope", "exporter"]
     exporter = subprocess.Popen(
-        fleet.exec_argv(server, [sys.executable, "-m", "exporter", *command[3:]]),
+        fleet.exec_argv(server, [sys.executable, "-m", "batchscope", "exporter", *command[2:]]),
         cwd=ROOT,
         env=environment("exporter"),
         stdout=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """A lost supervisor is replaced: `up` adopts what still runs and starts only what is missing.
 
-The stack runs as a user runs it (`python -m stack up --detach`). Its supervising process
+The stack runs as a user runs it (`batchscope up --detach`). Its supervising process
 is killed with SIGKILL, first alone, then together with Triton. Each time `up --detach`
 again must keep every service that still runs and answers (the same pids: no restart,
 Prometheus keeps its uptime), start only what is gone, supervise again (a service that
@@ -42,7 +42,7 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
 
 def cli(settings: Settings, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack", *args, "--state-dir", str(settings.state_dir)],
+        [sys.executable, "-m", "batchscope", *args, "--state-dir", str(settings.state_dir)],
         cwd=ROOT,
         capture_output=True,
         text=True,

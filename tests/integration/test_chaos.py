@@ -1,6 +1,6 @@
 """Chaos against the real stack: under load, SIGKILL each service in turn; each comes back.
 
-The stack runs as a user runs it (`python -m stack up --detach`), with 1 s scrapes and
+The stack runs as a user runs it (`batchscope up --detach`), with 1 s scrapes and
 ``for: 0s`` on the down alerts, while the load generator sends an open-loop 40 requests/s
 to Triton. For every service: it is back by itself (new pid, healthy, ``restarts`` 1 in
 `status`); for Triton, the exporter and Alertmanager the matching alert fired and resolved;
@@ -62,7 +62,7 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 40.0) -> T:
 
 def cli(settings: Settings, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack", *args, "--state-dir", str(settings.state_dir)],
+        [sys.executable, "-m", "batchscope", *args, "--state-dir", str(settings.state_dir)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -160,7 +160,19 @@ def test_every_service_comes_back_under_load_and_the_run_accounts_for_every_requ
     db = tmp_path / "chaos.sqlite3"
     start = triton_stats(stack)
     load = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "rate", "-r", "40", "-d", "170", "--timeout", "2"]
+        [
+            sys.executable,
+            "-m",
+            "batchscope",
+            "load",
+            "rate",
+            "-r",
+            "40",
+            "-d",
+            "170",
+            "--timeout",
+            "2",
+        ]
         + ["--url", stack.url("triton_http"), "--db", str(db), "--label", "chaos"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -375,7 +387,19 @@ def test_a_hung_triton_is_restarted_and_the_client_agrees_with_tritons_statistic
 ) -> None:
     db = tmp_path / "hung.sqlite3"
     load = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "rate", "-r", "40", "-d", "45", "--timeout", "2"]
+        [
+            sys.executable,
+            "-m",
+            "batchscope",
+            "load",
+            "rate",
+            "-r",
+            "40",
+            "-d",
+            "45",
+            "--timeout",
+            "2",
+        ]
         + ["--url", hung_stack.url("triton_http"), "--db", str(db), "--label", "hung"]
         + ["--model", "batch_add_model"],
         cwd=ROOT,
@@ -444,7 +468,7 @@ def test_a_hung_exporter_is_restarted_and_pages_once(hung_stack: Settings) -> No
 
 
 def test_stack_restart_goes_through_the_supervisor(stack: Settings) -> None:
-    """`python -m stack restart SERVICE` as a user types it, answered by the detached
+    """`batchscope restart SERVICE` as a user types it, answered by the detached
     stack's supervising process: a new, healthy process, one restart more, the old gone."""
     before = status(stack)["alertmanager"]
     done = cli(stack, "restart", "alertmanager")

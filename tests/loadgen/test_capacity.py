@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from loadgen import cli
 from loadgen.engine import capacity
 from loadgen.engine.capacity import CapacityParams, Step
 from loadgen.errors import LoadgenError
 from stack.supervisor import running
 from stacksettings import Settings, isolated
+from tests.helpers import load
 
 
 def server(limit: float, fail_from: float = float("inf")) -> Callable[[float], Step]:
@@ -105,7 +105,7 @@ def _capacity(
     settings: Settings, db: Path, capsys: pytest.CaptureFixture[str], *argv: str
 ) -> tuple[int, dict[str, Any]]:
     capsys.readouterr()
-    code = cli.main(
+    code = load(
         [
             "capacity",
             "--url",
@@ -160,5 +160,5 @@ def test_a_bound_nothing_meets_spends_the_steps_and_says_so(
     with sqlite3.connect(db) as conn:
         groups = conn.execute("SELECT DISTINCT group_id FROM runs").fetchall()
     assert groups == [(out["group_id"],)]
-    cli.main(["runs", "--db", str(db)])
+    load(["runs", "--db", str(db)])
     assert capsys.readouterr().out.count(" rate ") >= 3

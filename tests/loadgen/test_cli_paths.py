@@ -1,5 +1,5 @@
-"""The load generator's and the advisor's commands as a user types them: `python -m loadgen
-steps | show | compare | capacity | export` and `python -m advisor advise`, each a process of
+"""The load generator's and the advisor's commands as a user types them: `batchscope load
+steps | show | compare | capacity | export` and `batchscope advise`, each a process of
 its own against the session's real Triton, checked against Triton's statistics API."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.integration
 MODEL = "batch_add_model"
 
 
-def command(module: str, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def command(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", module, *argv],
+        [sys.executable, "-m", "batchscope", *argv],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -36,7 +36,7 @@ def command(module: str, *argv: str, timeout: float = 120) -> subprocess.Complet
 
 
 def loadgen_json(*argv: str) -> Any:
-    done = command("loadgen", *argv)
+    done = command("load", *argv)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)
 
@@ -78,14 +78,14 @@ def test_show_prints_the_stored_run(steps_run: StepsRun) -> None:
     shown = loadgen_json("show", str(steps_run.run_id), "--db", str(steps_run.db))
     assert shown["id"] == steps_run.run_id and shown["scenario"] == "steps", shown
     assert shown["sent"] == shown["ok"] == steps_run.triton.phase("success").count
-    missing = command("loadgen", "show", "99999", "--db", str(steps_run.db))
+    missing = command("load", "show", "99999", "--db", str(steps_run.db))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert "99999" in missing.stderr
 
 
 def test_export_writes_one_row_per_request(steps_run: StepsRun, tmp_path: Path) -> None:
     done = command(
-        "loadgen",
+        "load",
         "export",
         str(steps_run.run_id),
         "--db",
@@ -151,7 +151,7 @@ def test_advise_against_a_real_server(running_stack: Settings, tmp_path: Path) -
     argv = ["advise", "--url", url, "--model", MODEL, "--p99-ms", "20", "--rate", "300"]
     argv += ["--seeds", "2", "--requests", "400", "--max-batch-limit", "4"]
     argv += ["--calibrations", str(tmp_path / "c.json")]
-    done = command("advisor", *argv, "--json", timeout=240)
+    done = command(*argv, "--json", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["current"]["config"] == (
@@ -159,6 +159,6 @@ def test_advise_against_a_real_server(running_stack: Settings, tmp_path: Path) -
     )
     assert result["configs_tried"] > 10
     assert result["keep"] != (result["recommended"] is not None), result
-    wrong = command("advisor", "advise", "--url", url, "--model", "nope", "--p99-ms", "5")
+    wrong = command("advise", "--url", url, "--model", "nope", "--p99-ms", "5")
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
     assert "check the model name 'nope'" in wrong.stderr

@@ -157,7 +157,19 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     url = inputs_triton.url("triton_http")
     common = ["--url", url, "-m", "bounded_ids", "--shape", "IDS=4:64", "--range", "IDS=0:1000"]
     split = subprocess.run(
-        [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-n", "200", "--seed", "3"]
+        [
+            sys.executable,
+            "-m",
+            "batchscope",
+            "load",
+            "concurrency",
+            "-c",
+            "4",
+            "-n",
+            "200",
+            "--seed",
+            "3",
+        ]
         + [*common, "--processes", "2", "--no-store"],
         capture_output=True,
         text=True,
@@ -171,7 +183,17 @@ def test_cli_processes_and_capacity_take_the_input_options(inputs_triton: Settin
     assert "inputs        IDS in [0, 1000)" in split.stdout
     assert "checked       shapes and datatypes only (no expected outputs given)" in split.stdout
     capacity = subprocess.run(
-        [sys.executable, "-m", "loadgen", "capacity", "--p99-ms", "50", "--max-rate", "100"]
+        [
+            sys.executable,
+            "-m",
+            "batchscope",
+            "load",
+            "capacity",
+            "--p99-ms",
+            "50",
+            "--max-rate",
+            "100",
+        ]
         + [*common, "--step-duration", "1", "--steps", "2", "--no-store"],
         capture_output=True,
         text=True,
@@ -190,10 +212,12 @@ def test_advise_probe_on_a_model_that_never_executed_needs_the_traffic(
     argv += ["--probe", "--probe-s", "1", "--shape", "IDS=4:64", "--range", "IDS=0:1000"]
     argv += ["--calibrations", str(inputs_triton.state_dir / "calibrations.json")]
     out = subprocess.run(
-        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "batchscope", *argv], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.strip().endswith("give the traffic with --rate or --concurrency")
+    assert out.stderr.strip().endswith(
+        "give the traffic with --rate or --concurrency (see 'batchscope advise --help')"
+    )
     assert len(out.stderr.strip().splitlines()) == 1
     assert model_stats(url, "bounded_ids_untouched").inference_count == 0  # nothing was sent
 
@@ -207,7 +231,7 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
     before = model_stats(url, "bounded_ids_fresh")
     assert before.execution_count == 0
     out = subprocess.run(
-        [sys.executable, "-m", "advisor", *argv], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "batchscope", *argv], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stdout + out.stderr
     advice = json.loads(out.stdout)
@@ -242,7 +266,7 @@ def test_doctor_names_shape_fragmentation_from_a_stored_run(
     if where == "stored":
         argv = ["--store", str(db), "--run", str(stored.run_id), "--requests", "500"]
     out = subprocess.run(
-        [sys.executable, "-m", "stack", "doctor", *argv, "--json"],
+        [sys.executable, "-m", "batchscope", "doctor", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -262,7 +286,7 @@ def test_doctor_without_a_default_store_reads_no_shape_mix(
     missing = tmp_path / "none.sqlite3"
     argv = ["--url", url, "--model", "bounded_ids", "--window", "1", "--json"]
     out = subprocess.run(
-        [sys.executable, "-m", "stack", "doctor", *argv],
+        [sys.executable, "-m", "batchscope", "doctor", *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -295,7 +319,7 @@ def test_advise_verify_replays_with_the_input_options(
     stored = ["--store", str(db), "--run", str(warm.run_id), "--url", url]
     for argv in (live, stored):
         out = subprocess.run(
-            [sys.executable, "-m", "advisor", "advise", *argv, *common],
+            [sys.executable, "-m", "batchscope", "advise", *argv, *common],
             capture_output=True,
             text=True,
             timeout=300,

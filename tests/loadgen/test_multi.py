@@ -40,7 +40,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def loadgen(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "loadgen", *argv],
+        [sys.executable, "-m", "batchscope", "load", *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -128,7 +128,7 @@ def test_ctrl_c_stops_every_worker_and_keeps_the_run(triton: str, tmp_path: Path
     db = tmp_path / "runs.sqlite3"
     before = requests_served(triton)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-d", "60",
+        [sys.executable, "-m", "batchscope", "load", "concurrency", "-c", "4", "-d", "60",
          "--processes", "2", "--url", triton, "--db", str(db)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

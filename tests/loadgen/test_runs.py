@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from loadgen import limits
-from loadgen.cli import main
 from loadgen.engine.runner import RunParams, run
 from loadgen.reports import report
 from loadgen.results.stored import load_run, save
@@ -25,6 +24,7 @@ from runs.errors import StoreError
 from runs.schema import STALE_S
 from runs.store import RunStore
 from stacksettings import ROOT, Settings
+from tests.helpers import load as main
 from tests.helpers import model_stats
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,8 @@ def _start_cli_run(triton_url: str, db: Path, seconds: int = 30) -> subprocess.P
         [
             sys.executable,
             "-m",
-            "loadgen",
+            "batchscope",
+            "load",
             "concurrency",
             "-c",
             "4",
@@ -261,7 +262,7 @@ def test_a_locked_store_saves_the_run_beside_it_and_says_so_in_one_line(
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "loadgen", "concurrency", "-c", "4", "-d", "1"]
+            [sys.executable, "-m", "batchscope", "load", "concurrency", "-c", "4", "-d", "1"]
             + ["--url", triton_url, "--json"],
             env=_cli_env(db),
             capture_output=True,

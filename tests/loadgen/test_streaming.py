@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.cli import main
 from loadgen.clients.slots import FAILED, OK
 from loadgen.engine.runner import RunResult
 from loadgen.engine.saved import import_saved
@@ -25,6 +24,7 @@ from loadgen.results.summary import RunSummary
 from runs.errors import StoreError
 from runs.schema import ABANDONED, IN_PROGRESS, STALE_S
 from runs.store import RunStore
+from tests.helpers import load as main
 
 OLD_STORE = Path(__file__).parent.parent / "advisor" / "data" / "loadruns.sqlite3"
 PARAMS = RunParams("concurrency", url="http://127.0.0.1:1", concurrency=8, duration_s=100)

@@ -17,17 +17,16 @@ from pathlib import Path
 import pytest
 
 from advisor import storedrun
-from advisor.cli import main as advisor_main
-from loadgen.cli import main
+from batchscope.main import main as batchscope
 from loadgen.engine.runner import RunParams, run
 from loadgen.engine.shapes import ConstantRate, count_arrivals
 from loadgen.results.stored import load_run
 from runs.store import RunStore
-from stack.cli import main as stack_main
 from stack.supervisor import running
 from stacksettings import PORTS, Settings, free_ports, isolated
 from tests.doctor.test_agreement import advisor_config
 from tests.helpers import TritonCrashes, served_whole, wire_seen
+from tests.helpers import load as main
 
 CRASHES = TritonCrashes()
 pytestmark = [
@@ -200,7 +199,7 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
     # 500: the most a window may hold on Triton 2.51 (tritonapi.tracesafety).
     run_id = traced_run(s, db, concurrency=4, requests=500)
     stored = ["advise", "--store", str(db), "--run", str(run_id), "--p99-ms", "20"]
-    assert advisor_main([*stored, "--seeds", "2", "--requests", "1000"]) == 0
+    assert batchscope([*stored, "--seeds", "2", "--requests", "1000"]) == 0
     out = capsys.readouterr().out
     assert "time outside Triton's queue and execution: " in out
     # Triton 2.51 sometimes leaves the last trace of a window out of its file.
@@ -216,12 +215,12 @@ def test_the_advisor_measures_hand_offs_from_the_exporters_traces(
     argv = ["advise", "--url", s.url("triton_http"), "--model", "batch_add_model"]
     argv += ["--rate", "500", "--window", "1", "--seeds", "2", "--requests", "1000"]
     argv += ["--p99-ms", "20", "--calibrations", str(tmp_path / "c.json")]
-    assert advisor_main([*argv, "--traces", s.url("exporter")]) == 0
+    assert batchscope([*argv, "--traces", s.url("exporter")]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("hand-offs from traces: "))
     assert "dispatch " in line and "timer slack " in line and " traced requests)" in line
     closed = f"http://127.0.0.1:{free_ports(1)[0]}"
-    assert advisor_main([*argv, "--traces", closed]) == 2
+    assert batchscope([*argv, "--traces", closed]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--traces: " in err and closed in err
 
@@ -265,7 +264,7 @@ def test_the_advisor_pools_several_traced_runs(
     assert pooled.service_runs == (untraced.run_id,)
     assert pooled.service == storedrun.load(db, untraced.run_id).service
     argv = ["advise", "--store", str(db), "--run", ",".join(map(str, ids)), "--p99-ms", "20"]
-    assert advisor_main([*argv, "--seeds", "2", "--requests", "1000"]) == 0
+    assert batchscope([*argv, "--seeds", "2", "--requests", "1000"]) == 0
     out = capsys.readouterr().out
     names = ", ".join(map(str, ids))
     assert f"from stored runs {names} pooled (concurrency, ok, 800 requests)" in out
@@ -275,9 +274,9 @@ def test_the_advisor_pools_several_traced_runs(
     # The doctor on the same runs: their statistics summed for its checks, and the same
     # search on the same pooled inputs, so the same proposal (one answer to one question).
     searched = [*argv[1:], "--seeds", "2", "--requests", "1000", "--json"]
-    assert advisor_main(["advise", *searched]) == 0
+    assert batchscope(["advise", *searched]) == 0
     advised = advisor_config(capsys.readouterr().out)
-    assert stack_main(["doctor", *searched]) in (0, 1)
+    assert batchscope(["doctor", *searched]) in (0, 1)
     [diagnosis] = json.loads(capsys.readouterr().out)
     requests = sum(server.requests_success + server.requests_failure for server in servers)
     window = next(line for line in diagnosis["facts"] if line.startswith("window: "))

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from batchscope.main import main
 from rules import alertmanager_config, rulegen, rulesettings
+from rules.generated import generated_files
 from rules.rulesettings import THRESHOLDS, RuleSettingsError
-from stack import cli, prometheus
+from stack import prometheus
 from stacksettings import ROOT, RULES_SETTINGS, isolated
 
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*_test.yml"))
@@ -28,19 +30,19 @@ def tool(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_committed_files_match_the_generator() -> None:
-    files = cli.generated_files(RULES_SETTINGS)
+    files = generated_files(RULES_SETTINGS)
     assert set(files) == {"recording.yml", "alerts.yml", "alertmanager.yml"}
     for name, text in files.items():
         committed = (rulegen.GENERATED_DIR / name).read_text()
-        assert committed == text, f"{name} is stale: run `python -m stack rules` and commit"
+        assert committed == text, f"{name} is stale: run `batchscope rules` and commit"
 
 
 def test_rules_check_command_finds_drift(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert cli.main(["rules", "--output", str(tmp_path), "--check"]) == 1
-    assert cli.main(["rules", "--output", str(tmp_path)]) == 0
-    assert cli.main(["rules", "--output", str(tmp_path), "--check"]) == 0
+    assert main(["rules", "--output", str(tmp_path), "--check"]) == 1
+    assert main(["rules", "--output", str(tmp_path)]) == 0
+    assert main(["rules", "--output", str(tmp_path), "--check"]) == 0
     (tmp_path / "alerts.yml").write_text("edited by hand\n")
-    assert cli.main(["rules", "--output", str(tmp_path), "--check"]) == 1
+    assert main(["rules", "--output", str(tmp_path), "--check"]) == 1
     assert "alerts.yml is out of date" in capsys.readouterr().err
 
 
@@ -166,9 +168,10 @@ def test_rules_command_reports_bad_settings_without_writing(
     settings = tmp_path / "broken.yaml"
     settings.write_text("windows: [")
     out = tmp_path / "out"
-    assert cli.main(["rules", "--settings", str(settings), "--output", str(out)]) == 2
+    assert main(["rules", "--settings", str(settings), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("rules: ") and "not valid YAML" in err and len(err.splitlines()) == 1
+    assert err.startswith("batchscope rules: error: ") and "not valid YAML" in err
+    assert len(err.splitlines()) == 1 and err.endswith(" (see 'batchscope rules --help')")
     assert not out.exists()
 
 
@@ -177,8 +180,10 @@ def test_up_refuses_bad_rule_settings_before_starting_anything(
 ) -> None:
     state = tmp_path / "state"
     bad = write(tmp_path, {**defaults(), "windows": {"short": "1m", "long": "five minutes"}})
-    assert cli.main(["up", "--state-dir", str(state), "--rules-settings", str(bad)]) == 2
+    assert main(["up", "--state-dir", str(state), "--rules-settings", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"up: {bad}: windows.long is 'five minutes'; use a Prometheus duration such "
-                   "as 30s, 5m or 1h"]  # fmt: skip
+    assert err == [
+        f"batchscope up: error: {bad}: windows.long is 'five minutes'; use a "
+        "Prometheus duration such as 30s, 5m or 1h (see 'batchscope up --help')"
+    ]
     assert not (state / "stack.json").exists()

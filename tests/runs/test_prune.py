@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli import main, parse_age
+from loadgen.actions import parse_age
 from loadgen.engine.writer import RunWriter
 from loadgen.errors import LoadgenError
 from loadgen.results.recorder import Recorder
@@ -18,6 +18,7 @@ from loadgen.results.stored import save
 from runs.errors import StoreError
 from runs.prune import check_rules
 from runs.store import RunStore
+from tests.helpers import load as main
 from tests.loadgen.test_streaming import (
     OLD_STORE,
     PARAMS,

@@ -73,7 +73,7 @@ def fakes() -> Iterator[dict[str, str]]:
 
 def up(state: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack", "up", "--no-warmup", "--state-dir", str(state), *argv],
+        [sys.executable, "-m", "batchscope", "up", "--no-warmup", "--state-dir", str(state), *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -83,7 +83,7 @@ def up(state: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProc
 
 def stack_cli(settings: Settings, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack", *argv, "--state-dir", str(settings.state_dir)],
+        [sys.executable, "-m", "batchscope", *argv, "--state-dir", str(settings.state_dir)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -256,7 +256,7 @@ def test_attach_mode_wires_every_service_to_the_given_servers(tmp_path: Path) ->
 def test_an_attached_stack_reads_a_restricted_triton_with_its_key(
     running_stack: Settings, tmp_path: Path
 ) -> None:
-    """`python -m stack up --detach --triton-url ... --triton-admin-key-file ...` against a
+    """`batchscope up --detach --triton-url ... --triton-admin-key-file ...` against a
     real Triton whose repository index is restricted (the session stack's, with its key):
     the attached exporter reads the index with the key, so model_ready is exported."""
     mine = isolated(tmp_path / "attached")

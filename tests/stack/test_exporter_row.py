@@ -18,7 +18,7 @@ def test_exporter_starts_after_triton_and_before_prometheus(tmp_path: Path) -> N
 def test_exporter_reads_the_stacks_triton(tmp_path: Path) -> None:
     settings = isolated(tmp_path)
     row = next(s for s in service_table(settings) if s.name == "exporter")
-    assert row.argv[:3] == [sys.executable, "-m", "exporter"]
+    assert row.argv[:4] == [sys.executable, "-m", "batchscope", "exporter"]
     assert f"--triton-url={settings.url('triton_http')}" in row.argv
     # The stack's own Triton is read at scrape time.
     assert not [a for a in row.argv if a.startswith("--read-interval")]

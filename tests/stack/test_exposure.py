@@ -7,13 +7,22 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from stack import cli, dashboard, prometheus, triton
+from stack import control, dashboard, prometheus, triton
 from stacksettings import ADMIN_KEY_HEADER, ROOT, ensure_secret, isolated
 
 
 def test_host_off_loopback_needs_expose_and_says_what_becomes_reachable(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "stack", "up", "--host", "0.0.0.0", "--state-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "batchscope",
+            "up",
+            "--host",
+            "0.0.0.0",
+            "--state-dir",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -28,7 +37,7 @@ def test_host_off_loopback_needs_expose_and_says_what_becomes_reachable(tmp_path
 
 def test_reachable_names_the_key_and_the_token(tmp_path: Path) -> None:
     settings = replace(isolated(tmp_path), host="0.0.0.0")
-    text = cli.reachable(settings)
+    text = control.reachable(settings)
     assert str(settings.admin_key_file) in text and str(settings.dashboard_token_file) in text
 
 
@@ -76,7 +85,7 @@ def test_dashboard_protections_and_token(tmp_path: Path) -> None:
 
 def test_secrets_command_makes_both_files(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "stack", "secrets", "--state-dir", str(tmp_path)],
+        [sys.executable, "-m", "batchscope", "secrets", "--state-dir", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

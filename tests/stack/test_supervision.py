@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stack import cli
+from stack import control
 from stack.service import Service
 from stack.supervisor import Running, Supervisor, _Backoff, group_members, is_healthy
 from stacksettings import Settings, free_ports, isolated, procstat
@@ -143,15 +143,15 @@ def test_a_dead_leaders_leftovers_are_swept_by_up(settings: Settings, tmp_path: 
 
 def test_restart_command_needs_a_running_stack(settings: Settings) -> None:
     with pytest.raises(Exception, match="not running"):
-        cli.restart(settings, "triton")
+        control.restart(settings, "triton")
 
 
 def test_restart_of_an_unknown_service_is_misuse(settings: Settings) -> None:
     Supervisor(settings, [])._write_state(
         [Running("triton", 1, "x", "http://127.0.0.1:1/", {}, "log")]
     )
-    with pytest.raises(cli.StackError, match="no service 'nosuch'") as err:
-        cli.restart(settings, "nosuch")
+    with pytest.raises(control.StackError, match="no service 'nosuch'") as err:
+        control.restart(settings, "nosuch")
     assert err.value.exit_code == 2
 
 

@@ -137,10 +137,10 @@ def test_unhealthy_service_times_out_with_its_log(settings: Settings) -> None:
 
 @contextlib.contextmanager
 def launcher(settings: Settings, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    """``python -m stack up`` as a child; killed and its pipe closed on exit."""
+    """``batchscope up`` as a child; killed and its pipe closed on exit."""
     # Triton alone: its python backend stubs are the grandchildren worth checking.
     skip = [a for s in service_table(settings) if s.name != "triton" for a in ("--skip", s.name)]
-    args = [sys.executable, "-m", "stack", "up", *skip, "--state-dir", str(settings.state_dir)]
+    args = [sys.executable, "-m", "batchscope", "up", *skip, "--state-dir", str(settings.state_dir)]
     args += extra
     for name in ("triton_http", "triton_grpc", "triton_metrics"):
         args += [f"--{name.replace('_', '-')}-port", str(settings.port(name))]
@@ -199,7 +199,7 @@ def test_children_die_with_a_killed_foreground_launcher(settings: Settings) -> N
 def test_detach_status_down(settings: Settings) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "stack", *args, "--state-dir", str(settings.state_dir)],
+            [sys.executable, "-m", "batchscope", *args, "--state-dir", str(settings.state_dir)],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -233,7 +233,7 @@ def test_bad_flags_exit_2() -> None:
         ["frobnicate"],
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "stack", *args],
+            [sys.executable, "-m", "batchscope", *args],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -1,4 +1,4 @@
-"""python -m stack trace: a bounded trace window on the real Triton of the session's stack."""
+"""batchscope trace: a bounded trace window on the real Triton of the session's stack."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from stack.cli import main
+from batchscope.main import main
 from stacksettings import Settings, free_ports
 from tests.dashboard.conftest import send_bursts
 from tests.helpers import wait_for

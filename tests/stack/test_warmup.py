@@ -6,16 +6,15 @@ import time
 
 import pytest
 
+from batchscope.main import parse
 from stack import warmup
-from stack.cli import build_parser
 from stacksettings import Settings
 from tests.dashboard.conftest import prom_has, wait_for
 
 
 def test_no_warmup_flag() -> None:
-    parser = build_parser()
-    assert parser.parse_args(["up", "--no-warmup"]).no_warmup is True
-    assert parser.parse_args(["up"]).no_warmup is False
+    assert parse(["up", "--no-warmup"]).no_warmup is True
+    assert parse(["up"]).no_warmup is False
 
 
 @pytest.mark.integration

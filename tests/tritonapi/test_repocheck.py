@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stack.cli import main
+from batchscope.main import main
 from tritonapi import repocheck
 
 ROOT = Path(__file__).resolve().parents[2]

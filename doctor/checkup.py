@@ -1,7 +1,8 @@
-"""``python -m stack doctor``: the checks against a live server, from a shell.
+"""``batchscope doctor``: the checks against a live server or a stored run, and the report.
 
-The launcher owns the command (it knows the local stack's addresses and gives them as
-defaults); this module owns its flags and what it does with them.
+``batchscope.commands.doctor`` declares the flags and gives the local stack's addresses as
+``Defaults``; a mistake is a ``UsageError`` (or the ``TritonError`` of a server that does
+not answer), which the command turns into its error line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 
 from advisor.advice import SearchOptions
 from advisor.inputs import Options, metrics_url_of
-from advisor.storedrun import check_poolable, run_ids
+from advisor.storedrun import check_poolable
 from doctor import report
 from doctor.checks import ShapeMix, check
 from doctor.diagnosis import Diagnosis, diagnose
@@ -35,7 +36,6 @@ from runs.store import RunStore
 from stacksettings import admin_headers
 from tritonapi import TritonClient, TritonError, TritonHTTPError
 from tritonapi.modelconfig import parse_json
-from tritonapi.modelname import model_name
 
 SAMPLE_S = 10.0  # the statistics API window without Prometheus
 P99_MS = 10.0  # the search's default bound, the dashboard's too
@@ -74,82 +74,6 @@ class Defaults:
 
 class UsageError(ValueError):
     """Bad input: one line, exit 2."""
-
-
-def add_arguments(parser: argparse.ArgumentParser, defaults: Defaults) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EPILOG
-    parser.add_argument(
-        "--model", "-m", type=model_name, help="one model (default: every ready model)"
-    )
-    parser.add_argument(
-        "--url", default=defaults.triton_url, help=f"Triton's HTTP endpoint ({defaults.triton_url})"
-    )
-    parser.add_argument(
-        "--metrics-url",
-        help="Triton's /metrics, for pending requests (the traffic received) and GPUs "
-        "(default: the stack's with the stack's --url, port 8002 of --url's host when --url "
-        "has port 8000, else none)",
-    )
-    parser.add_argument(
-        "--prometheus",
-        metavar="URL",
-        help="read traffic from this Prometheus (default: the stack's, when it runs)",
-    )
-    parser.add_argument(
-        "--window",
-        type=float,
-        metavar="SECONDS",
-        help=f"traffic window ({SAMPLE_S:g} s sampled, or {PROMETHEUS_S:g} s of Prometheus)",
-    )
-    parser.add_argument(
-        "--admin-key-file",
-        metavar="FILE",
-        help="key of Triton's restricted APIs, for its repository index (default: the stack's "
-        "key, with the stack's --url)",
-    )
-    parser.add_argument(
-        "--exporter-url",
-        metavar="URL",
-        help="the exporter whose batch traces (/api/traces) to read (default: the stack's, "
-        "with the stack's --url)",
-    )
-    parser.add_argument(
-        "--store",
-        metavar="DB",
-        type=Path,
-        help="diagnose a stored load run instead (with --run): its statistics, config and "
-        "shape mix, the same inputs as `advisor advise --store DB --run ID` (a live "
-        "diagnosis reads the shape mix from LOADGEN_DB or .stack/loadgen.sqlite3)",
-    )
-    parser.add_argument(
-        "--run",
-        type=run_ids,
-        metavar="ID[,ID...]",
-        help="the run in --store; several of one model, config and traffic, comma-separated "
-        "(3,4,5), are diagnosed together: their statistics summed, the search pooled as "
-        "`advise --run 3,4,5` pools them",
-    )
-    parser.add_argument(
-        "--p99-ms",
-        type=float,
-        default=P99_MS,
-        help=f"the p99 latency bound of the advisor's config search (default {P99_MS:g}; "
-        "the same search as `batchscope advise`)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=SearchOptions.seeds,
-        help=f"the search's seeds per finalist (default {SearchOptions.seeds}, as advise's)",
-    )
-    parser.add_argument(
-        "--requests",
-        type=int,
-        default=SearchOptions.requests,
-        help=f"simulated requests per config (default {SearchOptions.requests:,}, as advise's)",
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _check_url(url: str, flag: str) -> str:
@@ -409,34 +333,21 @@ def _check_inputs(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, defaults: Defaults) -> int:
+    """Diagnose and print; raises UsageError or TritonError on misuse (exit 2)."""
     if args.store is not None:
-        try:
-            one = [stored(args)]
-        except UsageError as exc:
-            print(f"doctor: {exc}", file=sys.stderr)
-            return 2
-        return show(args, one)
-    try:
-        _check_inputs(args)
-        search = search_options(args)  # misuse is named before Triton is asked
-        url = _check_url(args.url, "--url")
-        client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
-        models = _models(client, args.model)
-        found, notes, sources = windows(args, client, models, defaults)
-        exporter = args.exporter_url or (
-            defaults.exporter_url if url == defaults.triton_url else ""
-        )
-        diagnoses: list[Diagnosis] = []
-        for m in models:
-            mix, more = shape_mix(m)
-            d = diagnose(client, m, found.get(m), [*notes, *more], exporter, mix)
-            diagnoses.append(prescribed(d, sources.get(m), search, args.json))
-    except UsageError as exc:
-        print(f"doctor: {exc}", file=sys.stderr)
-        return 2
-    except TritonError as exc:
-        print(f"doctor: {exc}", file=sys.stderr)
-        return 2
+        return show(args, [stored(args)])
+    _check_inputs(args)
+    search = search_options(args)  # misuse is named before Triton is asked
+    url = _check_url(args.url, "--url")
+    client = TritonClient(url, timeout_s=5.0, headers=_headers(args, url, defaults))
+    models = _models(client, args.model)
+    found, notes, sources = windows(args, client, models, defaults)
+    exporter = args.exporter_url or (defaults.exporter_url if url == defaults.triton_url else "")
+    diagnoses: list[Diagnosis] = []
+    for m in models:
+        mix, more = shape_mix(m)
+        d = diagnose(client, m, found.get(m), [*notes, *more], exporter, mix)
+        diagnoses.append(prescribed(d, sources.get(m), search, args.json))
     return show(args, diagnoses)
 
 

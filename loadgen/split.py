@@ -1,5 +1,5 @@
-"""The CLI's parts for load from more than one process or machine, and the HDR export:
-``--processes N`` on the load runs, ``loadgen merge FILES...`` and ``export --hgrm``."""
+"""Load from more than one process or machine, and the HDR export: ``--processes N`` on
+the load runs, ``batchscope load merge FILES...`` and ``load export --hgrm``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from loadgen.engine import workers
 from loadgen.errors import LoadgenError
 from loadgen.reports import merge, report
-from loadgen.reports.hgrm import UNITS, hgrm
+from loadgen.reports.hgrm import hgrm
 from loadgen.results import stored
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams, default_db
@@ -24,38 +24,6 @@ PROCESSES_HELP = (
     "--requests and --max-in-flight are divided among them (the first ones take the "
     "remainder), a rate or each --stage's rate is divided by N (1)"
 )
-
-
-def add_processes(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--processes", type=int, default=1, metavar="N", help=PROCESSES_HELP)
-
-
-def add_merge(sub: Any) -> None:
-    m = sub.add_parser(
-        "merge",
-        help="combine runs made side by side (pods, machines) into one stored run",
-        description="Merge runs of the same requests to the same model, made at the same "
-        "time by several load generators, into one stored run: counts add, latency "
-        "histograms merge exactly, timelines sum on the earliest run's clock. Each FILE is "
-        "a store with one run (FILE:RUN_ID for one of several) or a run's --json output. "
-        "The server side is left out (each run's statistics saw the others' requests).",
-    )
-    m.add_argument("files", nargs="+", metavar="FILE")
-    m.add_argument("--label", default="", help="the merged run's label")
-    m.add_argument("--db", default=None, help="the store to put it in (LOADGEN_DB)")
-    m.add_argument("--json", action="store_true", help="print JSON instead of the table")
-
-
-def add_hgrm(export: argparse.ArgumentParser) -> None:
-    export.add_argument(
-        "--hgrm",
-        action="store_true",
-        help="print HdrHistogram's percentile distribution (.hgrm) of the run's latency "
-        "(successful requests) instead of writing CSV files",
-    )
-    export.add_argument(
-        "--unit", choices=tuple(UNITS), default="us", help="--hgrm values in us or ms (us)"
-    )
 
 
 def json_of(result: Any, db: str | None) -> dict[str, Any]:
@@ -104,12 +72,12 @@ def exit_code(runs: list[LoadRun]) -> int:
     )
 
 
-def merge_runs(args: argparse.Namespace) -> int:
-    parts = merge.read_parts(args.files)
-    merged = merge.merge(parts, label=args.label)
-    db = args.db or default_db()
+def merge_runs(files: list[str], label: str, db: str | None, as_json: bool) -> int:
+    parts = merge.read_parts(files)
+    merged = merge.merge(parts, label=label)
+    db = db or default_db()
     merged.run.run_id = merge.save(db, merged, parts)
-    if args.json:
+    if as_json:
         print(json.dumps(merge.portable(result_json(merged.run), merged.found), indent=2))
     else:
         print(report.run_table(merged.run))
@@ -118,16 +86,17 @@ def merge_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_hgrm(args: argparse.Namespace) -> int:
-    db = args.db or default_db()
+def export_hgrm(db: str | None, run_id: int, unit: str) -> int:
+    """The run's latency as HdrHistogram's percentile distribution, on stdout."""
+    db = db or default_db()
     with RunStore(db) as runs:
-        run = stored.load_run(runs, args.run_id)
-        found = merge.from_records(runs.record_times(args.run_id))
+        run = stored.load_run(runs, run_id)
+        found = merge.from_records(runs.record_times(run_id))
     if found.n != run.summary.client.sent:
         raise LoadgenError(
-            f"run {args.run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "
+            f"run {run_id} has {found.n:,} records of {run.summary.client.sent:,} sent in "
             f"{db}: its latency histogram cannot be rebuilt"
         )
     latency: Histogram = found.latency
-    sys.stdout.write(hgrm(latency, args.unit))
+    sys.stdout.write(hgrm(latency, unit))
     return 0

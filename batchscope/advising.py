@@ -1,22 +1,15 @@
-"""triton-advisor: predict a dynamic-batching config's outcome and recommend a better one.
-
-    triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10
-    triton-advisor advise --url http://127.0.0.1:8000 --model batch_add_model --p99-ms 10 --probe
-    triton-advisor advise --store .stack/loadgen.sqlite3 --run 3 --p99-ms 10
-    triton-advisor advise --url http://127.0.0.1:8000 --model ids --p99-ms 10 --probe \\
-        --concurrency 8 --shape IDS=4:64 --range IDS=0:30000
-    triton-advisor predict --max-batch-size 64 --delay-us 1000 --service-us 600,41 \\
-        --concurrency 8 --cores 2 --request-us 100
+"""What ``batchscope advise``, ``predict`` and ``autopilot`` do with their options (the command
+layer, since ``advise --apply`` acts through the autopilot above the advisor): turn
+them into the advisor's inputs, run the search (and ``--verify``, ``--apply``), print the
+recommendation or its JSON. A mistake is a ``UsageError``: one line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import stat
 import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,16 +28,13 @@ from advisor.inputs import (
     metrics_url_of,
     replay_options,
 )
-from advisor.model import CpuModel, ServiceModel
+from advisor.model import CpuModel
 from advisor.predict import (
-    MIN_GAIN,
-    OBJECTIVES,
     REACHED,
     Prediction,
     Recommendation,
     predict,
 )
-from advisor.storedrun import run_ids
 from autopilot import apply, verify
 from autopilot import loop as autopilot_loop
 from autopilot import policy as policy_mod
@@ -52,383 +42,12 @@ from loadgen import inputopts
 from loadgen.errors import LoadgenError
 from runs.errors import StoreError
 from runs.schema import check_writable
-from stacksettings import admin_headers, from_env_or_default
+from stacksettings import admin_headers
 from tritonapi.client import TritonClient, TritonError, TritonHTTPError
-from tritonapi.modelname import model_name
-from tritonapi.urls import normalize_url
 
 
 class UsageError(Exception):
     """Bad input: one line for the user, exit code 2."""
-
-
-# No flag of the advisor means anything past this (a rate, a window, a count): a bigger
-# number is a typing slip, and would only make the simulator run for ever.
-MAX_NUMBER = 1e9
-
-
-def _positive(kind: type, what: str, zero_ok: bool = False) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a number") from None
-        in_range = (0 <= value if zero_ok else 0 < value) and value < math.inf  # not NaN
-        if not in_range:
-            wanted = "0 or more" if zero_ok else "a positive number"
-            raise argparse.ArgumentTypeError(f"{what} must be {wanted}, got {text}")
-        if value > MAX_NUMBER:
-            raise argparse.ArgumentTypeError(
-                f"{what} {text} is past the bound of {MAX_NUMBER:g}; give a smaller number"
-            )
-        return value
-
-    return parse
-
-
-def _non_negative_int(what: str) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a whole number") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{what} must be 0 or more, got {text}")
-        return value
-
-    return parse
-
-
-def _http_url(what: str) -> Any:
-    """The URL rule (``tritonapi.urls.normalize_url``), as an argparse type."""
-
-    def parse(text: str) -> str:
-        try:
-            return normalize_url(text, what)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return parse
-
-
-METRICS_URL_HELP = (
-    "Triton's /metrics: its pending-request gauge, read beside each count, makes the traffic "
-    "that of the requests received, not answered (default: the stack's with the stack's "
-    "--url, port 8002 of --url's host when --url has port 8000, else none; unread, the "
-    "answered count is fitted, and the output says so)"
-)
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"preferred sizes: {text!r} is not a comma-separated list of integers"
-        ) from None
-    return sizes
-
-
-def _instance_counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(sorted({int(s) for s in text.split(",") if s.strip()}))
-    except ValueError:
-        counts = ()
-    if not counts or counts[0] < 1:
-        raise argparse.ArgumentTypeError(
-            f"instance counts: {text!r} is not a comma-separated list of positive integers "
-            "(e.g. 1,2)"
-        )
-    return counts
-
-
-def _service(text: str) -> ServiceModel:
-    try:
-        base, per_item = (float(x) for x in text.split(","))
-        return ServiceModel(base / 1e6, per_item / 1e6)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"--service-us: {text!r} must be BASE,PER_ITEM microseconds, e.g. 600,41 ({exc})"
-        ) from None
-
-
-def _add_costs(parser: argparse.ArgumentParser) -> None:
-    costs = parser.add_argument_group(
-        "costs outside the model (default: measured from a local Triton's CPU, or cached)"
-    )
-    costs.add_argument(
-        "--calibration",
-        type=Path,
-        help="capture written by bench/advisor_calibrate.py (sets the CPU model)",
-    )
-    costs.add_argument("--cores", type=_positive(float, "--cores"), help="CPU cores the server has")
-    costs.add_argument(
-        "--request-us", type=float, help="CPU microseconds per request outside the model"
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="triton-advisor",
-        description="Predict what a Triton dynamic-batching config does; recommend a better one.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    common = argparse.ArgumentParser(add_help=False)
-    traffic = common.add_argument_group("traffic (default: fitted from the server's own traffic)")
-    traffic.add_argument("--rate", type=_positive(float, "--rate"), help="open-loop requests/s")
-    traffic.add_argument(
-        "--cv",
-        type=_positive(float, "--cv", zero_ok=True),
-        default=None,
-        help="burstiness: coefficient of variation of inter-arrival times (1 = Poisson)",
-    )
-    traffic.add_argument(
-        "--concurrency", type=_positive(int, "--concurrency"), help="closed-loop clients"
-    )
-    _add_costs(common)
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-
-    search = argparse.ArgumentParser(add_help=False)
-    search.add_argument(
-        "--p99-ms", type=_positive(float, "--p99-ms"), required=True, help="p99 latency bound"
-    )
-    search.add_argument(
-        "--objective",
-        choices=OBJECTIVES,
-        default="auto",
-        help="auto (default): p99 latency under open-loop traffic, throughput under "
-        "closed-loop clients; headroom: capacity over the offered rate (needs costs)",
-    )
-    search.add_argument(
-        "--seeds",
-        type=_positive(int, "--seeds"),
-        default=5,
-        help="random seeds per finalist: the noise interval (default 5)",
-    )
-    search.add_argument(
-        "--requests",
-        type=_positive(int, "--requests"),
-        default=5000,
-        help="simulated requests per config tried (default 5000; fewer is faster, noisier)",
-    )
-    search.add_argument(
-        "--max-batch-limit",
-        type=_positive(int, "--max-batch-limit"),
-        default=64,
-        help="largest max_batch_size the model accepts (default 64)",
-    )
-    search.add_argument(
-        "--min-gain",
-        type=_positive(float, "--min-gain"),
-        default=MIN_GAIN,
-        metavar="X",
-        help=f"smallest predicted gain worth a change (default {MIN_GAIN:g}: a p99 latency "
-        "measured over 2,000 requests moves by up to 20 %% between runs of one config)",
-    )
-    search.add_argument(
-        "--try-instances",
-        type=_instance_counts,
-        default=(),
-        metavar="N,N",
-        help="instance counts to search, e.g. 1,2 (default: the current count only; the "
-        "hand-offs are measured with it, and other counts are extrapolated)",
-    )
-
-    config_flags = argparse.ArgumentParser(add_help=False)
-    group = config_flags.add_argument_group("batching config (advise reads it from --url)")
-    group.add_argument("--max-batch-size", type=_positive(int, "--max-batch-size"))
-    group.add_argument("--preferred", type=_sizes, default=(), help="e.g. 2,4")
-    group.add_argument("--delay-us", type=_non_negative_int("--delay-us"), default=0)
-    group.add_argument("--instances", type=_positive(int, "--instances"), default=1)
-
-    advise = sub.add_parser(
-        "advise",
-        parents=[common, search, config_flags],
-        help="predict and recommend from a running Triton or a stored load run",
-    )
-    advise.add_argument("--url", help="Triton HTTP base URL (config, statistics, traffic)")
-    advise.add_argument("--model", type=model_name, help="model name (with --url)")
-    advise.add_argument(
-        "--window",
-        type=_positive(float, "--window"),
-        default=10.0,
-        help="seconds to watch the server's traffic (default 10)",
-    )
-    advise.add_argument("--metrics-url", type=_http_url("--metrics-url"), help=METRICS_URL_HELP)
-    advise.add_argument(
-        "--prometheus",
-        help="Prometheus URL: fit from the exporter's counters over --window instead",
-    )
-    advise.add_argument("--store", type=Path, help="the load generator's SQLite store")
-    advise.add_argument(
-        "--run",
-        type=run_ids,
-        help="run id in --store (batchscope load runs); several of one model, config and "
-        "traffic, comma-separated (3,4,5), are pooled: one short traced run's fit moves "
-        "from run to run",
-    )
-    advise.add_argument(
-        "--probe",
-        action="store_true",
-        help="measure the costs with a short closed-loop load on --url now (a few seconds "
-        "of load on the server)",
-    )
-    advise.add_argument(
-        "--probe-s",
-        type=_positive(float, "--probe-s"),
-        default=3.0,
-        help="seconds of probe load (default 3)",
-    )
-    advise.add_argument(
-        "--verify",
-        action="store_true",
-        help="check by experiment: load each config as a scratch copy of the model "
-        "(repository API), replay the traffic, compare with the prediction, unload",
-    )
-    advise.add_argument(
-        "--verify-s",
-        type=_positive(float, "--verify-s"),
-        default=5.0,
-        help="seconds of replayed traffic per config (default 5)",
-    )
-    advise.add_argument(
-        "--model-repository",
-        type=Path,
-        default=from_env_or_default().model_repository,
-        help="where the model's files are, for --verify's scratch copy "
-        "(default: the project's model_repository)",
-    )
-    advise.add_argument(
-        "--admin-key-file",
-        type=Path,
-        default=from_env_or_default().admin_key_file,
-        help="key of Triton's restricted APIs, for --verify (default .stack/triton-admin.key)",
-    )
-    applying = advise.add_argument_group(
-        "apply the recommendation to the live model (dry run without --apply)"
-    )
-    applying.add_argument(
-        "--apply",
-        action="store_true",
-        help="load the recommended config on --model as a config override (repository "
-        "API, with --admin-key-file; config.pbtxt is not touched), watch a window before "
-        "and after, and roll back by itself when clients fare worse; exit 1 when the "
-        "change is not kept",
-    )
-    applying.add_argument(
-        "--watch-s",
-        type=_positive(float, "--watch-s"),
-        help="seconds of each window before and after the change (default: long enough "
-        f"for {apply.WATCH_REQUESTS:,} requests at the current rate, "
-        f"{apply.MIN_WATCH_S:g}..{apply.MAX_WATCH_S:g} s)",
-    )
-    applying.add_argument(
-        "--db",
-        type=Path,
-        default=from_env_or_default().store,
-        help="load-run store: the change is recorded there, and the clients' latencies of "
-        "the model's load runs going on meanwhile are read from it "
-        "(default .stack/loadgen.sqlite3)",
-    )
-    advise.add_argument(
-        "--traces",
-        metavar="EXPORTER_URL",
-        help="measure the batcher's hand-offs (dispatch, timer slack, release, execution "
-        "spread) from the exporter's retained traces of --model; trace every request first: "
-        "batchscope trace --model M",
-    )
-    loads = advise.add_argument_group(
-        "what --probe's and --verify's requests hold (as in batchscope load; --verify "
-        "replays a stored run's own when none is given)"
-    )
-    inputopts.add_arguments(loads)
-    advise.add_argument(
-        "--calibrations",
-        type=Path,
-        default=from_env_or_default().state_dir / "advisor-calibrations.json",
-        help="cache of measured costs per server, model and Triton version "
-        "(default .stack/advisor-calibrations.json)",
-    )
-
-    _add_autopilot(sub, search)
-
-    pred = sub.add_parser(
-        "predict", parents=[common, config_flags], help="predict one config, no server"
-    )
-    pred.add_argument(
-        "--service-us", type=_service, required=True, help="BASE,PER_ITEM execution microseconds"
-    )
-    return parser
-
-
-def _add_autopilot(sub: Any, search: argparse.ArgumentParser) -> None:
-    pilot = sub.add_parser(
-        "autopilot",
-        parents=[search],
-        help="watch a live model's traffic, re-advise when it shifts, apply within a policy",
-        description="Each --interval-s: re-apply the last kept config if Triton no longer "
-        "serves it (a restart forgets overrides); measure the traffic; when it has shifted "
-        f"(rate beyond x{autopilot_loop.RATE_RATIO:g} or burstiness beyond +/-"
-        f"{autopilot_loop.CV_CHANGE:g}, for {autopilot_loop.SUSTAINED} intervals running) "
-        "from what the current config was chosen for, advise within the policy and apply the "
-        "change with advise --apply's watch and rollback. A dry run unless --apply.",
-    )
-    pilot.add_argument("--url", required=True, help="Triton HTTP base URL")
-    pilot.add_argument("--model", type=model_name, required=True, help="the model to pilot")
-    pilot.add_argument("--metrics-url", type=_http_url("--metrics-url"), help=METRICS_URL_HELP)
-    pilot.add_argument(
-        "--policy",
-        type=Path,
-        help="YAML policy: bounds on the delay, max_batch_size, preferred sizes and "
-        "instances, min_minutes_between_changes, never_touch (default: no bounds, one "
-        f"change per {policy_mod.DEFAULT_MINUTES:g} min)",
-    )
-    pilot.add_argument(
-        "--apply",
-        action="store_true",
-        help="make the changes (default: print what would be done, one line per decision)",
-    )
-    pilot.add_argument(
-        "--interval-s",
-        type=_positive(float, "--interval-s"),
-        default=autopilot_loop.DEFAULT_INTERVAL_S,
-        help=f"seconds of traffic per step (default {autopilot_loop.DEFAULT_INTERVAL_S:g})",
-    )
-    bounded = pilot.add_mutually_exclusive_group()
-    bounded.add_argument(
-        "--for-s",
-        type=_positive(float, "--for-s"),
-        help="stop after this many seconds (default: run until Ctrl-C)",
-    )
-    bounded.add_argument(
-        "--once", action="store_true", help="one step: measure one interval, decide, exit"
-    )
-    pilot.add_argument(
-        "--watch-s",
-        type=_positive(float, "--watch-s"),
-        help="seconds of each window before and after a change (default: as advise --apply)",
-    )
-    pilot.add_argument(
-        "--db",
-        type=Path,
-        default=from_env_or_default().store,
-        help="load-run store: the changes' record (the last kept config is read from it) "
-        "and the clients' latencies (default .stack/loadgen.sqlite3)",
-    )
-    pilot.add_argument(
-        "--admin-key-file",
-        type=Path,
-        default=from_env_or_default().admin_key_file,
-        help="key of Triton's restricted APIs (default .stack/triton-admin.key)",
-    )
-    pilot.add_argument(
-        "--calibrations",
-        type=Path,
-        default=from_env_or_default().state_dir / "advisor-calibrations.json",
-        help="cache of measured costs (default .stack/advisor-calibrations.json)",
-    )
-    _add_costs(pilot)
 
 
 # ---- flags to options ----------------------------------------------------------------------
@@ -858,22 +477,3 @@ def autopilot_command(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     # As advise --apply: 1 when a change made in this run did not end as it should.
     return 0 if all(r.change.outcome in ("kept", "reapplied") for r in ran.results) else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "advise":
-            return advise(args)
-        if args.command == "autopilot":
-            return autopilot_command(args)
-        return predict_command(args)
-    except UsageError as exc:
-        for line in str(exc).splitlines():  # one line per problem (a policy's fields)
-            print(f"triton-advisor: error: {line}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from advisor.cli import main
-
-sys.exit(main())

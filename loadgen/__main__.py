@@ -1,5 +1,0 @@
-import sys
-
-from loadgen.cli import main
-
-sys.exit(main())

@@ -1,3 +1,0 @@
-from stack.cli import main
-
-raise SystemExit(main())
