@@ -58,10 +58,10 @@ def send_bursts(settings: Settings, model: str, bursts: int, size: int = 3) -> i
 
 
 @contextmanager
-def busy(settings: Settings, model: str, size: int = 3) -> Iterator[None]:
+def busy(settings: Settings, model: str, size: int = 3) -> Iterator[float]:
     """Bursts of ``size`` to ``model`` without a pause until the block ends, entered once
-    Prometheus holds a scrape that shows them (the live KPIs are the charts' last point: the
-    last seconds, not the time range)."""
+    Prometheus holds scrapes that show them (the live KPIs are the charts' last point: the
+    last seconds, not the time range). Yields when the load began (unix time)."""
     stop = threading.Event()
 
     def send() -> None:
@@ -75,7 +75,7 @@ def busy(settings: Settings, model: str, size: int = 3) -> Iterator[None]:
         # Three scrapes in: a chart point at a whole second from now on holds the load.
         later = started + 3 * settings.scrape_interval_s
         wait_for(scraped_after(settings, "exporter", later), 30, "scrapes of the load")
-        yield
+        yield started
     finally:
         stop.set()
         sender.join(timeout=30)
