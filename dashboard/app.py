@@ -21,11 +21,13 @@ st.set_page_config(
     layout="wide",
 )
 
-# `streamlit run dashboard/app.py` puts dashboard/ on sys.path, not the repository:
-# make `import dashboard` work from any checkout, installed or not.
+# `streamlit run dashboard/app.py` puts dashboard/ first on sys.path, not the repository:
+# make `import dashboard` work from any checkout, installed or not, and put the repository
+# ahead of dashboard/, whose modules would shadow its packages (dashboard/runs.py hid runs/).
 _ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+if _ROOT in sys.path:
+    sys.path.remove(_ROOT)
+sys.path.insert(0, _ROOT)
 
 # set_page_config must run before these imports.
 from dashboard import access, settings  # noqa: E402

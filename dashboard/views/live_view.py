@@ -81,7 +81,12 @@ def render_kpis(data: LiveData, window_s: int) -> None:
     k = data.kpis
     latest = f"the charts' last point ({_clock(data.latest_at)} UTC, the last {data.point_s:g} s)"
     over = f"over the last {_short(window_s)}"
-    st.caption(f"Rates and times per request: {latest}. The others as labelled.")
+    # Labels stay short enough to show whole in a column: the window is in each one.
+    span = f", {_short(window_s)}"
+    st.caption(
+        f"Rates and times per request: {latest}. Batch efficiency, preferred-size hits and "
+        f"failed requests: {over}."
+    )
     row1 = st.columns(5)
     row1[0].metric(
         "Inferences/s",
@@ -118,23 +123,23 @@ def render_kpis(data: LiveData, window_s: int) -> None:
         help=f"Answered and failed requests per second, over the seconds of {latest}.",
     )
     row2[1].metric(
-        f"Batch efficiency {over}",
+        f"Batch efficiency{span}",
         fmt.ratio(k["batch_efficiency"]),
         help=f"Average batch size {over} / max_batch_size.",
     )
     row2[2].metric(
-        f"Preferred-size hits {over}",
+        f"Preferred hits{span}",
         fmt.ratio(k["preferred_hit_ratio"]),
-        help="Share of executions whose batch size is one of preferred_batch_size.",
+        help=f"Share of executions {over} whose batch size is one of preferred_batch_size.",
     )
     row2[3].metric(
-        f"Failed requests {over}",
+        f"Failed requests{span}",
         fmt.ratio(k["failure_ratio"]),
-        help="Failed / all requests, as Triton counts them (an error response "
+        help=f"Failed / all requests {over}, as Triton counts them (an error response "
         "from the python backend counts as a success there).",
     )
     row2[4].metric(
-        "p99 request latency, recent",
+        "p99 latency, recent",
         fmt.millis(k["p99_request_s"]),
         help="From Triton's nv_inference_request_summary_us (summary_latencies=true), over "
         "Triton's own recent window; a dash when Triton has no recent requests or summaries "

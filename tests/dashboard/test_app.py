@@ -133,7 +133,7 @@ def test_live_view_with_data(make_app: MakeApp, loaded_stack: Settings) -> None:
     assert float(shown["Inferences/s"]) > 0
     average, limit = shown["Average batch size"].split(" / ")
     assert 1.0 < float(average) <= 4.0 and limit == "4"
-    assert shown["Failed requests over the last 5 min"] == "0%"
+    assert shown["Failed requests, 5 min"] == "0%"
     figures = charts(at)
     assert set(figures) == {"throughput", "distribution", "batch_size", "queue_compute"}
     bars = figures["distribution"]["data"][0]
