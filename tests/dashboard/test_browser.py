@@ -5,10 +5,12 @@ Saves screenshots under test-artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,7 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
     assert fetched and not [u for u in fetched if not u.startswith((own, "data:", "blob:"))]
 
 
+THROUGHPUT = "Inferences/s vs executions/s"
 # What the live view shows: each KPI's label and text, each chart's traces by title with
 # their last point, and whether Streamlit is still running the script (elements go stale).
 SHOWN = """
@@ -138,14 +141,22 @@ SHOWN = """
 """
 
 
-def at_rest(page: Page, timeout_s: float = 60) -> dict:
-    """What the page shows once it no longer changes (two reads a second apart agree)."""
+def chart_end(shown: dict, title: str, trace: str) -> float:
+    """The unix time of a trace's last point (0 when it has none)."""
+    last = shown["charts"].get(title, {}).get(trace)
+    return 0.0 if last is None else datetime.fromisoformat(last[0]).replace(tzinfo=UTC).timestamp()
+
+
+def at_rest(page: Page, drawn_since: float, timeout_s: float = 60) -> dict:
+    """What the page shows once its charts end at ``drawn_since`` or later (a run of the
+    script that began after it) and it no longer changes (two reads a second apart agree)."""
     deadline = time.monotonic() + timeout_s
     before = page.evaluate(SHOWN)
     while time.monotonic() < deadline:
         page.wait_for_timeout(1000)
         now = page.evaluate(SHOWN)
-        if now == before and not now["busy"] and len(now["charts"]) == 4:
+        fresh = chart_end(now, THROUGHPUT, "inferences/s") >= math.floor(drawn_since)
+        if fresh and now == before and not now["busy"] and len(now["charts"]) == 4:
             return dict(now)
         before = now
     raise AssertionError(f"the page kept changing for {timeout_s:g} s: {before}")
@@ -157,23 +168,23 @@ def test_live_kpis_are_the_charts_last_point(page: Page, loaded_stack: Settings)
     s = loaded_stack
     page.goto(s.url("dashboard"))
     page.get_by_role("heading", name="Live: batch_add_model").wait_for(timeout=60_000)
-    throughput = "Inferences/s vs executions/s"
 
     def idle() -> bool:
-        last = page.evaluate(SHOWN)["charts"].get(throughput, {}).get("inferences/s")
+        last = page.evaluate(SHOWN)["charts"].get(THROUGHPUT, {}).get("inferences/s")
         return last is not None and last[1] == 0
 
     # The idle stretch: the throughput chart ends on zero.
     wait_for(idle, 60, "the throughput chart to end on zero")
     with busy(s, "batch_add_model", size=4):
         # Turning auto-refresh off re-runs the page once, under load, and then leaves it still.
+        clicked = time.time()
         page.get_by_text("Auto-refresh every").click()
-        shown = at_rest(page)
+        shown = at_rest(page, drawn_since=clicked)
     save_whole_page(page, "dashboard-live-kpis.png")
     kpis, charts = shown["kpis"], shown["charts"]
     (t_inf, inferences), (t_exe, executions) = (
-        charts[throughput]["inferences/s"],
-        charts[throughput]["executions/s"],
+        charts[THROUGHPUT]["inferences/s"],
+        charts[THROUGHPUT]["executions/s"],
     )
     t_avg, average = charts["Average batch size"]["average batch size"]
     t_queue, queue_ms = charts["Queue vs compute time per request"]["queue"]
