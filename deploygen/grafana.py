@@ -98,8 +98,10 @@ LATEST_PANELS: dict[str, tuple[str, str, str]] = {
     ),
     "requests_per_s": ("Requests/s", "reqps", "answered and failed"),
 }
-# Said under each: the stat and the chart below have the same query and step.
+# Said under each: the stat and the chart below have the same query and step. Requests/s
+# has no chart: it covers the same seconds as the charts' last point.
 LATEST_ABOUT = "; the last point of the chart below (a rate over $__rate_interval)"
+UNCHARTED_ABOUT = "; over the $__rate_interval of the charts' last point"
 
 # One stat panel per KPI of the live view over the time range (dashboard.live.KPI_QUERIES).
 KPI_PANELS: dict[str, tuple[str, str, str]] = {
@@ -138,7 +140,12 @@ def _kpi_query(name: str) -> str:
 
 
 LATEST_KPIS: list[tuple[str, str, list[Query], str]] = [
-    (title, unit, [Query(chart(live.LATEST_QUERIES[name]))], about + LATEST_ABOUT)
+    (
+        title,
+        unit,
+        [Query(chart(live.LATEST_QUERIES[name]))],
+        about + (LATEST_ABOUT if name in live.SERIES_QUERIES else UNCHARTED_ABOUT),
+    )
     for name, (title, unit, about) in LATEST_PANELS.items()
 ]
 KPIS: list[tuple[str, str, list[Query], str]] = [
