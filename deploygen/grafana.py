@@ -276,32 +276,18 @@ def build() -> gd.Dashboard:
     board = board.with_row(gd.Row("KPIs now: the charts' last point"))
     for title, unit, qs, about in LATEST_KPIS:
         board = board.with_panel(
-            stat.Panel()
-            .title(title)
-            .description(about)
-            .unit(unit)
-            .datasource(DATASOURCE)
+            _stat(title, unit, about)
             .targets(_refs(qs))  # type: ignore[arg-type]
             # The charts' step: the same points, so the last one is the chart's.
             .max_data_points(MAX_POINTS)
-            .graph_mode(BigValueGraphMode.NONE)
             .reduce_options(common.ReduceDataOptions().calcs(["last"]))
-            .height(4)
-            .span(4)
         )
     board = board.with_row(gd.Row("KPIs over the time range"))
     for title, unit, qs, about in KPIS:
         board = board.with_panel(
-            stat.Panel()
-            .title(title)
-            .description(about)
-            .unit(unit)
-            .datasource(DATASOURCE)
+            _stat(title, unit, about)
             .targets(_refs(qs, instant=True))  # type: ignore[arg-type]
-            .graph_mode(BigValueGraphMode.NONE)
             .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
-            .height(4)
-            .span(4)
         )
     board = board.with_row(gd.Row("Batching over time"))
     for title, unit, qs, about in CHARTS:
@@ -360,6 +346,20 @@ def build() -> gd.Dashboard:
         .span(12)
     )
     return _numbered(board)
+
+
+def _stat(title: str, unit: str, about: str) -> stat.Panel:
+    """A KPI's stat panel, without its query."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(about)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .graph_mode(BigValueGraphMode.NONE)
+        .height(4)
+        .span(4)
+    )
 
 
 def _numbered(board: gd.Dashboard) -> gd.Dashboard:
