@@ -1,6 +1,7 @@
 """The direction of imports, checked on the source of every module.
 
-The one place the layering is written down (DESIGN.md draws the same picture).
+The one place the layering is enforced; docs/architecture.md draws the same picture and says
+why each layer is where it is.
 Highest first: a package may import the packages of the layers below it, and
 none of its own layer or above. Imports inside functions count as much as those
 at the top of a module: a lazy import is still a dependency.
@@ -30,10 +31,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("doctor",),
     ("advisor",),
     ("observe",),  # one way to watch a model: the sampler, the window, CPU, stored runs
-    ("loadgen",),
-    # The collector, and the rules and Prometheus/Alertmanager configs that both the launcher
-    # and the renderer write: neither imports the other.
-    ("exporter", "rules"),
+    # Load runs; the collector; the rules and Prometheus/Alertmanager configs that both the
+    # launcher and the renderer write. None of the three imports another.
+    ("loadgen", "exporter", "rules"),
     # The run store: loadgen, the exporter, the advisor and the autopilot ask it; it takes
     # and returns plain values, so it needs none of them.
     ("runs",),

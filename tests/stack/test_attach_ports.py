@@ -66,7 +66,7 @@ def distribution(found: list[Any], target: str) -> dict[str, float]:
 
 def stack_cli(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stack", *argv, "--state-dir", str(state)],
+        [sys.executable, "-m", "batchscope", *argv, "--state-dir", str(state)],
         cwd=ROOT,
         capture_output=True,
         text=True,
