@@ -101,6 +101,7 @@ def pytest_collection_modifyitems(
     tests/module_seconds.json, each group's tests staying in their shuffled order: xdist
     deals the groups out in this order (stack/test turns off its own reordering by test
     count), so no long module starts last and keeps one worker busy after the rest ran dry.
+    Groups with an ``alone`` test go after all the others (below).
     A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
@@ -116,7 +117,13 @@ def pytest_collection_modifyitems(
     if not (loadgroup or getattr(config.option, "loadgroup", False)):
         return
     seconds = group_seconds(groups, module_seconds())
-    items.sort(key=lambda item: -seconds.get(_item_group(item), 0.0))
+    # A group holding an `alone` test goes last: that test waits for every test running
+    # beside it, and every worker that asks for its next test waits behind it (the
+    # turnstile), so dealt among the long modules it idled three workers for as long as the
+    # longest test then running (setups of 70 to 143 s in whole runs); dealt last, it waits
+    # for the short modules that end the session.
+    solo = {_item_group(item) for item in items if item.get_closest_marker("alone")}
+    items.sort(key=lambda item: (_item_group(item) in solo, -seconds.get(_item_group(item), 0.0)))
 
 
 def _group_name(mark: pytest.Mark) -> str:
