@@ -16,8 +16,9 @@ import time
 from rules import rulesettings
 from stack import alertmanager, attach, warmup
 from stack.errors import StackError
+from stack.service import STOP_TIMEOUT_S
 from stack.services import service_table
-from stack.supervisor import STOP_TIMEOUT_S, Running, Supervisor, restart_requests, tail
+from stack.supervisor import Running, Supervisor, restart_requests, tail
 from stacksettings import Settings, ensure_secret
 from tritonapi import repocheck
 from tritonapi.client import TritonClient, TritonError

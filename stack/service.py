@@ -10,6 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# How long a service gets between SIGTERM and SIGKILL when the stack stops it, unless its row
+# says otherwise: Triton unloads its models and waits on its stubs within it.
+STOP_TIMEOUT_S = 15.0
+
 
 @dataclass
 class Service:
@@ -22,6 +26,8 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     startup_timeout_s: float = 60.0
+    # SIGTERM, then this long for the whole process group to leave, then SIGKILL.
+    stop_grace_s: float = STOP_TIMEOUT_S
     # Answers while the process works, whatever its models' state (Triton's readiness
     # also waits on every model): a hang is judged by it. Empty: the health URL.
     live_url: str = ""

@@ -29,11 +29,10 @@ import requests
 
 from rules.rulesettings import RuleSettingsError
 from stack.errors import StackError
-from stack.service import Service
+from stack.service import STOP_TIMEOUT_S, Service
 from stack.services import service_table
 from stacksettings import ALERTMANAGER_USER, PORTS, Settings, procstat, read_secret
 
-STOP_TIMEOUT_S = 15.0
 # Restart backoff: 1 s, 2 s, 4 s, ... at most 30 s; a service that stayed up for
 # BACKOFF_RESET_S since its last start begins again at 1 s.
 BACKOFF_FIRST_S = 1.0
@@ -66,6 +65,7 @@ class Running:
     health_auth_file: str = ""  # the basic-auth password its health URL needs, if any
     live_url: str = ""  # what a hang is judged by (Service.live_url); empty: health_url
     argv: list[str] = field(default_factory=list)  # what was exec'd: checked before adopting
+    stop_grace_s: float = STOP_TIMEOUT_S  # Service.stop_grace_s
 
 
 @dataclass
@@ -340,6 +340,7 @@ class Supervisor:
             health_auth_file=str(svc.health_auth_file or ""),
             live_url=svc.live_url,
             argv=list(svc.argv),
+            stop_grace_s=svc.stop_grace_s,
         )
 
     def _wait_ready(self, svc: Service, run: Running) -> None:
@@ -601,9 +602,10 @@ class Supervisor:
         return had
 
     def _stop(
-        self, running: list[Running], quiet: bool = False, grace_s: float = STOP_TIMEOUT_S
+        self, running: list[Running], quiet: bool = False, grace_s: float | None = None
     ) -> list[str]:
-        """Stop each service's whole process group: SIGTERM, a grace period, then SIGKILL.
+        """Stop each service's whole process group: SIGTERM, a grace period (``grace_s``, or
+        the longest of the services' own), then SIGKILL.
 
         Groups whose leader is already dead are swept too (a killed Triton's stubs).
         Returns the names of services that had anything left to stop.
@@ -611,6 +613,8 @@ class Supervisor:
         live = [r for r in reversed(running) if self._alive(r) or group_members(r)]
         for run in live:
             self._signal(run, signal.SIGTERM)
+        if grace_s is None:
+            grace_s = max((r.stop_grace_s for r in live), default=0.0)
         deadline = time.monotonic() + grace_s
         while any(self._alive(r) or group_members(r) for r in live):
             if time.monotonic() >= deadline:
