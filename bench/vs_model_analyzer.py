@@ -341,23 +341,24 @@ def table(entries: list[Contender]) -> list[str]:
 
 
 def verdict(advise: Contender, ma: Contender) -> str:
-    """Advise's pick against Model Analyzer's: the same config, or better/worse beyond the
-    rounds' spread (ranges apart) in throughput and p99, else within noise."""
+    """Advise's pick against Model Analyzer's: the same config, else for throughput and p99
+    the ratio of medians, whether the rounds' ranges lie apart (else within noise), and in
+    how many rounds advise's run did better than Model Analyzer's run beside it."""
     if advise is ma:
         return "the same config"
 
     def compare(a: list[float], b: list[float], higher_better: bool) -> str:
-        if min(a) > max(b):
-            return "higher" if higher_better else "worse"
-        if max(a) < min(b):
-            return "worse" if higher_better else "lower"
-        return "within noise"
+        better, worse = ("higher", "lower") if higher_better else ("lower", "higher")
+        sign = 1 if higher_better else -1  # compared as "higher is better" from here
+        a_, b_ = [sign * x for x in a], [sign * x for x in b]
+        apart = better if min(a_) > max(b_) else worse if max(a_) < min(b_) else "within noise"
+        wins = sum(x > y for x, y in zip(a_, b_, strict=True))
+        ratio = statistics.median(a) / statistics.median(b)
+        return f"x{ratio:.2f} ({apart}; {better} in {wins} of {len(a)} rounds)"
 
-    ratio_t = statistics.median(advise.throughput) / statistics.median(ma.throughput)
-    ratio_p = statistics.median(advise.p99_ms) / statistics.median(ma.p99_ms)
     return (
-        f"throughput x{ratio_t:.2f} ({compare(advise.throughput, ma.throughput, True)}), "
-        f"client p99 x{ratio_p:.2f} ({compare(advise.p99_ms, ma.p99_ms, False)})"
+        f"throughput {compare(advise.throughput, ma.throughput, True)}, "
+        f"client p99 {compare(advise.p99_ms, ma.p99_ms, False)}"
     )
 
 

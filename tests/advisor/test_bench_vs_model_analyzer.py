@@ -100,10 +100,17 @@ def test_a_config_both_tools_picked_is_measured_once_under_both_names() -> None:
 def test_the_verdict_calls_a_difference_only_when_the_rounds_do_not_overlap() -> None:
     ma = contender("Model Analyzer", [1000, 1100, 1050], [10.0, 12.0, 11.0])
     better = contender("advise", [1200, 1300, 1250], [8.0, 9.0, 8.5])
-    assert verdict(better, ma) == ("throughput x1.19 (higher), client p99 x0.77 (lower)")
+    assert verdict(better, ma) == (
+        "throughput x1.19 (higher; higher in 3 of 3 rounds), "
+        "client p99 x0.77 (lower; lower in 3 of 3 rounds)"
+    )
     close = contender("advise", [1080, 900, 1000], [11.5, 13.0, 12.0])
     assert verdict(close, ma) == (
-        "throughput x0.95 (within noise), client p99 x1.09 (within noise)"
+        "throughput x0.95 (within noise; higher in 1 of 3 rounds), "
+        "client p99 x1.09 (within noise; lower in 0 of 3 rounds)"
     )
     worse = contender("advise", [700, 800, 750], [20.0, 22.0, 21.0])
-    assert verdict(worse, ma) == "throughput x0.71 (worse), client p99 x1.91 (worse)"
+    assert verdict(worse, ma) == (
+        "throughput x0.71 (lower; higher in 0 of 3 rounds), "
+        "client p99 x1.91 (higher; lower in 0 of 3 rounds)"
+    )
