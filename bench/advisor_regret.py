@@ -41,13 +41,12 @@ from advisor.advice import SearchOptions, advise
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import fit_traffic, received_counts
 from advisor.inputs import Options, watch
-from autopilot import verify
 from bench.advisor_validation import RATES, SHAPES, WARM_UP_S, repository
-from bench.common import stack
+from bench.common import scratch_copies, stack
 from loadgen.engine.runner import RunParams, run
 from loadgen.results.result import RunResult
 from stacksettings import PORTS, Settings
-from tritonapi.client import TritonClient, TritonError
+from tritonapi.client import TritonClient
 
 DELAYS_US = (0, 100, 300, 1000, 3000)
 
@@ -265,28 +264,17 @@ def measure(
         entry = entries.setdefault((key(config), apart and role == live), Measured(config, ""))
         entry.roles.append(role)
     started = time.monotonic()
-    loaded: list[str] = []
-    try:
-        for i, entry in enumerate(entries.values()):
-            if live in entry.roles:
-                entry.served = model
-                continue
-            name = f"{model}{verify.SUFFIX}g{i}"
-            scratch = verify.scratch_config(admin.model_config_json(model), entry.config, name)
-            admin.load_model(name, scratch, verify.model_files(s.model_repository, model))
-            loaded.append(name)
+    order = list(entries.values())
+    served = [None if live in entry.roles else entry.config for entry in order]
+    with scratch_copies(s, admin, model, served, "g") as names:
+        for entry, name in zip(order, names, strict=True):
             entry.served = name
-        order = list(entries.values())
         for k in range(passes):
             for entry in order if k % 2 == 0 else reversed(order):
                 entry.p99s.append(client_p99(s, entry.served, model, rate, seconds, 11 + k))
         if confirm:
             confirm_runs(s, model, rate, order, seconds, confirm, confirm_role)
-    finally:
-        for name in loaded:
-            with contextlib.suppress(TritonError):
-                admin.unload_model(name)
-    return list(entries.values()), time.monotonic() - started
+    return order, time.monotonic() - started
 
 
 def best_of_grid(entries: list[Measured]) -> Measured:

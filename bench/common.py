@@ -11,13 +11,16 @@ import os
 import shutil
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from advisor.config import BatcherConfig
+from autopilot import verify
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
+from tritonapi.client import TritonClient, TritonError
 
 MODEL = "batch_add_model"
 
@@ -65,6 +68,36 @@ def stack(
 def private_triton() -> contextlib.AbstractContextManager[Settings]:
     """Triton alone, serving the project's model repository."""
     return stack(copies=None, services=("triton",))
+
+
+@contextmanager
+def scratch_copies(
+    settings: Settings,
+    admin: TritonClient,
+    model: str,
+    configs: Sequence[BatcherConfig | None],
+    tag: str,
+) -> Iterator[list[str]]:
+    """``model`` under each config as a scratch copy (repository API), named
+    ``<model>__advisor_<tag><i>``; None stands for the model itself. Yields the names that
+    serve them, in order; the copies are unloaded on the way out, whatever happens."""
+    loaded: list[str] = []
+    try:
+        names = []
+        for i, config in enumerate(configs):
+            if config is None:
+                names.append(model)
+                continue
+            name = f"{model}{verify.SUFFIX}{tag}{i}"
+            scratch = verify.scratch_config(admin.model_config_json(model), config, name)
+            admin.load_model(name, scratch, verify.model_files(settings.model_repository, model))
+            loaded.append(name)
+            names.append(name)
+        yield names
+    finally:
+        for name in loaded:
+            with contextlib.suppress(TritonError):
+                admin.unload_model(name)
 
 
 def percentile(values: list[float], q: float) -> float:
