@@ -169,6 +169,8 @@ def sequential(client: PromClient, model: str, window: Range, scrape_s: float) -
     for template in live.KPI_QUERIES.values():
         client.scalar(q.build(template, sel, whole), window.end)
     point = rate_window(window.step_s, scrape_s)
+    for template in live.LATEST_QUERIES.values():
+        client.scalar(q.build(template, sel, point), live.last_point(window))
     for template in live.SERIES_QUERIES.values():
         client.query_range(q.build(template, sel, point), window)
     client.query(q.build(q.BATCH_SIZE_DISTRIBUTION, sel, whole), window.end)

@@ -1,9 +1,9 @@
-"""The live view's numbers against a known answer: Triton's own statistics.
+"""The live view's numbers against a known answer: Triton's own statistics, and its charts.
 
 Over a window that holds exactly one load, the ratios the dashboard computes in
 PromQL must equal the same ratios of Triton's statistics deltas: both counters
 of a ratio come from the same exporter scrape, so increase()'s extrapolation
-cancels out.
+cancels out. Each KPI beside a chart must equal that chart's last point.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import requests
 
 from dashboard import live
 from dashboard import queries as q
-from promapi import PromClient, Range
+from promapi import PromClient, Range, aligned_range
 from stacksettings import Settings
-from tests.dashboard.conftest import scraped_after, send_bursts, wait_for
+from tests.dashboard.conftest import busy, scraped_after, send_bursts, wait_for
 from tests.helpers import model_stats, stats_counting
 
 pytestmark = pytest.mark.integration
@@ -39,10 +39,12 @@ def test_kpis_equal_triton_statistics_over_the_same_window(
     end = math.ceil(time.time())
     delta = after.minus(before)
 
+    # One step over the whole window: the charts' last point, and so the latest KPIs, span
+    # the load (its rate window is a step and a scrape).
     data = live.fetch_range(
         PromClient(s.url("prometheus")),
         "batch_add_model",
-        Range(start, end, 1),
+        Range(start, end, end - start),
         s.scrape_interval_s,
     )
 
@@ -69,6 +71,30 @@ def test_kpis_equal_triton_statistics_over_the_same_window(
     sizes = set(data.distribution["batch_size"])
     assert sizes <= set(after.executions_by_size())
     assert data.series["inferences_per_s"]["value"].max() > 0
+
+
+def test_each_kpi_beside_a_chart_is_that_charts_last_point(loaded_stack: Settings) -> None:
+    """A load that starts mid-range: the KPIs show its rate now, as the charts end on it,
+    not an average over the range's idle minutes."""
+    s = loaded_stack
+    with busy(s, "batch_add_model", size=4):
+        now = time.time()
+        window = aligned_range(300, end=now, min_step_s=s.scrape_interval_s)
+        data = live.fetch_range(
+            PromClient(s.url("prometheus")),
+            "batch_add_model",
+            window,
+            s.scrape_interval_s,
+            at=live.kpi_time(now, s.scrape_interval_s),
+        )
+    assert data.latest_at == window.end
+    assert set(live.SERIES_QUERIES) <= set(live.LATEST_QUERIES)
+    for name in live.SERIES_QUERIES:
+        last = data.series[name].iloc[-1]
+        assert last["time"].timestamp() == data.latest_at, name
+        assert data.kpis[name] is not None, name
+        assert data.kpis[name] == last["value"], name
+    assert data.kpis["inferences_per_s"] > 0  # type: ignore[operator]
 
 
 def test_every_query_is_accepted_by_the_real_prometheus(loaded_stack: Settings) -> None:
