@@ -3,7 +3,9 @@
 Over a window that holds exactly one load, the ratios the dashboard computes in
 PromQL must equal the same ratios of Triton's statistics deltas: both counters
 of a ratio come from the same exporter scrape, so increase()'s extrapolation
-cancels out. Each KPI beside a chart must equal that chart's last point.
+cancels out. Each KPI beside a chart must equal that chart's last point, whose
+rate window is a step and a scrape (at least four scrapes): it reaches back before
+the step, so the test sets the step for that window to hold the one load and no more.
 """
 
 from __future__ import annotations
@@ -20,33 +22,53 @@ from promapi import PromClient, Range, aligned_range
 from stacksettings import Settings
 from tests.dashboard.conftest import busy, scraped_after, send_bursts, wait_for
 from tests.helpers import model_stats, stats_counting
+from tritonapi.stats import ModelStats
 
 pytestmark = pytest.mark.integration
+
+
+def settled(s: Settings, triton_url: str, model: str) -> tuple[ModelStats, int]:
+    """The model's statistics and a whole second ``start``: every exporter sample from a
+    scrape before ``start`` on holds them, and Prometheus holds one after ``start``. Read on
+    both sides of those scrapes, and equal: a load sent just before may still be counted
+    (Triton updates its statistics after the answers)."""
+    scrape = math.ceil(s.scrape_interval_s)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        before = model_stats(triton_url, model)
+        start = math.ceil(time.time()) + scrape
+        wait_for(scraped_after(s, "exporter", start + 0.01), 30, "a scrape before the load")
+        if model_stats(triton_url, model) == before:
+            return before, start
+    raise AssertionError(f"{model}'s statistics kept changing for 30 s")
 
 
 def test_kpis_equal_triton_statistics_over_the_same_window(
     loaded_stack: Settings, triton_url: str
 ) -> None:
     s = loaded_stack
-    before = model_stats(triton_url, "batch_add_model")
-    start = math.ceil(time.time())
-    # A sample after `start` that still holds `before`: the window's first value.
-    wait_for(scraped_after(s, "exporter", start + 0.01), 30, "a scrape before the load")
+    before, start = settled(s, triton_url, "batch_add_model")
     sent = send_bursts(s, "batch_add_model", 20, size=4)
     after = stats_counting(triton_url, "batch_add_model", before, sent)
     done = time.time()
     wait_for(scraped_after(s, "exporter", done), 30, "a scrape after the load")
-    end = math.ceil(time.time())
+    # A step of three scrapes at least: the rate window of a shorter one is four scrapes.
+    end = max(math.ceil(time.time()), start + 3 * math.ceil(s.scrape_interval_s))
+    time.sleep(max(0.0, end - time.time()))
     delta = after.minus(before)
 
-    # One step over the whole window: the charts' last point, and so the latest KPIs, span
-    # the load (its rate window is a step and a scrape).
+    # One step over the whole window. Its point's rate window, and so the latest KPIs', is
+    # the step and a scrape before it: from that scrape on the samples hold `before` (a
+    # window reaching back further read a load sent just before the test, the chart test's
+    # in a shuffled order: an average batch of 2.50 against Triton's 2.58).
     data = live.fetch_range(
         PromClient(s.url("prometheus")),
         "batch_add_model",
         Range(start, end, end - start),
         s.scrape_interval_s,
     )
+    assert (data.latest_at, data.point_s) == (end, end - start + s.scrape_interval_s)
+    assert data.kpis["average_batch_size"] == data.series["average_batch_size"]["value"].iloc[-1]
 
     assert data.kpis["average_batch_size"] == pytest.approx(
         delta.inference_count / delta.execution_count, rel=1e-9
