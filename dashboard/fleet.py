@@ -69,10 +69,11 @@ COLUMNS = [
 def _values(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
     if frame.empty or "model" not in frame or "target" not in frame:
         return {}
-    return {
-        (str(t), str(m)): float(v)
-        for t, m, v in zip(frame["target"], frame["model"], frame["value"], strict=True)
-    }
+    # Lists, not the Series themselves: a fleet's answers have thousands of rows, and
+    # iterating a Series boxes every element.
+    targets, models = frame["target"].astype(str).tolist(), frame["model"].astype(str).tolist()
+    values = frame["value"].astype(float).tolist()
+    return dict(zip(zip(targets, models, strict=True), values, strict=True))
 
 
 def fetch(client: PromClient, window_s: int, at: float | None = None) -> pd.DataFrame:
