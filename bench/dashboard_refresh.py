@@ -142,6 +142,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def backfilled(folder: Path, text: str) -> tuple[Path, int]:
+    """``text`` (OpenMetrics) as TSDB blocks under ``folder``: the data folder, its samples."""
+    source = folder / "data.om"
+    source.write_text(text)
+    data = folder / "data"
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    return data, sum(1 for line in text.splitlines() if not line.startswith("#"))
+
+
 def start_prometheus(data: Path, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     config = folder / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1s\n")
@@ -216,16 +230,7 @@ def main() -> int:
         folder = Path(tmp)
         end = int(time.time()) - 1
         t0 = time.perf_counter()
-        source = folder / "data.om"
-        source.write_text(openmetrics(end, HOUR_S))
-        data = folder / "data"
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        samples = sum(1 for line in source.open() if not line.startswith("#"))
+        data, samples = backfilled(folder, openmetrics(end, HOUR_S))
         print(
             f"wrote {samples:,} samples (1 h at 1 s, 2 models) in {time.perf_counter() - t0:.1f} s"
         )
@@ -421,16 +426,7 @@ def fleet_bench(rounds: int) -> int:
         folder = Path(tmp)
         end = int(time.time()) - 1
         t0 = time.perf_counter()
-        source = folder / "fleet.om"
-        source.write_text(fleet_openmetrics(end))
-        data = folder / "data"
-        subprocess.run(
-            ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        samples = sum(1 for line in source.open() if not line.startswith("#"))
+        data, samples = backfilled(folder, fleet_openmetrics(end))
         print(
             f"wrote {samples:,} samples ({FLEET_S // 60} min at {FLEET_SCRAPE_S} s, "
             f"{FLEET_SERVERS} x {FLEET_MODELS} models) in {time.perf_counter() - t0:.1f} s"
