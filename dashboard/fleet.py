@@ -6,6 +6,7 @@ A server that stopped answering keeps its rows (its models are remembered over t
 window) with ``up`` 0, so a dead server is the first thing the table shows. A server
 that is read with one endpoint down (its metrics port, a restricted API) names it in
 ``endpoints_down``; :func:`endpoint_table` says where each endpoint is read from.
+:func:`search` narrows the table to the rows a person asks for, in the same order.
 """
 
 from __future__ import annotations
@@ -68,10 +69,11 @@ COLUMNS = [
 def _values(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
     if frame.empty or "model" not in frame or "target" not in frame:
         return {}
-    return {
-        (str(t), str(m)): float(v)
-        for t, m, v in zip(frame["target"], frame["model"], frame["value"], strict=True)
-    }
+    # Lists, not the Series themselves: a fleet's answers have thousands of rows, and
+    # iterating a Series boxes every element.
+    targets, models = frame["target"].astype(str).tolist(), frame["model"].astype(str).tolist()
+    values = frame["value"].astype(float).tolist()
+    return dict(zip(zip(targets, models, strict=True), values, strict=True))
 
 
 def fetch(client: PromClient, window_s: int, at: float | None = None) -> pd.DataFrame:
@@ -190,6 +192,21 @@ def rank(frame: pd.DataFrame) -> pd.DataFrame:
         kind="stable",
     ).index
     return frame.loc[order].reset_index(drop=True)
+
+
+def search(frame: pd.DataFrame, text: str) -> pd.DataFrame:
+    """The rows whose server or model holds every word of ``text`` (any case), worst first
+    still; every row for a blank text."""
+    words = text.lower().split()
+    if not words or frame.empty:
+        return frame
+    haystack = (
+        frame["target"].astype(str).str.lower() + " " + frame["model"].astype(str).str.lower()
+    )
+    hit = pd.Series(True, index=frame.index)
+    for word in words:
+        hit &= haystack.str.contains(word, regex=False)
+    return frame[hit].reset_index(drop=True)
 
 
 ENDPOINT_COLUMNS = ["target", "endpoint", "url", "up", "reason", "fix"]

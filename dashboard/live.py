@@ -1,5 +1,8 @@
 """The live view's data: KPIs and chart series of one model over a window.
 
+Two kinds of KPI, so that the row and the charts give one answer: the rates and
+per-request times are the charts' last point (the chart's query and rate window,
+at its last timestamp), the others cover the whole window (or are a gauge now).
 Plain Python over a ``PromClient``; the Streamlit page caches the result of
 ``fetch`` as a whole. The queries of one refresh run concurrently (they are
 independent), so a refresh costs about the slowest query, not their sum.
@@ -15,31 +18,38 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dashboard import queries as q
-from promapi import PromClient, PrometheusError, Range, rate_window
+from promapi import PromClient, PrometheusError, Range, promql_duration, rate_window_s
 
-# KPI name -> query template. Each yields at most one series.
+# KPI name -> query template, over the whole window (${w} = its length). Each yields at
+# most one series.
 KPI_QUERIES: dict[str, str] = {
-    "inferences_per_s": q.INFERENCES_PER_S,
-    "executions_per_s": q.EXECUTIONS_PER_S,
-    "average_batch_size": q.AVERAGE_BATCH_SIZE,
     "max_batch_size": q.MAX_BATCH_SIZE,
     "batch_efficiency": q.BATCH_EFFICIENCY,
     "preferred_hit_ratio": q.PREFERRED_HIT_RATIO,
-    "queue_s_per_request": q.QUEUE_SECONDS_PER_REQUEST,
-    "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST,
     "p99_request_s": q.P99_REQUEST_SECONDS,
     "pending_requests": q.PENDING_REQUESTS,
-    "requests_per_s": q.REQUESTS_PER_S,
     "failure_ratio": q.FAILURE_RATIO,
 }
 
-# Chart series name -> range query template.
+# Chart series name -> range query template (${w} = the rate window of one point).
 SERIES_QUERIES: dict[str, str] = {
     "inferences_per_s": q.INFERENCES_PER_S_OVER_TIME,
     "executions_per_s": q.EXECUTIONS_PER_S_OVER_TIME,
     "average_batch_size": q.AVERAGE_BATCH_SIZE_OVER_TIME,
     "queue_s_per_request": q.QUEUE_SECONDS_PER_REQUEST_OVER_TIME,
     "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST_OVER_TIME,
+}
+
+# KPI name -> query template, evaluated as the charts' last point: the rate window of one
+# point, at the charts' last timestamp. A KPI with the name of a chart series equals that
+# chart's last point; requests/s has no chart, and covers the same seconds.
+LATEST_QUERIES: dict[str, str] = {
+    "inferences_per_s": q.INFERENCES_PER_S,
+    "executions_per_s": q.EXECUTIONS_PER_S,
+    "average_batch_size": q.AVERAGE_BATCH_SIZE,
+    "queue_s_per_request": q.QUEUE_SECONDS_PER_REQUEST,
+    "compute_s_per_request": q.COMPUTE_SECONDS_PER_REQUEST,
+    "requests_per_s": q.REQUESTS_PER_S,
 }
 
 
@@ -49,8 +59,11 @@ class LiveData:
 
     model: str
     window: Range
-    # When the KPIs and the distribution were evaluated.
+    # When the KPIs over the window and the distribution were evaluated.
     at: float
+    # The charts' last timestamp, and the seconds of rate() in each point: the latest KPIs.
+    latest_at: float
+    point_s: float
     kpis: dict[str, float | None]
     # name -> frame with columns time, value (empty when Prometheus has no samples)
     series: dict[str, pd.DataFrame]
@@ -60,16 +73,15 @@ class LiveData:
 
     @property
     def has_traffic(self) -> bool:
-        """Did the model execute anything in the window?"""
-        executions = self.kpis.get("executions_per_s")
-        return executions is not None and executions > 0
+        """Did the model execute anything in the window (not only lately)?"""
+        return bool((self.series["executions_per_s"]["value"] > 0).any())
 
 
 def kpi_time(now: float, scrape_interval_s: float) -> float:
-    """When the KPIs are evaluated: now, on a scrape boundary (nothing changes in between).
+    """When the KPIs over the window are evaluated: now, on a scrape boundary.
 
     Not the chart window's end: that is aligned to the chart's step, which can be
-    minutes on a long window, and the KPIs would lag by as much.
+    minutes on a long window, and a gauge (pending requests) would lag by as much.
     """
     return math.floor(now / scrape_interval_s) * scrape_interval_s
 
@@ -84,20 +96,24 @@ def fetch_range(
 ) -> LiveData:
     """Like ``fetch``, for an explicit window (a load run's start and end).
 
-    The KPIs and the distribution cover the window's length up to ``at`` (default:
-    the window's end); the charts cover the window.
+    The KPIs over the window cover its length up to ``at`` (default: the window's end);
+    the latest KPIs are the charts' last point; the charts cover the window.
     """
     at = window.end if at is None else at
     sel = q.selector(model, target)
     # Triton's own summaries carry no target label.
     model_only = q.selector(model)
     whole = _window_duration(window)
-    point = rate_window(window.step_s, scrape_interval_s)
+    point_s = rate_window_s(window.step_s, scrape_interval_s)
+    point = promql_duration(point_s)
+    latest_at = last_point(window)
 
     jobs: dict[str, Callable[[], object]] = {}
     for name, template in KPI_QUERIES.items():
         s = model_only if template is q.P99_REQUEST_SECONDS else sel
         jobs[f"kpi:{name}"] = _scalar_job(client, q.build(template, s, whole), at)
+    for name, template in LATEST_QUERIES.items():
+        jobs[f"latest:{name}"] = _scalar_job(client, q.build(template, sel, point), latest_at)
     for name, template in SERIES_QUERIES.items():
         jobs[f"series:{name}"] = _range_job(client, q.build(template, sel, point), window)
     jobs["distribution"] = _instant_job(client, q.build(q.BATCH_SIZE_DISTRIBUTION, sel, whole), at)
@@ -105,11 +121,14 @@ def fetch_range(
     results = run_concurrently(jobs)
 
     kpis = {name: _as_float(results[f"kpi:{name}"]) for name in KPI_QUERIES}
+    kpis.update({name: _as_float(results[f"latest:{name}"]) for name in LATEST_QUERIES})
     series = {name: _series(results[f"series:{name}"]) for name in SERIES_QUERIES}
     return LiveData(
         model=model,
         window=window,
         at=at,
+        latest_at=latest_at,
+        point_s=point_s,
         kpis=kpis,
         series=series,
         distribution=distribution_frame(_frame(results["distribution"])),
@@ -117,6 +136,11 @@ def fetch_range(
             int(v) for v in _frame(results["preferred"]).get("value", pd.Series(dtype=float))
         ),
     )
+
+
+def last_point(window: Range) -> float:
+    """The timestamp of a range query's last point: Prometheus steps from the start."""
+    return window.start + math.floor(window.seconds / window.step_s) * window.step_s
 
 
 def distribution_frame(frame: pd.DataFrame) -> pd.DataFrame:

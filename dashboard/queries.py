@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import re
 
-# ---- KPIs over the selected window (instant queries; ${w} = the window) ---------------
+# ---- KPIs (instant queries) ---------------------------------------------------------
+# ${w} is the window a KPI covers: the whole time range, or one chart point's rate window
+# for the KPIs that are the charts' last point (dashboard.live.LATEST_QUERIES).
 
 INFERENCES_PER_S = "sum(rate(triton_batching_inferences_total{${sel}}[${w}]))"
 EXECUTIONS_PER_S = "sum(rate(triton_batching_executions_total{${sel}}[${w}]))"
@@ -82,7 +84,7 @@ FAILURES_BY_REASON = (
 
 # ---- charts (range queries; ${w} = the rate window of one point) -----------------------
 
-# Same expressions as the KPIs, evaluated at every step.
+# Same expressions as the latest KPIs, evaluated at every step: a KPI is its chart's last point.
 INFERENCES_PER_S_OVER_TIME = INFERENCES_PER_S
 EXECUTIONS_PER_S_OVER_TIME = EXECUTIONS_PER_S
 AVERAGE_BATCH_SIZE_OVER_TIME = AVERAGE_BATCH_SIZE

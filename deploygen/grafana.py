@@ -2,11 +2,12 @@
 
 Every panel's PromQL is a template of :mod:`dashboard.queries` (or :data:`dashboard.gpu.QUERIES`)
 filled in for Grafana: ``${sel}`` becomes the ``$target`` and ``$model`` variables,
-``${w}`` becomes ``$__range`` for the KPIs and the batch-size distribution (over the
-dashboard's time range, as the Streamlit KPIs are over the chosen window) and
-``$__rate_interval`` for the charts (the same rule as :func:`promapi.rate_window`). So the
-two dashboards cannot drift: change a query in ``queries.py`` and ``batchscope render``
-changes the Grafana JSON (a test fails until the committed file follows).
+``${w}`` becomes ``$__rate_interval`` for the charts (the same rule as
+:func:`promapi.rate_window`) and for the KPIs that are the charts' last point (a range query
+of the same step, reduced to its last value), and ``$__range`` for the KPIs over the time
+range and the batch-size distribution, as in the Streamlit view. So the two dashboards cannot
+drift: change a query in ``queries.py`` and ``batchscope render`` changes the Grafana
+JSON (a test fails until the committed file follows).
 
 The alerts are the one query the Streamlit view does not have (it reads
 ``/api/v1/alerts``): Prometheus' ``ALERTS`` series of the selected server and model,
@@ -39,6 +40,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from dashboard import gpu, live, queries
+from promapi import MAX_POINTS
 
 UID = "triton-batchscope"
 TITLE = "Triton dynamic batching"
@@ -82,34 +84,47 @@ def per_target(expr: str) -> str:
 
 # ---- what the panels show (title, unit, queries) -----------------------------------------
 
-# One stat panel per KPI of the live view (dashboard.live.KPI_QUERIES), in its order.
-KPI_PANELS: dict[str, tuple[str, str, str]] = {
+# One stat panel per KPI of the live view that is the charts' last point
+# (dashboard.live.LATEST_QUERIES), in its order.
+LATEST_PANELS: dict[str, tuple[str, str, str]] = {
     "inferences_per_s": ("Inferences/s", "ops", "batch elements per second"),
     "executions_per_s": ("Executions/s", "ops", "formed batches (model executions) per second"),
     "average_batch_size": ("Average batch size", "none", "inferences per execution"),
-    "max_batch_size": ("max_batch_size", "none", "the config's limit, as Triton loaded it"),
-    "batch_efficiency": ("Batch efficiency", "percentunit", "average batch / max_batch_size"),
-    "preferred_hit_ratio": (
-        "Preferred-size hit ratio",
-        "percentunit",
-        "executions at a preferred batch size / all executions",
-    ),
     "queue_s_per_request": ("Queue per request", "s", "seconds a request waited in the queue"),
     "compute_s_per_request": (
         "Compute per request",
         "s",
         "input + infer + output seconds of the batch a request ran in",
     ),
+    "requests_per_s": ("Requests/s", "reqps", "answered and failed"),
+}
+# Said under each: the stat and the chart below have the same query and step. Requests/s
+# has no chart: it covers the same seconds as the charts' last point.
+LATEST_ABOUT = "; the last point of the chart below (a rate over $__rate_interval)"
+UNCHARTED_ABOUT = "; over the $__rate_interval of the charts' last point"
+
+# One stat panel per KPI of the live view over the time range (dashboard.live.KPI_QUERIES).
+KPI_PANELS: dict[str, tuple[str, str, str]] = {
+    "max_batch_size": ("max_batch_size", "none", "the config's limit, as Triton loaded it"),
+    "batch_efficiency": (
+        "Batch efficiency over the time range",
+        "percentunit",
+        "average batch / max_batch_size",
+    ),
+    "preferred_hit_ratio": (
+        "Preferred-size hit ratio over the time range",
+        "percentunit",
+        "executions at a preferred batch size / all executions",
+    ),
     "p99_request_s": (
-        "p99 request latency",
+        "p99 request latency, recent",
         "s",
         "Triton's own summary (summary_latencies=true), its recent window; Triton's series "
         "carry no target label, so this is the highest of every server's",
     ),
-    "pending_requests": ("Pending requests", "short", "queued now"),
-    "requests_per_s": ("Requests/s", "reqps", "answered and failed"),
+    "pending_requests": ("Pending requests now", "short", "queued now"),
     "failure_ratio": (
-        "Failed requests",
+        "Failed requests over the time range",
         "percentunit",
         "failed / all, as Triton counts them (a python-backend error response is a success, "
         "a request rejected by a full queue is not counted)",
@@ -124,6 +139,15 @@ def _kpi_query(name: str) -> str:
     return queries.build(template, sel, RANGE)
 
 
+LATEST_KPIS: list[tuple[str, str, list[Query], str]] = [
+    (
+        title,
+        unit,
+        [Query(chart(live.LATEST_QUERIES[name]))],
+        about + (LATEST_ABOUT if name in live.SERIES_QUERIES else UNCHARTED_ABOUT),
+    )
+    for name, (title, unit, about) in LATEST_PANELS.items()
+]
 KPIS: list[tuple[str, str, list[Query], str]] = [
     (title, unit, [Query(_kpi_query(name))], about)
     for name, (title, unit, about) in KPI_PANELS.items()
@@ -249,19 +273,21 @@ def build() -> gd.Dashboard:
         .enable(True)
         .icon_color("orange")
     )
+    board = board.with_row(gd.Row("KPIs now: the charts' last point"))
+    for title, unit, qs, about in LATEST_KPIS:
+        board = board.with_panel(
+            _stat(title, unit, about)
+            .targets(_refs(qs))  # type: ignore[arg-type]
+            # The charts' step: the same points, so the last one is the chart's.
+            .max_data_points(MAX_POINTS)
+            .reduce_options(common.ReduceDataOptions().calcs(["last"]))
+        )
     board = board.with_row(gd.Row("KPIs over the time range"))
     for title, unit, qs, about in KPIS:
         board = board.with_panel(
-            stat.Panel()
-            .title(title)
-            .description(about)
-            .unit(unit)
-            .datasource(DATASOURCE)
+            _stat(title, unit, about)
             .targets(_refs(qs, instant=True))  # type: ignore[arg-type]
-            .graph_mode(BigValueGraphMode.NONE)
             .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
-            .height(4)
-            .span(4)
         )
     board = board.with_row(gd.Row("Batching over time"))
     for title, unit, qs, about in CHARTS:
@@ -272,6 +298,7 @@ def build() -> gd.Dashboard:
             .unit(unit)
             .datasource(DATASOURCE)
             .targets(_refs(qs))  # type: ignore[arg-type]
+            .max_data_points(MAX_POINTS)
             .legend(_legend())
             .height(8)
             .span(12)
@@ -321,6 +348,20 @@ def build() -> gd.Dashboard:
     return _numbered(board)
 
 
+def _stat(title: str, unit: str, about: str) -> stat.Panel:
+    """A KPI's stat panel, without its query."""
+    return (
+        stat.Panel()
+        .title(title)
+        .description(about)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .graph_mode(BigValueGraphMode.NONE)
+        .height(4)
+        .span(4)
+    )
+
+
 def _numbered(board: gd.Dashboard) -> gd.Dashboard:
     """Stable panel ids, 1.. in layout order (Grafana keys links and state on them)."""
     built = board.build()
@@ -331,7 +372,7 @@ def _numbered(board: gd.Dashboard) -> gd.Dashboard:
 
 def panel_queries() -> dict[str, list[str]]:
     """Panel title -> its PromQL, in the order of the dashboard (for the tests)."""
-    out = {title: [q.expr for q in qs] for title, _, qs, _ in KPIS}
+    out = {title: [q.expr for q in qs] for title, _, qs, _ in LATEST_KPIS + KPIS}
     out.update({title: [q.expr for q in qs] for title, _, qs, _ in CHARTS})
     out["Batch sizes formed in the time range"] = [DISTRIBUTION.expr]
     out.update({title: [q.expr] for title, _, q in GPU_CHARTS})

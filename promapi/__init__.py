@@ -17,6 +17,7 @@ from promapi.client import increase_with_new as increase_with_new
 from promapi.client import matrix_frame as matrix_frame
 from promapi.client import promql_duration as promql_duration
 from promapi.client import rate_window as rate_window
+from promapi.client import rate_window_s as rate_window_s
 from promapi.client import sample_value as sample_value
 from promapi.client import unwrap as unwrap
 from promapi.client import vector_frame as vector_frame

@@ -104,13 +104,17 @@ def aligned_range(
 
 
 def rate_window(step_s: float, scrape_interval_s: float) -> str:
-    """The range of rate()/increase() in a chart: at least 4 scrapes, and at least one step.
+    """The range of rate()/increase() in a chart, as PromQL (see ``rate_window_s``)."""
+    return promql_duration(rate_window_s(step_s, scrape_interval_s))
+
+
+def rate_window_s(step_s: float, scrape_interval_s: float) -> float:
+    """Seconds of rate()/increase() in a chart: at least 4 scrapes, and at least one step.
 
     Shorter ranges hold fewer than two samples and give gaps; this is the rule
     Grafana calls ``$__rate_interval``.
     """
-    seconds = max(step_s + scrape_interval_s, 4 * scrape_interval_s)
-    return promql_duration(seconds)
+    return max(step_s + scrape_interval_s, 4 * scrape_interval_s)
 
 
 def promql_duration(seconds: float) -> str:

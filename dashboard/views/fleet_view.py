@@ -14,11 +14,19 @@ from dashboard.settings import DashboardSettings
 from promapi import PrometheusError
 
 WINDOWS = {"5 minutes": 300, "15 minutes": 900, "1 hour": 3600}
+# About 15 rows; a fleet of hundreds scrolls inside the table (it draws only what shows).
+TABLE_HEIGHT_PX = 560
 
 
 def render(cfg: DashboardSettings) -> None:
     st.header("Fleet")
-    window = st.selectbox("Time range", list(WINDOWS), key="fleet_window")
+    left, right = st.columns([1, 3])
+    window = left.selectbox("Time range", list(WINDOWS), key="fleet_window")
+    wanted = right.text_input(
+        "Search",
+        key="fleet_search",
+        placeholder="a model or a server; several words must all match",
+    )
     try:
         frame = cached.fleet(cfg.prometheus_url, WINDOWS[window], _step(cfg))
     except PrometheusError as exc:
@@ -45,12 +53,18 @@ def render(cfg: DashboardSettings) -> None:
             f"{row.fix}.",
             icon=":material/warning:",
         )
-    st.dataframe(
-        display(frame),
-        hide_index=True,
-        use_container_width=True,
-        key="fleet_table",
-    )
+    shown = fleet.search(frame, wanted)
+    st.caption(f"{len(shown):,} of {_rows(len(frame))}, worst first")
+    if shown.empty:
+        st.info(f"No server or model matches {wanted!r}.", icon=":material/search_off:")
+    else:
+        st.dataframe(
+            display(shown),
+            hide_index=True,
+            use_container_width=True,
+            height=TABLE_HEIGHT_PX,
+            key="fleet_table",
+        )
     if not endpoints.empty:
         with st.expander("Where each server is read from"):
             st.dataframe(
@@ -83,6 +97,10 @@ def display(frame: pd.DataFrame) -> pd.DataFrame:
             "firing alerts": frame["alerts"],
         }
     )
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" + ("" if n == 1 else "s")
 
 
 def _endpoints(cfg: DashboardSettings) -> pd.DataFrame:

@@ -61,7 +61,7 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None
             "short warm-up), or choose a longer time range.",
             icon=":material/hourglass_empty:",
         )
-    render_kpis(data)
+    render_kpis(data, window_s)
     render_cache_share(cfg, model, window_s, target, data.at)
     render_failure_reasons(cfg, model, window_s, target, data.at)
     render_charts(data)
@@ -69,53 +69,83 @@ def _panel(cfg: DashboardSettings, model: str, window_s: int, target: str | None
     if data.has_traffic:  # the checks are cached for 30 s: refreshes do not re-run them
         doctor_view.render(cfg, model, window_s)
     st.caption(
-        f"KPIs at {_clock(data.at)} UTC; charts up to {_clock(window.end)} UTC, one point "
-        f"every {window.step_s} s; "
+        f"KPIs at {_clock(data.at)} UTC; charts up to {_clock(data.latest_at)} UTC, one point "
+        f"every {window.step_s} s, each a rate over {data.point_s:g} s; "
         f"data from {cfg.prometheus_url}."
     )
     render_alerts(cfg)
 
 
-def render_kpis(data: LiveData) -> None:
+def render_kpis(data: LiveData, window_s: int) -> None:
+    """Two rows: the charts' last point, then what covers the whole range (said in the label)."""
     k = data.kpis
+    latest = f"the charts' last point ({_clock(data.latest_at)} UTC, the last {data.point_s:g} s)"
+    over = f"over the last {_short(window_s)}"
+    # Labels stay short enough to show whole in a column: the window is in each one.
+    span = f", {_short(window_s)}"
+    st.caption(
+        f"Rates and times per request: {latest}. Batch efficiency, preferred-size hits and "
+        f"failed requests: {over}."
+    )
     row1 = st.columns(5)
-    row1[0].metric("Inferences/s", fmt.number(k["inferences_per_s"]))
-    row1[1].metric("Executions/s", fmt.number(k["executions_per_s"]))
+    row1[0].metric(
+        "Inferences/s",
+        fmt.number(k["inferences_per_s"]),
+        help=f"The throughput chart's last point: {latest}.",
+    )
+    row1[1].metric(
+        "Executions/s",
+        fmt.number(k["executions_per_s"]),
+        help=f"The throughput chart's last point: {latest}.",
+    )
     row1[2].metric(
         "Average batch size",
         f"{fmt.number(k['average_batch_size'], 2)} / {fmt.number(k['max_batch_size'], 0)}",
-        help="Inferences per execution in the window, against max_batch_size.",
+        help=f"Inferences per execution, against max_batch_size; the batch-size chart's last "
+        f"point: {latest}.",
     )
     row1[3].metric(
-        "Batch efficiency",
-        fmt.ratio(k["batch_efficiency"]),
-        help="Average batch size / max_batch_size.",
-    )
-    row1[4].metric(
-        "Preferred-size hits",
-        fmt.ratio(k["preferred_hit_ratio"]),
-        help="Share of executions whose batch size is one of preferred_batch_size.",
-    )
-    row2 = st.columns(5)
-    row2[0].metric(
         "Queue time / request",
         fmt.millis(k["queue_s_per_request"]),
-        help="Seconds requests waited in Triton's queue, per successful request.",
+        help="Seconds requests waited in Triton's queue, per successful request; the queue "
+        f"chart's last point: {latest}.",
+    )
+    row1[4].metric(
+        "Compute time / request",
+        fmt.millis(k["compute_s_per_request"]),
+        help="Input, infer and output seconds of the batch a request ran in, per successful "
+        f"request; the compute band's last point: {latest}.",
+    )
+    row2 = st.columns(6)
+    row2[0].metric(
+        f"Requests/s, last {data.point_s:g} s",
+        fmt.number(k["requests_per_s"]),
+        help=f"Answered and failed requests per second, over the seconds of {latest}.",
     )
     row2[1].metric(
-        "p99 request latency",
-        fmt.millis(k["p99_request_s"]),
-        help="From Triton's nv_inference_request_summary_us (summary_latencies=true); "
-        "a dash when Triton has no recent requests or summaries are off.",
+        f"Batch efficiency{span}",
+        fmt.ratio(k["batch_efficiency"]),
+        help=f"Average batch size {over} / max_batch_size.",
     )
-    row2[2].metric("Pending requests", fmt.count(k["pending_requests"]))
-    row2[3].metric("Requests/s", fmt.number(k["requests_per_s"]))
-    row2[4].metric(
-        "Failed requests",
+    row2[2].metric(
+        f"Preferred hits{span}",
+        fmt.ratio(k["preferred_hit_ratio"]),
+        help=f"Share of executions {over} whose batch size is one of preferred_batch_size.",
+    )
+    row2[3].metric(
+        f"Failed requests{span}",
         fmt.ratio(k["failure_ratio"]),
-        help="Failed / all requests in the window, as Triton counts them (an error response "
+        help=f"Failed / all requests {over}, as Triton counts them (an error response "
         "from the python backend counts as a success there).",
     )
+    row2[4].metric(
+        "p99 latency, recent",
+        fmt.millis(k["p99_request_s"]),
+        help="From Triton's nv_inference_request_summary_us (summary_latencies=true), over "
+        "Triton's own recent window; a dash when Triton has no recent requests or summaries "
+        "are off.",
+    )
+    row2[5].metric("Pending requests now", fmt.count(k["pending_requests"]))
 
 
 def render_ensemble(cfg: DashboardSettings, model: str, target: str | None, at: float) -> bool:
@@ -229,6 +259,15 @@ def _label(window_s: int) -> str:
     for label, seconds in TIME_RANGES.items():
         if seconds == window_s:
             return label
+    return f"{window_s} s"
+
+
+def _short(window_s: int) -> str:
+    """A range as a label says it: "5 min", "3 h"."""
+    if window_s % 3600 == 0:
+        return f"{window_s // 3600} h"
+    if window_s % 60 == 0:
+        return f"{window_s // 60} min"
     return f"{window_s} s"
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,30 @@ def send_bursts(settings: Settings, model: str, bursts: int, size: int = 3) -> i
         assert all(a["outputs"][0]["data"] == [3.0] for a in answers)
         sent += size
     return sent
+
+
+@contextmanager
+def busy(settings: Settings, model: str, size: int = 3) -> Iterator[float]:
+    """Bursts of ``size`` to ``model`` without a pause until the block ends, entered once
+    Prometheus holds scrapes that show them (the live KPIs are the charts' last point: the
+    last seconds, not the time range). Yields when the load began (unix time)."""
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.is_set():
+            send_bursts(settings, model, 1, size)
+
+    sender = threading.Thread(target=send, daemon=True)
+    started = time.time()
+    sender.start()
+    try:
+        # Three scrapes in: a chart point at a whole second from now on holds the load.
+        later = started + 3 * settings.scrape_interval_s
+        wait_for(scraped_after(settings, "exporter", later), 30, "scrapes of the load")
+        yield started
+    finally:
+        stop.set()
+        sender.join(timeout=30)
 
 
 # How old the shared stack's last load may be when a test starts. The pages and the doctor

@@ -15,8 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import gpu
+from promapi import aligned_range
 from stacksettings import Settings
-from tests.dashboard.conftest import closed_url
+from tests.dashboard.conftest import busy, closed_url
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -122,7 +123,9 @@ def test_no_data_yet_for_a_model_that_served_nothing(
 
 def test_live_view_with_data(make_app: MakeApp, loaded_stack: Settings) -> None:
     s = loaded_stack
-    at = make_app(s.url("prometheus"), s.url("triton_http")).run()
+    # The rates and the average batch are the charts' last point: the model is busy now.
+    with busy(s, "batch_add_model"):
+        at = make_app(s.url("prometheus"), s.url("triton_http")).run()
     assert not at.exception
     assert not texts(at, "error") and not texts(at, "warning") and not texts(at, "info")
     assert at.sidebar.selectbox(key="model").value == "batch_add_model"
@@ -130,7 +133,7 @@ def test_live_view_with_data(make_app: MakeApp, loaded_stack: Settings) -> None:
     assert float(shown["Inferences/s"]) > 0
     average, limit = shown["Average batch size"].split(" / ")
     assert 1.0 < float(average) <= 4.0 and limit == "4"
-    assert shown["Failed requests"] == "0%"
+    assert shown["Failed requests, 5 min"] == "0%"
     figures = charts(at)
     assert set(figures) == {"throughput", "distribution", "batch_size", "queue_compute"}
     bars = figures["distribution"]["data"][0]
@@ -145,12 +148,18 @@ def test_live_view_with_data(make_app: MakeApp, loaded_stack: Settings) -> None:
 def test_model_selector_switches_the_view(make_app: MakeApp, loaded_stack: Settings) -> None:
     s = loaded_stack
     at = make_app(s.url("prometheus"), s.url("triton_http")).run()
-    at.sidebar.selectbox(key="model").set_value("add_unbatched").run()
-    assert not at.exception
-    assert at.header[0].value == "Live: add_unbatched"
-    # No dynamic batching: every request executes alone.
-    assert metrics(at)["Average batch size"] == "1.00 / 4"
-    at.sidebar.selectbox(key="window").set_value("1 hour").run()
+    with busy(s, "add_unbatched", size=2) as began:
+        at.sidebar.selectbox(key="model").set_value("add_unbatched").run()
+        assert not at.exception
+        assert at.header[0].value == "Live: add_unbatched"
+        # No dynamic batching: every request executes alone.
+        assert metrics(at)["Average batch size"] == "1.00 / 4"
+        # An hour's chart steps 15 s: its last point, the KPIs' time, holds the load from here.
+        wait_for(
+            "an hour chart's point after the load began",
+            lambda: aligned_range(3600, min_step_s=s.scrape_interval_s).end > began + 2,
+        )
+        at.sidebar.selectbox(key="window").set_value("1 hour").run()
     assert not at.exception and metrics(at)["Average batch size"] == "1.00 / 4"
 
 

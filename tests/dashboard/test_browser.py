@@ -5,21 +5,24 @@ Saves screenshots under test-artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from dashboard import fmt
 from loadgen.results.stored import load_run
 from loadgen.results.summary import LoadRun
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
-from tests.dashboard.conftest import wait_for
+from tests.dashboard.conftest import busy, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -109,6 +112,89 @@ def test_live_view_draws_every_chart(page: Page, loaded_stack: Settings) -> None
     # page's icon once came from fonts.gstatic.com).
     own = loaded_stack.url("dashboard") + "/"
     assert fetched and not [u for u in fetched if not u.startswith((own, "data:", "blob:"))]
+
+
+THROUGHPUT = "Inferences/s vs executions/s"
+# What the live view shows: each KPI's label and text, each chart's traces by title with
+# their last point, and whether Streamlit is still running the script (elements go stale).
+SHOWN = """
+() => {
+  const kpis = {};
+  for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
+    const label = m.querySelector('[data-testid="stMetricLabel"]').innerText.trim();
+    kpis[label] = m.querySelector('[data-testid="stMetricValue"]').innerText.trim();
+  }
+  const charts = {};
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    // Streamlit's theme wraps a title in <b>.
+    const title = (((gd.layout || {}).title || {}).text || '').replace(/<[^>]*>/g, '');
+    charts[title] = {};
+    for (const trace of gd._fullData || []) {
+      const x = Array.from(trace.x || []), y = Array.from(trace.y || []);
+      charts[title][trace.name] = y.length ? [x[x.length - 1], y[y.length - 1]] : null;
+    }
+  }
+  const busy = document.querySelectorAll(
+    '[data-stale="true"], [data-testid="stStatusWidgetRunningIcon"]').length;
+  return {kpis, charts, busy};
+}
+"""
+
+
+def chart_end(shown: dict, title: str, trace: str) -> float:
+    """The unix time of a trace's last point (0 when it has none)."""
+    last = shown["charts"].get(title, {}).get(trace)
+    return 0.0 if last is None else datetime.fromisoformat(last[0]).replace(tzinfo=UTC).timestamp()
+
+
+def at_rest(page: Page, drawn_since: float, timeout_s: float = 60) -> dict:
+    """What the page shows once its charts end at ``drawn_since`` or later (a run of the
+    script that began after it) and it no longer changes (two reads a second apart agree)."""
+    deadline = time.monotonic() + timeout_s
+    before = page.evaluate(SHOWN)
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(1000)
+        now = page.evaluate(SHOWN)
+        fresh = chart_end(now, THROUGHPUT, "inferences/s") >= math.floor(drawn_since)
+        if fresh and now == before and not now["busy"] and len(now["charts"]) == 4:
+            return dict(now)
+        before = now
+    raise AssertionError(f"the page kept changing for {timeout_s:g} s: {before}")
+
+
+def test_live_kpis_are_the_charts_last_point(page: Page, loaded_stack: Settings) -> None:
+    """A load that starts after an idle stretch of the range: the KPI row shows its rate
+    now, the value the charts end on, not an average over the range."""
+    s = loaded_stack
+    page.goto(s.url("dashboard"))
+    page.get_by_role("heading", name="Live: batch_add_model").wait_for(timeout=60_000)
+
+    def idle() -> bool:
+        last = page.evaluate(SHOWN)["charts"].get(THROUGHPUT, {}).get("inferences/s")
+        return last is not None and last[1] == 0
+
+    # The idle stretch: the throughput chart ends on zero.
+    wait_for(idle, 60, "the throughput chart to end on zero")
+    with busy(s, "batch_add_model", size=4):
+        # Turning auto-refresh off re-runs the page once, under load, and then leaves it still.
+        clicked = time.time()
+        page.get_by_text("Auto-refresh every").click()
+        shown = at_rest(page, drawn_since=clicked)
+    save_whole_page(page, "dashboard-live-kpis.png")
+    kpis, charts = shown["kpis"], shown["charts"]
+    (t_inf, inferences), (t_exe, executions) = (
+        charts[THROUGHPUT]["inferences/s"],
+        charts[THROUGHPUT]["executions/s"],
+    )
+    t_avg, average = charts["Average batch size"]["average batch size"]
+    t_queue, queue_ms = charts["Queue vs compute time per request"]["queue"]
+    t_compute, compute_ms = charts["Queue vs compute time per request"]["compute"]
+    assert inferences > 0 and len({t_inf, t_exe, t_avg, t_queue, t_compute}) == 1, shown
+    assert kpis["Inferences/s"] == fmt.number(inferences)
+    assert kpis["Executions/s"] == fmt.number(executions)
+    assert kpis["Average batch size"] == f"{fmt.number(average, 2)} / 4"
+    assert kpis["Queue time / request"] == fmt.millis(queue_ms / 1000)
+    assert kpis["Compute time / request"] == fmt.millis(compute_ms / 1000)
 
 
 def shows(page: Page, text: str, timeout_ms: float = 30_000) -> None:

@@ -182,3 +182,16 @@ def test_every_fleet_query_is_valid_promql(tmp_path: Path) -> None:
     out = promtool("check", "rules", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(rules)} rules found" in out.stdout
+
+
+def test_search_keeps_the_rows_that_hold_every_word_in_their_order() -> None:
+    table = fleet.overview(answers())
+    assert list(fleet.search(table, "")["model"]) == list(table["model"])
+    found = fleet.search(table, "  M  ")  # any case, spaces around
+    assert list(zip(found["target"], found["model"], strict=True)) == [(C, "m"), (B, "m"), (A, "m")]
+    # Words match the server or the model; each must match.
+    assert list(fleet.search(table, "10.0.0.2 unbatched")["model"]) == ["add_unbatched"]
+    assert list(fleet.search(table, "10.0.0.2")["model"]) == ["m", "add_unbatched"]
+    assert fleet.search(table, "10.0.0.1 unbatched").empty
+    # A regex character is a character.
+    assert fleet.search(table, ".*").empty

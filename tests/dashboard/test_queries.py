@@ -10,6 +10,7 @@ import yaml
 
 from dashboard import live
 from dashboard import queries as q
+from promapi import Range
 
 
 def test_selector_escapes_label_values() -> None:
@@ -54,7 +55,8 @@ def every_query() -> dict[str, str]:
         name: q.build(t, sel, "300s") if "${w}" in t else q.build(t, sel)
         for name, t in names.items()
     }
-    assert set(live.KPI_QUERIES.values()) | set(live.SERIES_QUERIES.values()) <= set(names.values())
+    shown = {*live.KPI_QUERIES.values(), *live.LATEST_QUERIES.values()}
+    assert shown | set(live.SERIES_QUERIES.values()) <= set(names.values())
     return built
 
 
@@ -71,3 +73,9 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(rules)} rules found" in out.stdout
+
+
+def test_the_latest_kpis_are_taken_where_a_range_query_steps_last() -> None:
+    assert live.last_point(Range(1000, 1300, 5)) == 1300
+    # A range that is not a whole number of steps ends on the step before its end.
+    assert live.last_point(Range(1000, 1307, 5)) == 1305

@@ -29,6 +29,7 @@ from dashboard import live
 from dashboard import queries as q
 from deploygen import deployfiles, grafana
 from loadgen.engine.runner import RunParams, run
+from promapi import MAX_POINTS
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.dashboard.conftest import prom_has, wait_for
@@ -93,6 +94,20 @@ def test_the_panels_are_the_live_views_queries() -> None:
         assert q.build(template, sel, "$__range") in exprs
     for template in live.SERIES_QUERIES.values():
         assert q.build(template, grafana.SELECTOR, "$__rate_interval") in exprs
+    # The KPIs that are the charts' last point: the chart's query, range, on the chart's step.
+    latest = {grafana.LATEST_PANELS[name][0]: t for name, t in live.LATEST_QUERIES.items()}
+    for p in panels():
+        if p["title"] in latest:
+            (target,) = p["targets"]
+            assert target["expr"] == q.build(
+                latest[p["title"]], grafana.SELECTOR, "$__rate_interval"
+            )
+            assert target["range"] and not target["instant"], p["title"]
+            assert p["options"]["reduceOptions"]["calcs"] == ["last"], p["title"]
+    stats = [p for p in panels() if p["title"] in latest]
+    assert len(stats) == len(live.LATEST_QUERIES)
+    charts = [p for p in panels() if p["type"] == "timeseries" and not p["title"].startswith("GPU")]
+    assert {p["maxDataPoints"] for p in stats + charts} == {MAX_POINTS}
     assert q.build(q.BATCH_SIZE_DISTRIBUTION, grafana.SELECTOR, "$__range") in exprs
     assert q.build(q.PREFERRED_BATCH_SIZES, grafana.SELECTOR) in exprs
     titles = [p["title"] for p in panels()]

@@ -29,6 +29,7 @@ from promapi import (
     matrix_frame,
     promql_duration,
     rate_window,
+    rate_window_s,
     unwrap,
     vector_frame,
 )
@@ -159,6 +160,7 @@ def test_aligned_range_ends_on_a_step_multiple_so_refreshes_share_a_cache_key() 
 def test_rate_window_covers_four_scrapes_and_one_step() -> None:
     assert rate_window(step_s=1, scrape_interval_s=5) == "20s"
     assert rate_window(step_s=60, scrape_interval_s=5) == "65s"
+    assert rate_window_s(step_s=60, scrape_interval_s=5) == 65
     assert promql_duration(0.5) == "500ms"
     with pytest.raises(ValueError):
         promql_duration(0)
