@@ -7,11 +7,11 @@ Each folder (config.pbtxt, 1/model.py) is copied into a scratch repository of th
 Triton, and everything is read from its config, never its name. A closed loop at concurrency 1
 gives the service time of a batch of 1, which sets rates that keep the instances ``--busy``.
 At each rate the present is watched and read as ``advise --url --window`` reads it
-(``advisor.inputs.watch``, ``gather``) and checked (``advisor.present.check_present``); the
-calibrated model predicts the served config and three others (delay, max batch, preferred
-sizes). Each is then written into the copy's config.pbtxt, reloaded and measured at the same
-rates by the load generator, the served config first (the machine's repeatability). The goals
-are issue 54's (docs/validation/advisor-blind.md).
+(``advisor.inputs.watch``, ``gather``), and checked (``advisor.present.check_present``) at
+the traffic sent (:func:`offered`); the calibrated model predicts the served config and three
+others (delay, max batch, preferred sizes). Each is then written into the copy's config.pbtxt,
+reloaded and measured at the same rates by the load generator, the served config first (the
+machine's repeatability). The goals are issue 54's (docs/validation/advisor-blind.md).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from typing import Any
 from google.protobuf import json_format, text_format
 
 from advisor.config import BatcherConfig, from_model_config
-from advisor.fit import batch_times, fit_service_times
-from advisor.inputs import InputError, Options, gather, probed, watch
+from advisor.fit import batch_times, fit_service_times, saturation
+from advisor.inputs import InputError, Options, fit_window, gather, probed, watch
+from advisor.model import Traffic
 from advisor.predict import predict
 from advisor.present import (
     BATCH_BOUND,
@@ -94,7 +95,8 @@ class Row:
     busy: float | None = None  # present: share of the instances' time in executions
     status: str = ""  # present: the check's verdict
     inferred_s: float | None = None  # present: the time inferred after each execution
-    note: str = ""
+    note: str = ""  # present: the check's line
+    fit: str = ""  # present: what the advisor fitted from the window (service, traffic, costs)
 
     def figures(self) -> tuple[Figure, Figure]:
         """Average batch and mean queue as the present check judges them."""
@@ -193,10 +195,15 @@ def alternatives(config: BatcherConfig) -> list[tuple[str, BatcherConfig]]:
     ]
 
 
-def rates_for(batch1_s: float, instances: int, busy: Sequence[float], max_rate: float) -> list:
+def rates_for(
+    batch1_s: float, instances: int, busy: Sequence[float], max_rate: float
+) -> list[float]:
     """The rates that keep ``instances`` busy by each share of ``busy`` at a batch of 1
-    (capped at ``max_rate``; batching makes the instances less busy than this)."""
-    return [round(min(u * instances / batch1_s, max_rate), 1) for u in busy]
+    (batching makes them less busy than that), all scaled down alike where the highest
+    would pass ``max_rate``, so that they stay apart."""
+    rates = [u * instances / batch1_s for u in busy]
+    scale = min(1.0, max_rate / max(rates))
+    return [round(r * scale, 1) for r in rates]
 
 
 def with_config(text: str, config: BatcherConfig, name: str) -> str:
@@ -324,11 +331,12 @@ def present(
     inputs = prepared.inputs
     assert window.delta is not None  # a window of the statistics API
     measured = Measured.from_stats(window.delta, window.seconds)
-    check = check_present(inputs.config, inputs.traffic, inputs.service, measured, prepared.cpu)
+    traffic, saturated = offered(window, inputs.traffic, inputs.config)
+    check = check_present(inputs.config, traffic, inputs.service, measured, prepared.cpu)
     cpu = check.cpu or prepared.cpu
 
     def predicted(config: BatcherConfig):
-        return predict(config, inputs.traffic, inputs.service, cpu, plan.requests, seed=seed)
+        return predict(config, traffic, inputs.service, cpu, plan.requests, seed=seed)
 
     now = predicted(inputs.config)
     batch, queue = (
@@ -348,6 +356,12 @@ def present(
         status=check.status,
         inferred_s=check.inferred[0][1] if check.inferred else None,
         note=check.line(),
+        fit=(
+            f"service {inputs.service.base_s * 1e6:.0f} us + "
+            f"{inputs.service.per_item_s * 1e6:.1f} us/item; traffic "
+            f"{traffic.describe()}; {prepared.costs.line}"
+            + (f"; saturated by advise's rule ({saturated})" if saturated else "")
+        ),
     )
     others = [Predicted(AGAIN, inputs.config, batch, queue, now.client_latency_p99_s)]
     for which, config in alternatives(inputs.config):
@@ -358,6 +372,20 @@ def present(
             )
         )
     return row, others
+
+
+def offered(window: Window, advised: Traffic, config: BatcherConfig) -> tuple[Traffic, str]:
+    """The traffic the clients sent over ``window`` (``fit_window``: the requests received),
+    and why advise's rule calls the window saturated ("" when it does not). On a saturated
+    window ``gather`` advises for twice the rate answered (headroom to drain a backlog): a
+    policy for the advice, not the present, which is checked and predicted at the rate sent.
+    ``advised`` where the window's counts cannot be fitted."""
+    assert window.delta is not None  # a window of the statistics API
+    saturated = saturation(window.delta, config.delay_s)
+    try:
+        return fit_window(window).traffic, saturated
+    except ValueError:
+        return advised, saturated
 
 
 def measure(
@@ -411,7 +439,7 @@ def one_model(
                 s, name, load, rate, plan, Path(opts.scratch), 100 + k, opts.probe
             )
             rows.append(row)
-            print(f"  {rate:g}/s: busy {row.busy or 0:.0%}, {row.note}", flush=True)
+            print(f"  {rate:g}/s: busy {row.busy or 0:.0%}, {row.note}\n    {row.fit}", flush=True)
             predicted.update({(p.which, rate): p for p in others})
         for which in (AGAIN, *OTHERS):
             if which != AGAIN:  # the served config is loaded already

@@ -82,9 +82,10 @@ def test_a_config_is_written_into_the_copy_with_the_rest_kept() -> None:
     assert typed.backend == "python"
 
 
-def test_rates_keep_the_instances_busy_by_the_shares_up_to_the_cap() -> None:
+def test_rates_keep_the_instances_busy_by_the_shares_below_the_cap() -> None:
     assert advisor_blind.rates_for(0.002, 2, (0.25, 0.5), 10_000) == [250.0, 500.0]
-    assert advisor_blind.rates_for(100e-6, 1, (0.35, 0.75), 2000) == [2000.0, 2000.0]
+    # Past the cap they are scaled down alike, and stay apart.
+    assert advisor_blind.rates_for(100e-6, 1, (0.35, 0.7), 2000) == [1000.0, 2000.0]
 
 
 def within(simulated: float, measured: float, bound: float, floor: float = 0.0) -> bool:
