@@ -544,6 +544,29 @@ def summary(rows: Sequence[Row]) -> list[str]:
             f"machine's repeatability): batch ±{BATCH_BOUND:.0%} at {met}/{len(again_rows)} "
             f"points ({met / len(again_rows):.0%})"
         )
+    first = {(r.model, r.rate): r.batch[1] for r in present_rows}
+    pairs = []
+    for r in again_rows:
+        once, twice = first.get((r.model, r.rate)), r.batch[1]
+        if once and twice:
+            pairs.append((once, twice))
+    if pairs:
+        close = sum(abs(b - a) <= BATCH_BOUND * a for a, b in pairs)
+        out.append(
+            f"the served config's second measurement within ±{BATCH_BOUND:.0%} of its first "
+            f"(the window's) average batch: {close}/{len(pairs)} points ({close / len(pairs):.0%}"
+            "): a prediction can do no better than the measurement repeats"
+        )
+    models = list(dict.fromkeys(r.model for r in rows))
+    if len(models) > 1:
+        out.append("per model (present, other configs, again):")
+        for model in models:
+            mine = [r for r in rows if r.model == model]
+            parts = []
+            for kinds in ((PRESENT,), OTHERS, (AGAIN,)):
+                some = [r for r in mine if r.which in kinds]
+                parts.append(f"{sum(r.met for r in some)}/{len(some)}")
+            out.append(f"  {model}: {', '.join(parts)}")
     return out
 
 
