@@ -87,7 +87,7 @@ class Row:
 
     model: str
     rate: float
-    which: str  # PRESENT or one of OTHERS
+    which: str  # PRESENT, AGAIN or one of OTHERS
     config: str
     batch: tuple[float, float | None]  # (simulated, measured)
     queue_s: tuple[float, float | None]
@@ -131,7 +131,6 @@ class Capture:
     wall_s: float = 0.0
     rows: list[Row] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,7 +149,6 @@ class Capture:
             wall_s=float(data["wall_s"]),
             rows=rows,
             skipped=list(data.get("skipped", [])),
-            notes=list(data.get("notes", [])),
         )
 
 
@@ -507,7 +505,6 @@ def table(capture: Capture) -> str:
     lines.extend(summary(capture.rows))
     for skipped in capture.skipped:
         lines.append(f"not run: {skipped}")
-    lines.extend(capture.notes)
     lines.append(
         f"load average (1, 5, 15 min) {_loads(capture.load_start)} at the start, "
         f"{_loads(capture.load_end)} at the end; wall time {capture.wall_s:.0f} s; "
