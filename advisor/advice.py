@@ -3,9 +3,11 @@
 
 ``advisor advise``, the dashboard's advisor panel, the doctor's fix lines and the dashboard's
 "Why isn't batching working?" panel all ask :func:`advise`, so that one server, window and
-bound get one config wherever it is asked for. Where the inputs recorded a shape mix (a stored
-run's, or the probe's), the batches each shape forms alone come with it
-(:func:`advisor.shapes.by_shape`), for every caller alike.
+bound get one config wherever it is asked for. Before any other config is predicted, the one
+served is checked against the window (:func:`advisor.present.check_present`): calibrated, its
+inferred release time stands under every prediction; off, nothing is searched and the
+:class:`Advice` is ``silent``. Where the inputs recorded a shape mix (a stored run's, or the
+probe's), the batches each shape forms alone come with it (:func:`advisor.shapes.by_shape`).
 """
 
 from __future__ import annotations
