@@ -209,6 +209,14 @@ def autopilot(
     return code, captured.out.splitlines(), captured.err
 
 
+def served_for_a_moment(client: TritonClient, config: BatcherConfig) -> None:
+    """Serve ``config`` and let the traffic run under it for a moment: a window that began
+    during the reload would hold the requests queued across it, which the advisor's present
+    (the served config simulated against the window) would read as the instance's own."""
+    client.load_model(MODEL, live(client, config))
+    time.sleep(1.5)
+
+
 @pytest.mark.integration
 def test_the_dry_run_prints_the_decision_and_changes_nothing(
     supervisor: Supervisor,
@@ -216,7 +224,7 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     traffic: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    client.load_model(MODEL, live(client, SLOW))
+    served_for_a_moment(client, SLOW)
     code, out, err = autopilot(capsys, supervisor, traffic, "--once")
     assert code == 0, err
     assert out[0].startswith(f"autopilot {MODEL} at {client.url}: dry run (--apply changes")
@@ -243,7 +251,7 @@ def test_apply_keeps_within_the_policy(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    client.load_model(MODEL, live(client, SLOW))
+    served_for_a_moment(client, SLOW)
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         "max_queue_delay_microseconds: {min: 100, max: 300}\nmax_batch_size: {max: 2}\n"
