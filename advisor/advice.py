@@ -126,26 +126,29 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
     # configs are predicted with; off, nothing is searched.
     cpu = present.cpu if present is not None and present.cpu is not None else prepared.cpu
     if present is not None and not present.recommend_ready:
-        return Advice(prepared, _present_only(prepared, options, cpu), notes, present=present)
-    try:
-        rec = recommend(
-            config,
-            inputs.traffic,
-            inputs.service,
-            options.p99_bound_s,
-            cpu,
-            options.objective,
-            space,
-            requests=options.requests,
-            seeds=options.seeds,
-            min_gain=options.min_gain,
-            budget_s=options.budget_s,
-        )
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    cut = rec.cut_note()
-    if cut:
-        notes.append(cut)
+        rec = _present_only(prepared, options, cpu)
+    else:
+        try:
+            rec = recommend(
+                config,
+                inputs.traffic,
+                inputs.service,
+                options.p99_bound_s,
+                cpu,
+                options.objective,
+                space,
+                requests=options.requests,
+                seeds=options.seeds,
+                min_gain=options.min_gain,
+                budget_s=options.budget_s,
+            )
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        cut = rec.cut_note()
+        if cut:
+            notes.append(cut)
+    # The batches each shape forms under the current config: a description, not advice,
+    # so a present that is off still has it.
     mix = None
     if inputs.shapes and len(inputs.shapes) > 1:
         mix = by_shape(
