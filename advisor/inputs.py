@@ -5,8 +5,9 @@ A source is one of three: a running Triton (``url`` + ``model``: its config, a w
 statistics, and on this machine its CPU), the exporter's counters in Prometheus over a
 window, or a load run in the load generator's store. From it come the batching config, the
 service times, the traffic, the costs outside the model (given, measured now, cached, or
-unknown), the time outside Triton (a probe or a traced stored run; else unknown) and the
-batcher's hand-offs (traces), and the shapes the requests came in where a stored run or the
+unknown), the time outside Triton (a probe or a traced stored run; else unknown), the
+batcher's hand-offs (traces), what the window measured of the served config (the present
+the advisor checks first), and the shapes the requests came in where a stored run or the
 probe recorded them. The probes' requests hold what ``Options.load`` says (loadgen's input
 options), so that any model can be probed. The callers pass plain values (:class:`Options`);
 nothing here reads argparse or the environment, and a problem is an :class:`InputError`: one
@@ -532,7 +533,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
         shapes=run.shapes,
     )
     if opts.config is not None:
-        inputs.present_why = "the config was given, not the one the runs were served with"
+        inputs.present_why = "the config was given by flags: it may not be the one the runs had"
     elif given is not None:
         inputs.present_why = GIVEN_TRAFFIC
     else:
@@ -601,7 +602,7 @@ def from_prometheus(
     if given is not None:
         inputs.present_why = GIVEN_TRAFFIC
     elif opts.config is not None:
-        inputs.present_why = "the config was given, not read from the server that served it"
+        inputs.present_why = "the config was given by flags: it may not be the one served"
     else:
         inputs.present, inputs.present_why = prometheus_present(opts)
     return inputs
