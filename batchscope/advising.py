@@ -344,6 +344,8 @@ def run_apply(args: argparse.Namespace, found: Advice, plan: dict[str, Any]) -> 
         return None
     client = live_client(args)
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    if args.json:  # the text output said it above the plan
+        say(found.present_line())
     try:
         old = client.model_config_json(args.model)
         new = apply.override(old, prediction.config, args.model)
