@@ -105,6 +105,9 @@ def test_doctor_and_advisor_propose_the_same_config(
     silent = not json.loads(advisor_out)["present"]["recommend_ready"]
     assert code == (3 if silent else 0), advisor_err
     verdict, config = doctor_config(doctor_out)
+    # The doctor shows the search's present in the advisor's own line.
+    [said] = json.loads(doctor_out)
+    assert said["prescription"]["present"] == json.loads(advisor_out)["present"]["line"]
     assert (verdict, config) == advisor_config(advisor_out), (doctor_out, advisor_out)
     # Where the search keeps the config, no finding proposes a longer delay.
     [diagnosis] = json.loads(doctor_out)
