@@ -27,8 +27,8 @@ def prepared(present: Measured | None, why: str = "") -> Prepared:
 
 
 def test_a_calibrated_present_carries_its_release_time_into_every_prediction() -> None:
-    hidden = 100e-6
-    found = advice.search(prepared(window(SETTING, hidden)), QUICK)
+    seen = window(SETTING, 100e-6)
+    found = advice.search(prepared(seen), QUICK)
     assert found.present is not None and found.present.status == CALIBRATED
     assert not found.silent
     assert found.present_line().startswith("present: batch ")
@@ -37,7 +37,7 @@ def test_a_calibrated_present_carries_its_release_time_into_every_prediction() -
     assert rec.considered > 1 and rec.best is not None
     # The current config predicted on the calibrated model reproduces the window's batch
     # (without the inferred time it batches less: the check's own figure at no hidden time).
-    measured = window(SETTING, hidden).avg_batch
+    measured = seen.avg_batch
     assert rec.current.mean_batch_size == pytest.approx(measured, rel=0.10)
     config, service, traffic, cpu = SETTINGS[SETTING]
     uncalibrated = predict(config, traffic, service, cpu, QUICK.requests, with_limit=False)
@@ -46,10 +46,15 @@ def test_a_calibrated_present_carries_its_release_time_into_every_prediction() -
 
 
 def test_a_present_off_its_bounds_recommends_nothing_and_says_why() -> None:
-    # Batches four times the size the fitted traffic can form, and no queue: no hidden time
-    # brings both within their bounds.
+    # Batches four times the size the fitted traffic forms, at executions so frequent that
+    # the fitted compute alone fills the instance: no hidden time can be inferred.
     real = window(SETTING, 0.0)
-    off = replace(real, avg_batch=real.avg_batch * 4, size_shares={})
+    off = replace(
+        real,
+        avg_batch=real.avg_batch * 4,
+        size_shares={},
+        executions_per_s=real.executions_per_s * 100,
+    )
     found = advice.search(prepared(off), QUICK)
     assert found.present is not None and found.present.status == OFF
     assert found.silent
@@ -57,6 +62,7 @@ def test_a_present_off_its_bounds_recommends_nothing_and_says_why() -> None:
     assert rec.best is None and rec.considered == 0  # nothing searched
     line = found.present_line()
     assert "off by" in line and "nothing recommended: try a longer window (--window)" in line
+    assert "the fitted compute alone fills the instances" in line
     assert found.present_json()["recommend_ready"] is False
 
 
