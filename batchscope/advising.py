@@ -449,6 +449,9 @@ def recommendation_json(found: Advice) -> dict[str, Any]:
         "gain_ratio": rec.gain_ratio if rec.best else None,
         "gain": rec.gain_line() or None,
         "p99_bound_ms": rec.p99_bound_s * 1e3,
+        # Whose p99 the bound was judged on: the clients' where the time outside Triton was
+        # measured, else Triton's side alone (queue + compute).
+        "p99_bound_judged": "client" if rec.current.client_terms else "server-side",
         "configs_tried": rec.considered,
         "seeds": rec.seeds,
     }

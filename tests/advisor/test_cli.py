@@ -266,6 +266,7 @@ def test_advise_against_the_running_stack(
     # A p99 bound on a live server: the time outside Triton measured by default.
     assert result["client_terms"] is True, result["time_outside_triton"]
     assert "probe at concurrency" in result["time_outside_triton"]
+    assert result["p99_bound_judged"] == "client"
 
 
 def _advise_json(url: str, extra: list[str], capsys: pytest.CaptureFixture[str]):
@@ -315,3 +316,5 @@ def test_a_present_the_model_does_not_reproduce_recommends_nothing(
     assert "larger than measured with no hidden time" in present["note"], present
     assert "nothing recommended: try a longer window (--window)" in present["line"]
     assert result["recommended"] is None and result["keep"] is False
+    # Costs given: no probe load, so the bound could only have been judged server-side.
+    assert result["p99_bound_judged"] == "server-side"
