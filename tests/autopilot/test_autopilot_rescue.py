@@ -239,11 +239,17 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     # for more than it answered).
     assert all(shifted[i + 1].startswith(f"{MODEL}: present: ") for i in advised), said
     # One advice applies; any other (one at the shift's edge before it, a burstiness blip
-    # after it) changes nothing.
+    # after it) changes nothing. At the edge of saturation the window holds a backlog the
+    # simulation does not reproduce: its present is off, and nothing is applied from it.
     applied = [i for i in advised if shifted[i + 2].startswith("APPLY")]
     assert len(applied) == 1, said
     assert all(
-        shifted[i + 2].startswith(("KEEP", "NO CHANGE")) for i in advised if i != applied[0]
+        shifted[i + 2].startswith(("KEEP", "NO CHANGE", "NO ADVICE"))
+        for i in advised
+        if i != applied[0]
+    ), said
+    assert all(
+        "(present off)" in shifted[i + 2] for i in advised if shifted[i + 2].startswith("NO ADVICE")
     ), said
     with RunStore(db) as store:
         changes = store.list_changes(MODEL)
