@@ -48,10 +48,6 @@ class Advice:
     notes: tuple[str, ...] = ()
     inputs: InputOptions | None = None  # what the run's requests held: replayed alike
     shapes: ShapeSplit | None = None  # batches per shape, when the run sent several
-    # The present, simulated against measured, in the advisor's one line; ``silent`` when it
-    # is off its bounds and nothing is recommended (``recommendation.best`` is None then).
-    present: str = ""
-    silent: bool = False
 
 
 def advise(
@@ -96,8 +92,6 @@ def advise(
         notes=tuple(found.notes),
         inputs=run.inputs,
         shapes=found.shapes,
-        present=found.present_line(),
-        silent=found.silent,
     )
 
 
