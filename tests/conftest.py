@@ -91,10 +91,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Iterator[None]:
-    """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker, so
-    its module fixtures (a Triton of its own) start once; modules that share something of
-    the machine name one group (the fleet's network namespaces). The marks go on before
-    xdist reads them (before the yield).
+    """With xdist's ``--dist loadgroup`` (stack/test), a module runs whole on one worker (an
+    ``alone`` test apart, below), so its module fixtures (a Triton of its own) start once;
+    modules that share something of the machine name one group (the fleet's network
+    namespaces). The marks go on before xdist reads them (before the yield).
 
     After the shuffle (pytest-randomly shuffles before its wrapper yields, so before this
     code runs), under loadgroup the groups are put longest first by their seconds in
@@ -107,7 +107,11 @@ def pytest_collection_modifyitems(
     for item in items:
         module = getattr(item, "module", None)
         if item.get_closest_marker("xdist_group") is None and module is not None:
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
+            # An `alone` test is a group of its own, dealt last (below); the rest of its
+            # module goes with the others, by its seconds.
+            alone = item.get_closest_marker("alone") is not None
+            name = f"{module.__name__}.{item.name}" if alone else module.__name__
+            item.add_marker(pytest.mark.xdist_group(name))
         group = item.get_closest_marker("xdist_group")
         if group is not None and module is not None:
             groups.setdefault(_group_name(group), set()).add(module.__name__)
@@ -121,7 +125,9 @@ def pytest_collection_modifyitems(
     # beside it, and every worker that asks for its next test waits behind it (the
     # turnstile), so dealt among the long modules it idled three workers for as long as the
     # longest test then running (setups of 70 to 143 s in whole runs); dealt last, it waits
-    # for the short modules that end the session.
+    # for the short modules that end the session. It holds that test alone: dealt last
+    # with it, the rest of the autopilot rescue module ran 90 s more on one worker after
+    # the other three had run dry.
     solo = {_item_group(item) for item in items if item.get_closest_marker("alone")}
     items.sort(key=lambda item: (_item_group(item) in solo, -seconds.get(_item_group(item), 0.0)))
 
