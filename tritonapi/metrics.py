@@ -62,25 +62,25 @@ class TritonMetrics:
         return None if done is None or waiting is None else done + waiting
 
 
-# How a line about one of the families read begins: its HELP, its TYPE, or a sample.
-_WANTED_PREFIXES = tuple(
-    f"{head}{name}{tail}"
-    for name in sorted(WANTED)
-    for head, tails in (("# HELP ", (" ",)), ("# TYPE ", (" ",)), ("", ("{", " ")))
-    for tail in tails
+# A line about one of the families read: its HELP, its TYPE, or a sample.
+_WANTED_LINE = re.compile(
+    r"^(?:# (?:HELP|TYPE) )?(?:"
+    + "|".join(re.escape(name) for name in sorted(WANTED))
+    + r")[ {].*$",
+    re.MULTILINE,
 )
-_TRITON_PREFIXES = ("nv_", "# HELP nv_", "# TYPE nv_")
+_TRITON_LINE = re.compile(r"^(?:# (?:HELP|TYPE) )?nv_", re.MULTILINE)
 
 
 def wanted_lines(text: str) -> tuple[str, bool]:
     """The lines of the families this module reads, and whether any ``nv_*`` name is there.
 
     Triton's text holds tens of thousands of samples on a busy server (latency summaries
-    and histograms per model); parsing only the few families needed keeps a scrape fast.
+    and histograms per model); parsing only the few families needed keeps a scrape fast,
+    and finding their lines with one pattern over the text keeps the rest from being split.
     """
-    lines = text.splitlines()
-    keep = [line for line in lines if line.startswith(_WANTED_PREFIXES)]
-    triton = bool(keep) or any(line.startswith(_TRITON_PREFIXES) for line in lines)
+    keep = [line.rstrip("\r") for line in _WANTED_LINE.findall(text)]
+    triton = bool(keep) or _TRITON_LINE.search(text) is not None
     return "\n".join(keep) + "\n", triton
 
 
@@ -101,7 +101,11 @@ def parse_metrics(text: str) -> TritonMetrics:
     program's metrics (a wrong port), not an empty Triton. Families a Triton release does
     not have (GPU gauges without a GPU, failure reasons before 2.49) give no values.
     """
-    wanted, triton = wanted_lines(text)
+    return parse_wanted(*wanted_lines(text))
+
+
+def parse_wanted(wanted: str, triton: bool) -> TritonMetrics:
+    """``parse_metrics`` of what ``wanted_lines`` kept of a text."""
     if not triton:
         raise ValueError("no nv_* metrics in the text: is this Triton's metrics endpoint?")
     by_name: dict[str, list[Sample]] = {}
