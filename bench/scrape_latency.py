@@ -170,21 +170,32 @@ def measure_fleet(targets: int, copies: int, scrapes: int) -> list[dict[str, Any
     return rows
 
 
+# (busy, config cache TTL, read interval, what the row says) of the stand-in rows
+STANDIN_MODES = [
+    (False, CONFIG_TTL_S, 0.0, "cached"),
+    (False, CONFIG_TTL_S, 1.0, "read every 1s"),
+    (True, CONFIG_TTL_S, 1.0, "busy, read every 1s"),
+]
+
+
 def measure_standins(
     answers: Capture, targets: int, copies: int, scrapes: int
 ) -> list[dict[str, Any]]:
     """``targets`` stand-ins of ``copies`` models each, read with the config cache at scrape
-    time and every second (attach mode's default at a 1 s scrape interval)."""
+    time and every second (attach mode's default at a 1 s scrape interval), and busy: every
+    model's statistics moved on at each read."""
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-standins-") as tmp:
-        served = [varied(answers, copies)] * targets
-        with standins(served, Path(tmp) / "captures") as bases:
+    served = [varied(answers, copies)] * targets
+    for busy, ttl, interval, what in STANDIN_MODES:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-standins-") as tmp,
+            standins(served, Path(tmp) / "captures", busy) as bases,
+        ):
             urls = [(base, f"{base}/metrics") for base in bases]
-            for ttl, interval, what in FLEET_MODES[1:]:
-                state = Path(tmp) / f"exporter-{len(rows)}"
-                with attached_exporter(urls, None, state, ttl, interval) as settings:
-                    label = f"{targets} stand-ins, {what}"
-                    rows.append(timed(settings, copies, scrapes, label, warmed=False))
+            state = Path(tmp) / "exporter"
+            with attached_exporter(urls, None, state, ttl, interval) as settings:
+                label = f"{targets} stand-ins, {what}"
+                rows.append(timed(settings, copies, scrapes, label, warmed=False))
     return rows
 
 

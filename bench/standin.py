@@ -6,9 +6,11 @@ exporter, and what the exporter does depends on what it reads, not on who serves
 answers it reads (``/metrics``, the statistics API, the repository index, every config and
 readiness) are captured from a real Triton, each model is repeated under new names
 (``batch_add_model`` -> ``batch_add_model_m042``) in every endpoint alike, and the bodies
-are served as captured, HTTP API and ``/metrics`` on the same port.
+are served as captured, HTTP API and ``/metrics`` on the same port. Busy stand-ins
+(``--busy``) answer every statistics request with every model's counters moved on, as if each
+model had executed a batch of 2 since the last request: nothing a reader kept still holds.
 
-    .venv/bin/python -m bench.standin FOLDER   # serves FOLDER/target*.json; prints the ports
+    .venv/bin/python -m bench.standin [--busy] FOLDER   # serves FOLDER/target*.json
 """
 
 from __future__ import annotations
@@ -119,55 +121,95 @@ def _bodies(capture: Capture) -> dict[tuple[str, str], tuple[int, bytes, str]]:
     return bodies
 
 
-def serve(captures: list[Capture]) -> list[ThreadingHTTPServer]:
+def busier(stats: dict[str, Any]) -> None:
+    """Every model of a statistics answer after one more execution of a batch of 2."""
+    for entry in stats["model_stats"]:
+        entry["inference_count"] += 2
+        entry["execution_count"] += 1
+        entry["last_inference"] += 1
+        for phase in entry["inference_stats"].values():
+            phase["count"] += 2
+            phase["ns"] += 1000
+        for size in entry["batch_stats"]:
+            if size["batch_size"] == 2:
+                for phase in ("compute_input", "compute_infer", "compute_output"):
+                    size[phase]["count"] += 1
+                    size[phase]["ns"] += 1000
+
+
+class _Answers:
+    """One stand-in's bodies; a busy one's statistics move on at every request."""
+
+    def __init__(self, capture: Capture, busy: bool) -> None:
+        self.bodies = _bodies(capture)
+        self.busy = busy
+        self.stats = copy.deepcopy(capture.stats)
+        self.lock = threading.Lock()
+
+    def __call__(self, method: str, path: str) -> tuple[int, bytes, str]:
+        if self.busy and (method, path) == ("GET", "/v2/models/stats"):
+            with self.lock:
+                busier(self.stats)
+                return 200, json.dumps(self.stats).encode(), "application/json"
+        return self.bodies.get((method, path), (404, b'{"error":"not found"}', ""))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as Triton does
+    # Headers and body go out in two writes: without this, Nagle's algorithm holds the body
+    # until the client's delayed ACK (40 ms) on a kept-alive connection.
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def _answer(self, method: str) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, body, kind = self.server.answers(method, self.path.split("?")[0])
+        self.send_response(status)
+        self.send_header("Content-Type", kind or "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._answer("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer("POST")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, answers: _Answers) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answers = answers
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a reader that hangs up mid-answer (the exporter stopping) is no news
+
+
+def serve(captures: list[Capture], busy: bool = False) -> list[ThreadingHTTPServer]:
     """One server per capture on a free loopback port, serving on threads of this process."""
-    servers = []
+    servers: list[ThreadingHTTPServer] = []
     for one in captures:
-        bodies = _bodies(one)
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as Triton does
-            # Headers and body go out in two writes: without this, Nagle's algorithm holds
-            # the body until the client's delayed ACK (40 ms) on a kept-alive connection.
-            disable_nagle_algorithm = True
-            answers = bodies
-
-            def _answer(self, method: str) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, body, kind = self.answers.get(
-                    (method, self.path.split("?")[0]), (404, b'{"error":"not found"}', "")
-                )
-                self.send_response(status)
-                self.send_header("Content-Type", kind or "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                self._answer("GET")
-
-            def do_POST(self) -> None:  # noqa: N802
-                self._answer("POST")
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
+        server = _Server(_Answers(one, busy))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
     return servers
 
 
 @contextmanager
-def standins(captures: list[Capture], folder: Path) -> Iterator[list[str]]:
+def standins(captures: list[Capture], folder: Path, busy: bool = False) -> Iterator[list[str]]:
     """The captures served by a process of their own (its CPU is not the exporter's nor the
     timing client's); yields each target's base URL."""
     folder.mkdir(parents=True, exist_ok=True)
     for i, one in enumerate(captures):
         (folder / f"target{i:03d}.json").write_text(json.dumps(asdict(one)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.standin", str(folder)],
+        [sys.executable, "-m", "bench.standin", *(["--busy"] if busy else []), str(folder)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -183,11 +225,12 @@ def standins(captures: list[Capture], folder: Path) -> Iterator[list[str]]:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1])
+    busy = "--busy" in sys.argv[1:]
+    folder = Path(sys.argv[-1])
     captures = [
         Capture(**json.loads(path.read_text())) for path in sorted(folder.glob("target*.json"))
     ]
-    servers = serve(captures)
+    servers = serve(captures, busy)
     print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
     # Served on the servers' threads until the benchmark terminates this process.
     threading.Event().wait()

@@ -46,6 +46,35 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+# What was checked of names, kept: a scrape writes a thousand models' samples in parts, and
+# their few sample names and sets of label names would be checked again in every part.
+# Sample name -> whether this writer writes it (a legacy name, not moved to a family of its own).
+_SAMPLE_NAMES: dict[str, bool] = {}
+# Label names as given -> sorted, or None where one is not a legacy name.
+_LABEL_ORDERS: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+# Names are few in practice; past this many, checks are not kept (memory stays bounded).
+_KEPT_CHECKS = 4096
+
+
+def _plain_name(name: str) -> bool:
+    plain = _SAMPLE_NAMES.get(name)
+    if plain is None:
+        plain = not name.endswith(_OM_SUFFIXES) and _LEGACY_NAME.match(name) is not None
+        if len(_SAMPLE_NAMES) < _KEPT_CHECKS:
+            _SAMPLE_NAMES[name] = plain
+    return plain
+
+
+def _label_order(keys: tuple[str, ...]) -> tuple[str, ...] | None:
+    if keys in _LABEL_ORDERS:
+        return _LABEL_ORDERS[keys]
+    order = tuple(sorted(keys))
+    checked = order if all(_LEGACY_LABEL.match(k) for k in order) else None
+    if len(_LABEL_ORDERS) < _KEPT_CHECKS:
+        _LABEL_ORDERS[keys] = checked
+    return checked
+
+
 def _plain(metric: Metric) -> bool:
     """Whether this writer renders the family exactly as generate_latest would."""
     if metric.type not in _TYPES or not _LEGACY_NAME.match(metric.name):
@@ -54,8 +83,7 @@ def _plain(metric: Metric) -> bool:
         s.timestamp is None
         and s.exemplar is None
         and getattr(s, "native_histogram", None) is None
-        and not s.name.endswith(_OM_SUFFIXES)
-        and _LEGACY_NAME.match(s.name)
+        and _plain_name(s.name)
         for s in metric.samples
     )
 
@@ -106,17 +134,11 @@ def sample_lines(metric: Metric) -> str | None:
     if not _plain(metric):
         return None
     lines = []
-    # Label names in sorted order, checked once per family and set of names.
-    orders: dict[tuple[str, ...], tuple[str, ...]] = {}
     for sample in metric.samples:
         labels = sample.labels
-        keys = tuple(labels)
-        order = orders.get(keys)
+        order = _label_order(tuple(labels))
         if order is None:
-            order = tuple(sorted(keys))
-            if not all(_LEGACY_LABEL.match(k) for k in order):
-                return None
-            orders[keys] = order
+            return None
         value = floatToGoString(sample.value)
         if order:
             body = ",".join([f'{k}="{labels[k]}"' for k in order])
