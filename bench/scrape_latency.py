@@ -137,6 +137,9 @@ def attached_exporter(
     """The launcher's exporter row in attach mode, reading every (HTTP URL, metrics URL)."""
     settings = replace(
         isolated(state),
+        # The exporter's Triton timeout is half the scrape interval, at most 2 s
+        # (stack.exporter): 2 s, its own default, for every row.
+        scrape_interval_s=4.0,
         triton_urls=tuple(http for http, _ in urls),
         triton_metrics_urls=tuple(metrics for _, metrics in urls),
         attached_admin_key_file=key,
@@ -220,29 +223,35 @@ def main() -> None:
         help="stand-in Tritons and models each (10 100; 0 0: none)",
     )
     args = parser.parse_args()
-    rows = []
+    print(f"exporter scrape latency, {args.scrapes} back-to-back scrapes per size ({MODEL} copies)")
+    print(
+        f"{'':<36}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
+        f"{'KiB':>6}  {'age ms':>6}  {'CPU ms':>6}  {'µs/model':>8}",
+        flush=True,
+    )
     answers = None
     for n in args.models or [1]:  # a Triton to capture, even with no row of its own
         row, answers = measure(n, args.scrapes)
-        rows += [row] if args.models else []
+        if args.models:
+            show([row])
     if args.fleet:
-        rows += measure_fleet(args.fleet, 20, args.scrapes)
+        show(measure_fleet(args.fleet, 20, args.scrapes))
     if args.standins[0] and answers is not None:
         targets, copies = args.standins
-        rows += measure_standins(answers, targets, copies, args.scrapes)
-    print(f"exporter scrape latency, {args.scrapes} back-to-back scrapes per size ({MODEL} copies)")
-    print(
-        f"{'':<33}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
-        f"{'KiB':>6}  {'age ms':>6}  {'CPU ms':>6}  {'µs/model':>8}"
-    )
-    for r in rows:
-        print(
-            f"{r['what']:<33}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
-            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}  {r['age']:>6.0f}  "
-            f"{r['cpu_ms']:>6.2f}  {r['cpu_us_model']:>8.1f}"
-        )
+        show(measure_standins(answers, targets, copies, args.scrapes))
     print("age: how old the last scrape's data was (triton_batching_data_age_seconds, max)")
     print("CPU: the exporter's CPU time over the timed scrapes, per scrape; µs/model: per model")
+
+
+def show(rows: list[dict[str, Any]]) -> None:
+    """Each row as it is measured: a run cut short keeps what it printed."""
+    for r in rows:
+        print(
+            f"{r['what']:<36}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
+            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}  {r['age']:>6.0f}  "
+            f"{r['cpu_ms']:>6.2f}  {r['cpu_us_model']:>8.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
