@@ -313,7 +313,9 @@ class _Reader:
 
     It reads every ``interval_s`` and stops reading when no scrape came for
     ``IDLE_READS`` intervals (a stack nobody scrapes costs its Tritons nothing); the
-    next scrape then finds the data too old and waits for a fresh read.
+    next scrape then finds the data too old and waits for a fresh read. A read that runs
+    longer than the interval (slow targets, a loaded machine) holds no scrape up while it
+    is within its time budget: the scrape serves the last read, and its age says so.
     """
 
     IDLE_READS = 30
@@ -322,6 +324,10 @@ class _Reader:
         self.collector = collector
         self.interval_s = interval_s
         self.max_age_s = 2 * interval_s
+        # The most one read may take: the scrape threads' wait (BatchingCollector._scrape_all).
+        self.read_budget_s = collector.timeout_s * 1.2
+        # time.monotonic() when the read in flight began; None between reads.
+        self._reading_since: float | None = None
         self._changed = threading.Condition()
         self._families: list[Metric] = []
         self._results: list[_Result] = []
@@ -336,7 +342,7 @@ class _Reader:
             if not self._closed and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
                 self._thread.start()
-            if not self._fresh(now):
+            if not self._fresh(now) and not self._read_running_late(now):
                 self._changed.notify_all()  # wake an idle reader
                 # One read's time at most (the fetch timeout and its margin).
                 self._changed.wait_for(
@@ -359,8 +365,19 @@ class _Reader:
         if thread is not None:
             thread.join(timeout=self.collector.timeout_s * 1.5)
 
-    def _fresh(self, now: float) -> bool:
-        return bool(self._results) and all(now - r.read_at <= self.max_age_s for r in self._results)
+    def _fresh(self, now: float, slack_s: float = 0.0) -> bool:
+        limit = self.max_age_s + slack_s
+        return bool(self._results) and all(now - r.read_at <= limit for r in self._results)
+
+    def _read_running_late(self, now: float) -> bool:
+        """A read is in flight within its budget, and the data it replaces is old only by
+        that much: waiting for it would hold the scrape up for data barely fresher."""
+        since = self._reading_since
+        return (
+            since is not None
+            and now - since <= self.read_budget_s
+            and self._fresh(now, self.read_budget_s)
+        )
 
     def _run(self) -> None:
         while True:
@@ -368,6 +385,7 @@ class _Reader:
                 if self._closed:
                     return
             start = time.monotonic()
+            self._reading_since = start
             try:
                 families, results = self.collector.read()
             except Exception:  # the reader must go on; the scrape then reports old data
@@ -376,6 +394,8 @@ class _Reader:
                 with self._changed:
                     self._families, self._results = families, results
                     self._changed.notify_all()
+            finally:
+                self._reading_since = None
             with self._changed:
                 if self._closed:
                     return
