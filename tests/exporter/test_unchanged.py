@@ -16,9 +16,9 @@ from dataclasses import replace
 from bench.standin import Capture, varied
 from exporter.collector import BatchingCollector, Work
 from exporter.exposition import Gzip, render, texts
-from exporter.scrape import Snapshot
+from exporter.scrape import Fetcher, Snapshot
 from exporter.targets import Target
-from tests.exporter.replay import DATA
+from tests.exporter.replay import DATA, Reply, captured_replies, replay_server
 
 TARGETS = [
     Target(f"http://127.0.0.1:{8000 + i}", f"http://127.0.0.1:{8002 + i}/m") for i in (0, 10)
@@ -141,3 +141,21 @@ def test_gzip_compresses_only_the_families_whose_text_changed() -> None:
     changed = set(again) - set(first)
     # Only the per-read families (the read's duration, the data's age) have new text.
     assert squeeze.pieces_compressed - before == len(changed) == 2
+
+
+def test_an_answer_the_same_byte_for_byte_is_not_decoded_again() -> None:
+    """Over HTTP (the replay server): the fetcher's client hands back the last decoded
+    statistics for the same bytes, and a new object once they differ."""
+    replies = captured_replies("after_load")
+    with replay_server(replies) as server:
+        fetch = Fetcher()
+        first = fetch(server.target, 2.0)
+        again = fetch(server.target, 2.0)
+        assert again.stats is first.stats
+        assert again.index is first.index
+        stats = json.loads(replies[("GET", "/v2/models/stats")].body)
+        stats["model_stats"][0]["inference_count"] += 1
+        replies[("GET", "/v2/models/stats")] = Reply(200, json.dumps(stats).encode())
+        changed = fetch(server.target, 2.0)
+        assert changed.stats is not first.stats
+        assert changed.stats == stats
