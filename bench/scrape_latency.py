@@ -1,16 +1,21 @@
-"""Scrape latency of the exporter with 1 model and with 20 models loaded in Triton, and
-for a fleet: 3 Tritons x 20 models, read by one exporter, without and with its config cache,
-and reading the targets off the scrape path every second (--read-interval 1).
+"""Scrape latency of the exporter as models and targets grow: one Triton of 1, 20 and 100
+models; a fleet of 3 Tritons x 20 models, read by one exporter, without and with its config
+cache, and off the scrape path every second (--read-interval 1); and 10 stand-in Tritons x
+100 models (bench.standin), read at scrape time and every second.
 
-    .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20] [--fleet 3]
+    .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20 100] [--fleet 3]
+                                             [--standins 10 100]
 
 For each size a stack (Triton + exporter, the launcher's code) starts over a
 temporary repository of batch_add_model copies; every model serves a few
 batched bursts first so that its batch statistics are not empty. Then the
 exporter's /metrics is fetched back to back, timed from this client, end to end.
 The fleet's Tritons share one admin key, which the attached exporter is given.
-The "age" column is how old the data of the last scrape was: about 0 when read at
-scrape time; with the background reader, up to twice its interval.
+The stand-ins serve what the first single Triton answered once warm (/metrics, statistics,
+index, configs), each model repeated under new names. The "age" column is how old the data
+of the last scrape was: about 0 when read at scrape time; with the background reader, up to
+twice its interval. "CPU" is the exporter process's CPU time over the timed scrapes (its
+background reads included), per scrape and per scrape and model.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from typing import Any
 import requests
 
 from bench.common import MODEL, percentile, repository, stack
+from bench.standin import Capture, capture, standins, varied
 from exporter.scrape import CONFIG_TTL_S
 from loadgen.clients.burst import burst, infer_body
-from stack.supervisor import running
-from stacksettings import ROOT, Settings, ensure_secret, isolated
+from stack.supervisor import Supervisor, running
+from stacksettings import ROOT, Settings, ensure_secret, isolated, procstat
 
 
 def warm(settings: Settings, models: list[str]) -> None:
@@ -42,14 +48,21 @@ def warm(settings: Settings, models: list[str]) -> None:
             burst(settings.host, settings.port("triton_http"), model, [body] * n)
 
 
-def measure(copies: int, scrapes: int) -> dict[str, Any]:
+def measure(copies: int, scrapes: int) -> tuple[dict[str, Any], Capture]:
+    """The row of one Triton of ``copies`` models, and what that Triton answered once warm."""
     with stack(copies) as settings:
-        return timed(settings, copies, scrapes, "1 target")
+        row = timed(settings, copies, scrapes, "1 target")
+        metrics = f"{settings.url('triton_metrics')}/metrics"
+        answers = capture(settings.url("triton_http"), metrics, settings.admin_headers())
+        return row, answers
 
 
-def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str, Any]:
-    """Warm every target's models, then time ``scrapes`` back-to-back scrapes."""
-    for url in settings.triton_targets:
+def timed(
+    settings: Settings, copies: int, scrapes: int, what: str, warmed: bool = True
+) -> dict[str, Any]:
+    """Warm every target's models (``warmed``: real Tritons), then time ``scrapes``
+    back-to-back scrapes."""
+    for url in settings.triton_targets if warmed else ():
         host, port = url.removeprefix("http://").rsplit(":", 1)
         target = replace(settings, host=host).with_ports(triton_http=int(port))
         index = requests.post(
@@ -59,13 +72,17 @@ def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str,
         assert len(models) == copies, models
         warm(target, models)
     url = f"{settings.url('exporter')}/metrics"
+    pid = next(r.pid for r in Supervisor(settings, []).read_state() if r.name == "exporter")
     session = requests.Session()
+    session.get(url, timeout=10)  # the first read (every config fetched) is not timed
     times = []
     body = ""
+    cpu = procstat.cpu_seconds([pid])
     for _ in range(scrapes):
         start = time.perf_counter()
         body = session.get(url, timeout=10).text
         times.append(time.perf_counter() - start)
+    cpu = procstat.cpu_seconds([pid]) - cpu
     assert body.count("triton_batching_target_up{") == len(settings.triton_targets)
     assert "} 0.0" not in "".join(
         ln for ln in body.splitlines() if ln.startswith("triton_batching_target_up")
@@ -86,6 +103,8 @@ def timed(settings: Settings, copies: int, scrapes: int, what: str) -> dict[str,
         "kib": len(body) / 1024,
         # How old the data of the last scrape was (the background reader's lag).
         "age": max(ages) * 1000,
+        "cpu_ms": cpu / scrapes * 1000,
+        "cpu_us_model": cpu / scrapes / (copies * len(settings.triton_targets)) * 1e6,
     }
 
 
@@ -109,13 +128,20 @@ def fleet(targets: int, copies: int) -> Iterator[tuple[list[Settings], Path]]:
 
 @contextmanager
 def attached_exporter(
-    tritons: list[Settings], key: Path, state: Path, cache_ttl_s: float, read_interval_s: float
+    urls: list[tuple[str, str]],
+    key: Path | None,
+    state: Path,
+    cache_ttl_s: float,
+    read_interval_s: float,
 ) -> Iterator[Settings]:
-    """The launcher's exporter row in attach mode, reading every Triton of the fleet."""
+    """The launcher's exporter row in attach mode, reading every (HTTP URL, metrics URL)."""
     settings = replace(
         isolated(state),
-        triton_urls=tuple(t.url("triton_http") for t in tritons),
-        triton_metrics_urls=tuple(f"{t.url('triton_metrics')}/metrics" for t in tritons),
+        # The exporter's Triton timeout is half the scrape interval, at most 2 s
+        # (stack.exporter): 2 s, its own default, for every row.
+        scrape_interval_s=4.0,
+        triton_urls=tuple(http for http, _ in urls),
+        triton_metrics_urls=tuple(metrics for _, metrics in urls),
         attached_admin_key_file=key,
     )
     os.environ["EXPORTER_CONFIG_CACHE_TTL"] = f"{cache_ttl_s:g}"
@@ -139,38 +165,93 @@ FLEET_MODES = [
 def measure_fleet(targets: int, copies: int, scrapes: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with fleet(targets, copies) as (tritons, key):
+        urls = [(t.url("triton_http"), f"{t.url('triton_metrics')}/metrics") for t in tritons]
         for ttl, interval, what in FLEET_MODES:
             state = key.parent / f"exporter-{len(rows)}"
-            with attached_exporter(tritons, key, state, ttl, interval) as settings:
+            with attached_exporter(urls, key, state, ttl, interval) as settings:
                 rows.append(timed(settings, copies, scrapes, f"{targets} targets, {what}"))
+    return rows
+
+
+# (busy, config cache TTL, read interval, what the row says) of the stand-in rows
+STANDIN_MODES = [
+    (False, CONFIG_TTL_S, 0.0, "cached"),
+    (False, CONFIG_TTL_S, 1.0, "read every 1s"),
+    (True, CONFIG_TTL_S, 1.0, "busy, read every 1s"),
+]
+
+
+def measure_standins(
+    answers: Capture, targets: int, copies: int, scrapes: int
+) -> list[dict[str, Any]]:
+    """``targets`` stand-ins of ``copies`` models each, read with the config cache at scrape
+    time and every second (attach mode's default at a 1 s scrape interval), and busy: every
+    model's statistics moved on at each read."""
+    rows: list[dict[str, Any]] = []
+    served = [varied(answers, copies)] * targets
+    for busy, ttl, interval, what in STANDIN_MODES:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-standins-") as tmp,
+            standins(served, Path(tmp) / "captures", busy) as bases,
+        ):
+            urls = [(base, f"{base}/metrics") for base in bases]
+            state = Path(tmp) / "exporter"
+            with attached_exporter(urls, None, state, ttl, interval) as settings:
+                label = f"{targets} stand-ins, {what}"
+                rows.append(timed(settings, copies, scrapes, label, warmed=False))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per size (200)")
-    parser.add_argument("--models", type=int, nargs="*", default=[1, 20], help="sizes (1 20)")
+    parser.add_argument(
+        "--models", type=int, nargs="*", default=[1, 20, 100], help="sizes (1 20 100)"
+    )
     parser.add_argument(
         "--fleet",
         type=int,
         default=3,
         help="Tritons of 20 models each in the fleet rows (3; 0: none)",
     )
+    parser.add_argument(
+        "--standins",
+        type=int,
+        nargs=2,
+        default=[10, 100],
+        metavar=("TARGETS", "MODELS"),
+        help="stand-in Tritons and models each (10 100; 0 0: none)",
+    )
     args = parser.parse_args()
-    rows = [measure(n, args.scrapes) for n in args.models]
-    if args.fleet:
-        rows += measure_fleet(args.fleet, 20, args.scrapes)
     print(f"exporter scrape latency, {args.scrapes} back-to-back scrapes per size ({MODEL} copies)")
     print(
-        f"{'':<33}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
-        f"{'KiB':>6}  {'age ms':>6}"
+        f"{'':<36}  {'models':>6}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  {'series':>6}  "
+        f"{'KiB':>6}  {'age ms':>6}  {'CPU ms':>6}  {'µs/model':>8}",
+        flush=True,
     )
+    answers = None
+    for n in args.models or [1]:  # a Triton to capture, even with no row of its own
+        row, answers = measure(n, args.scrapes)
+        if args.models:
+            show([row])
+    if args.fleet:
+        show(measure_fleet(args.fleet, 20, args.scrapes))
+    if args.standins[0] and answers is not None:
+        targets, copies = args.standins
+        show(measure_standins(answers, targets, copies, args.scrapes))
+    print("age: how old the last scrape's data was (triton_batching_data_age_seconds, max)")
+    print("CPU: the exporter's CPU time over the timed scrapes, per scrape; µs/model: per model")
+
+
+def show(rows: list[dict[str, Any]]) -> None:
+    """Each row as it is measured: a run cut short keeps what it printed."""
     for r in rows:
         print(
-            f"{r['what']:<33}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
-            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}  {r['age']:>6.0f}"
+            f"{r['what']:<36}  {r['models']:>6}  {r['p50']:>7.1f}  {r['p99']:>7.1f}  "
+            f"{r['max']:>7.1f}  {r['series']:>6}  {r['kib']:>6.1f}  {r['age']:>6.0f}  "
+            f"{r['cpu_ms']:>6.2f}  {r['cpu_us_model']:>8.1f}",
+            flush=True,
         )
-    print("age: how old the last scrape's data was (triton_batching_data_age_seconds, max)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -26,11 +27,13 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from exporter import exposition
 from exporter.features import FeatureFamilies, batches_of
 from exporter.scrape import (
     Fetcher,
+    Memo,
     ModelView,
     Snapshot,
     TargetView,
@@ -141,6 +144,16 @@ GPU_GAUGES: list[tuple[str, str, str]] = [
 ]
 
 
+@dataclass(frozen=True)
+class Work:
+    """Work done by a collector's reads, for the tests that keep an unchanged read cheap."""
+
+    metrics_parsed: int
+    models_parsed: int
+    configs_parsed: int
+    models_rendered: int
+
+
 @dataclass
 class _Result:
     target: Target
@@ -211,6 +224,9 @@ class BatchingCollector(Collector):
             max_workers=2 * len(self.targets), thread_name_prefix="scrape"
         )
 
+        # Per target: what its last answers parsed into (exporter.scrape.Memo).
+        self._memos = {t.url: Memo() for t in self.targets}
+        self._renderer = _Renderer()
         self._reader = _Reader(self, read_interval_s) if read_interval_s > 0 else None
 
     def close(self) -> None:
@@ -230,13 +246,23 @@ class BatchingCollector(Collector):
             yield from self._reader.latest()
             return
         results = self._scrape_all()
-        yield from _Families().fill(results)
+        yield from self._renderer.families(results)
         yield _ages(results, time.monotonic())
 
     def read(self) -> tuple[list[Metric], list[_Result]]:
         """One read of every target, as rendered families (for the background reader)."""
         results = self._scrape_all()
-        return [exposition.prerender(f) for f in _Families().fill(results)], results
+        return self._renderer.families(results), results
+
+    def work(self) -> Work:
+        """What the reads so far parsed and rendered, counted in models and texts."""
+        memos = list(self._memos.values())
+        return Work(
+            metrics_parsed=sum(m.parsed_metrics for m in memos),
+            models_parsed=sum(m.parsed_models for m in memos),
+            configs_parsed=sum(m.parsed_configs for m in memos),
+            models_rendered=self._renderer.models_rendered,
+        )
 
     def _scrape_all(self) -> list[_Result]:
         futures = [self._pool.submit(self._scrape_one, t) for t in self.targets]
@@ -257,7 +283,7 @@ class BatchingCollector(Collector):
     def _scrape_one(self, target: Target) -> _Result:
         start = time.monotonic()
         try:
-            view = parse_snapshot(self.fetch(target, self.timeout_s))
+            view = parse_snapshot(self.fetch(target, self.timeout_s), self._memos[target.url])
         except Exception as exc:  # any failure of one target must not fail the whole scrape
             log.warning("target %s: scrape failed: %s: %s", target.url, type(exc).__name__, exc)
             view = None
@@ -287,7 +313,9 @@ class _Reader:
 
     It reads every ``interval_s`` and stops reading when no scrape came for
     ``IDLE_READS`` intervals (a stack nobody scrapes costs its Tritons nothing); the
-    next scrape then finds the data too old and waits for a fresh read.
+    next scrape then finds the data too old and waits for a fresh read. A read that runs
+    longer than the interval (slow targets, a loaded machine) holds no scrape up while it
+    is within its time budget: the scrape serves the last read, and its age says so.
     """
 
     IDLE_READS = 30
@@ -296,6 +324,10 @@ class _Reader:
         self.collector = collector
         self.interval_s = interval_s
         self.max_age_s = 2 * interval_s
+        # The most one read may take: the scrape threads' wait (BatchingCollector._scrape_all).
+        self.read_budget_s = collector.timeout_s * 1.2
+        # time.monotonic() when the read in flight began; None between reads.
+        self._reading_since: float | None = None
         self._changed = threading.Condition()
         self._families: list[Metric] = []
         self._results: list[_Result] = []
@@ -310,7 +342,7 @@ class _Reader:
             if not self._closed and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
                 self._thread.start()
-            if not self._fresh(now):
+            if not self._fresh(now) and not self._read_running_late(now):
                 self._changed.notify_all()  # wake an idle reader
                 # One read's time at most (the fetch timeout and its margin).
                 self._changed.wait_for(
@@ -333,8 +365,19 @@ class _Reader:
         if thread is not None:
             thread.join(timeout=self.collector.timeout_s * 1.5)
 
-    def _fresh(self, now: float) -> bool:
-        return bool(self._results) and all(now - r.read_at <= self.max_age_s for r in self._results)
+    def _fresh(self, now: float, slack_s: float = 0.0) -> bool:
+        limit = self.max_age_s + slack_s
+        return bool(self._results) and all(now - r.read_at <= limit for r in self._results)
+
+    def _read_running_late(self, now: float) -> bool:
+        """A read is in flight within its budget, and the data it replaces is old only by
+        that much: waiting for it would hold the scrape up for data barely fresher."""
+        since = self._reading_since
+        return (
+            since is not None
+            and now - since <= self.read_budget_s
+            and self._fresh(now, self.read_budget_s)
+        )
 
     def _run(self) -> None:
         while True:
@@ -342,6 +385,7 @@ class _Reader:
                 if self._closed:
                     return
             start = time.monotonic()
+            self._reading_since = start
             try:
                 families, results = self.collector.read()
             except Exception:  # the reader must go on; the scrape then reports old data
@@ -350,6 +394,8 @@ class _Reader:
                 with self._changed:
                     self._families, self._results = families, results
                     self._changed.notify_all()
+            finally:
+                self._reading_since = None
             with self._changed:
                 if self._closed:
                     return
@@ -480,28 +526,42 @@ class _Families:
 
     def fill(self, results: list[_Result]) -> list[Metric]:
         for result in results:
-            url = result.target.url
-            self.up.add_metric([url], 1.0 if result.view is not None else 0.0)
-            self.duration.add_metric([url], result.duration_s)
-            if result.view is None:
+            self._head(result)
+            view = result.view
+            if view is None:
                 continue
+            self._states(result.target.url, view.states)
+            self._cache(result.target.url, view.cache_configured)
+            for model in view.models:
+                self._model(result.target.url, model, bool(view.cache_configured))
+            self._tail(result.target.url, view)
+        return [f for f in self.all() if f.samples]
+
+    # A target's series, in the order fill writes them (the renderer keeps that order).
+    def _head(self, result: _Result) -> None:
+        url = result.target.url
+        self.up.add_metric([url], 1.0 if result.view is not None else 0.0)
+        self.duration.add_metric([url], result.duration_s)
+        if result.view is not None:
             self._endpoints(result.target, result.view.endpoints)
             self.server_ready.add_metric([url], 1.0 if result.view.ready else 0.0)
-            for model, version, ready in result.view.states:
-                self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
-            cache = result.view.cache_configured
-            if cache is not None:
-                self.features.add_target(url, cache)
-            for view in result.view.models:
-                self._model(url, view, bool(cache))
-            for (model, version), (pending, failures) in result.view.unlisted.items():
-                self._from_metrics([url, model, version], pending, failures)
-            for gpu in result.view.gpus:
-                for family, field_name in self.gpu:
-                    number = getattr(gpu, field_name)
-                    if number is not None:
-                        family.add_metric([url, gpu.uuid], number)
-        return [f for f in self.all() if f.samples]
+
+    def _states(self, url: str, states: list[tuple[str, str, bool]]) -> None:
+        for model, version, ready in states:
+            self.ready.add_metric([url, model, version], 1.0 if ready else 0.0)
+
+    def _cache(self, url: str, cache: bool | None) -> None:
+        if cache is not None:
+            self.features.add_target(url, cache)
+
+    def _tail(self, url: str, view: TargetView) -> None:
+        for (model, version), (pending, failures) in view.unlisted.items():
+            self._from_metrics([url, model, version], pending, failures)
+        for gpu in view.gpus:
+            for family, field_name in self.gpu:
+                number = getattr(gpu, field_name)
+                if number is not None:
+                    family.add_metric([url, gpu.uuid], number)
 
     def all(self) -> list[Metric]:
         """Every family, filled or not, in exposition order (exporter.catalog lists them)."""
@@ -604,3 +664,122 @@ class _Families:
         self.features.add_cache(
             labels, config, hit.count if hit else None, miss.count if miss else None
         )
+
+
+# One part of a scrape's series: (index of the family in _Families.all(), its samples, their
+# lines, None where the text writer leaves them to generate_latest).
+Part = list[tuple[int, list[Sample], str | None]]
+
+
+class _Renderer:
+    """A scrape's families, from parts kept between reads: a model whose view (statistics,
+    config, pending count, failures) did not change since the last read is neither written
+    into families nor rendered again, nor is an unchanged repository index.
+
+    Families are still fresh for each scrape; only their samples and lines are reused.
+    """
+
+    def __init__(self) -> None:
+        self._work = _Families()  # filled with one part at a time, then emptied
+        self._families = self._work.all()
+        # target URL -> (model, version) -> (view, cache configured, its part)
+        self._models: dict[str, dict[tuple[str, str], tuple[ModelView, bool, Part]]] = {}
+        # target URL -> (model states, their part)
+        self._states: dict[str, tuple[list[tuple[str, str, bool]], Part]] = {}
+        # target URL -> (the kept parts of its states and models, those parts merged)
+        self._merged: dict[str, tuple[list[Part], Part]] = {}
+        # family index -> (the lines of its parts, the family's text): an unchanged family
+        # keeps its text object, which the web side's gzip then finds compressed.
+        self._texts: dict[int, tuple[list[str], str]] = {}
+        self._lock = threading.Lock()
+        self.models_rendered = 0
+
+    def families(self, results: list[_Result]) -> list[Metric]:
+        with self._lock:
+            parts = []
+            for result in results:
+                parts.append(self._part(_Families._head, result))
+                if result.view is not None:
+                    parts += self._target(result.target.url, result.view)
+            return self._assembled(parts)
+
+    def _assembled(self, parts: list[Part]) -> list[Metric]:
+        """Fresh families holding the parts' samples in order, each with its text kept."""
+        families = _Families().all()
+        lines: list[list[str | None]] = [[] for _ in families]
+        for part in parts:
+            for i, samples, text in part:
+                families[i].samples.extend(samples)
+                lines[i].append(text)
+        out = []
+        for i, (family, texts) in enumerate(zip(families, lines, strict=True)):
+            if not family.samples:
+                continue
+            whole = [t for t in texts if t is not None]
+            if len(whole) < len(texts):
+                out.append(exposition.prerender(family))
+                continue
+            last = self._texts.get(i)
+            if last is not None and _same(last[0], whole):
+                out.append(exposition.kept(family, last[1]))
+            else:
+                out.append(exposition.assembled(family, whole))
+                self._texts[i] = (whole, family.prerendered)  # type: ignore[attr-defined]
+        return out
+
+    def _target(self, url: str, view: TargetView) -> list[Part]:
+        kept_states = self._states.get(url)
+        if kept_states is None or kept_states[0] != view.states:
+            kept_states = (view.states, self._part(_Families._states, url, view.states))
+            self._states[url] = kept_states
+        # The target-wide cache gauge goes first: no model's part writes its family.
+        head = self._part(_Families._cache, url, view.cache_configured)
+        kept_parts = [kept_states[1]]
+        cache = bool(view.cache_configured)
+        kept, fresh = self._models.get(url, {}), {}
+        for model in view.models:
+            old = kept.get(model.stats.key)
+            if old is not None and old[1] == cache and old[0] == model:
+                part = old[2]
+            else:
+                part = self._part(_Families._model, url, model, cache)
+                self.models_rendered += 1
+            fresh[model.stats.key] = (model, cache, part)
+            kept_parts.append(part)
+        self._models[url] = fresh
+        merged = self._merged.get(url)
+        if merged is None or not _same(merged[0], kept_parts):
+            merged = (kept_parts, _merge(kept_parts))
+            self._merged[url] = merged
+        return [head, merged[1], self._part(_Families._tail, url, view)]
+
+    def _part(self, write: Callable[..., None], *args: Any) -> Part:
+        """What ``write`` adds to the families, taken out of them with its lines."""
+        write(self._work, *args)
+        part: Part = []
+        for i, family in enumerate(self._families):
+            if family.samples:
+                part.append((i, family.samples, exposition.sample_lines(family)))
+                family.samples = []
+        return part
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _merge(parts: list[Part]) -> Part:
+    """One part holding the parts' samples and lines in order: a target whose models did
+    not change is then one part per family to assemble, not one per model."""
+    samples: dict[int, list[Sample]] = {}
+    lines: dict[int, list[str | None]] = {}
+    for part in parts:
+        for i, some, text in part:
+            samples.setdefault(i, []).extend(some)
+            lines.setdefault(i, []).append(text)
+    merged: Part = []
+    for i in sorted(samples):
+        texts = lines[i]
+        whole = "".join(t for t in texts if t is not None)
+        merged.append((i, samples[i], whole if None not in texts else None))
+    return merged

@@ -28,7 +28,7 @@ from tritonapi.client import (
     TritonUnreachable,
     metrics_text,
 )
-from tritonapi.metrics import GpuStats, TritonMetrics, parse_metrics
+from tritonapi.metrics import GpuStats, TritonMetrics, parse_wanted, wanted_lines
 from tritonapi.modelconfig import ModelConfig, parse_json
 from tritonapi.stats import ModelStats, parse_statistics
 
@@ -185,7 +185,7 @@ class Fetcher:
         client = self._clients.get(target.url)
         if client is None:
             client = self._clients.setdefault(
-                target.url, TritonClient(target.url, headers=self.headers)
+                target.url, TritonClient(target.url, headers=self.headers, reuse_unchanged=True)
             )
         deadline = time.monotonic() + timeout_s
 
@@ -361,25 +361,114 @@ def parse_index(payload: Any) -> list[tuple[str, str, bool]]:
         raise ValueError(f"malformed repository index entry: {exc!r}") from None
 
 
-def parse_snapshot(snapshot: Snapshot) -> TargetView:
+class Memo:
+    """What one target's last answers parsed into, reused while they stay the same.
+
+    Parsing is the part of a read that grows with the models: an unchanged statistics entry
+    (a model without traffic), an unchanged config body and unchanged lines of ``/metrics``
+    are not parsed again. Each is kept with the exact input it came from and swapped in whole,
+    so a read on another thread sees either the old pair or the new one. Answers are kept,
+    not copied: a fetch must not change an answer once it has returned it.
+    """
+
+    def __init__(self) -> None:
+        # (wanted lines of /metrics, their parse)
+        self._metrics: tuple[str, TritonMetrics] | None = None
+        # (name, version) -> (statistics entry, its parse)
+        self._stats: dict[tuple[str, str], tuple[Any, ModelStats]] = {}
+        # (the last statistics answer, its parse): the same object again (the fetcher's
+        # client returns it for an unchanged answer) is not even compared entry by entry.
+        self._payload: tuple[Any, list[ModelStats]] | None = None
+        # model -> (config body, its parse)
+        self._configs: dict[str, tuple[Any, ModelConfig]] = {}
+        # Work done, counted for the tests that keep an unchanged read from costing it again.
+        self.parsed_metrics = 0
+        self.parsed_models = 0
+        self.parsed_configs = 0
+
+    def metrics(self, text: str) -> TritonMetrics:
+        wanted, triton = wanted_lines(text)
+        kept = self._metrics
+        if kept is not None and kept[0] == wanted and triton:
+            return kept[1]
+        parsed = parse_wanted(wanted, triton)
+        self._metrics = (wanted, parsed)
+        self.parsed_metrics += 1
+        return parsed
+
+    def statistics(self, payload: Any) -> list[ModelStats]:
+        last = self._payload
+        if last is not None and last[0] is payload:
+            return last[1]
+        entries = _statistics_entries(payload)
+        kept, fresh = self._stats, {}
+        models = []
+        for entry in entries:
+            key = _entry_key(entry)
+            old = kept.get(key)
+            if old is not None and old[0] == entry:
+                stats = old[1]
+            else:
+                stats = _parse_entry(entry)
+                self.parsed_models += 1
+            fresh[key] = (entry, stats)
+            models.append(stats)
+        self._stats = fresh
+        self._payload = (payload, models)
+        return models
+
+    def configs(self, snapshot: Snapshot) -> dict[str, ModelConfig]:
+        kept, fresh = self._configs, {}
+        for name, body in snapshot.configs.items():
+            old = kept.get(name)
+            if name in snapshot.parsed:
+                config = snapshot.parsed[name]
+            elif old is not None and old[0] == body:
+                config = old[1]
+            else:
+                config = parse_json(body)
+                self.parsed_configs += 1
+            fresh[name] = (body, config)
+        self._configs = fresh
+        return {name: config for name, (_, config) in fresh.items()}
+
+
+def _statistics_entries(payload: Any) -> list[Any]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("model_stats"), list):
+        raise ValueError("not a Triton statistics response (no model_stats list)")
+    return list(payload["model_stats"])
+
+
+def _entry_key(entry: Any) -> tuple[str, str]:
+    if isinstance(entry, dict):
+        return (str(entry.get("name")), str(entry.get("version", "")))
+    return ("", "")
+
+
+def _parse_entry(entry: Any) -> ModelStats:
+    """One statistics entry, with parse_statistics' error for a malformed one."""
+    return parse_statistics({"model_stats": [entry]})[0]
+
+
+def parse_snapshot(snapshot: Snapshot, memo: Memo | None = None) -> TargetView:
     """Everything the collector exports for one target; ValueError on any malformed part.
 
-    An endpoint named in ``snapshot.down`` gives nothing, and what needs it is left out."""
+    An endpoint named in ``snapshot.down`` gives nothing, and what needs it is left out.
+    With a ``memo`` (one per target), what did not change since its last read is not
+    parsed again."""
+    memo = memo if memo is not None else Memo()
     down = snapshot.down
     metrics = (
-        parse_metrics(snapshot.metrics_text)
+        memo.metrics(snapshot.metrics_text)
         if METRICS not in down
         else TritonMetrics(pending={}, gpus=[])
     )
-    configs = {
-        name: snapshot.parsed.get(name) or parse_json(body)
-        for name, body in snapshot.configs.items()
-    }
+    configs = memo.configs(snapshot)
     failures: dict[tuple[str, str], dict[str, float]] = {}
     for (model, version, reason), value in metrics.failures.items():
         failures.setdefault((model, version), {})[reason] = value
     models = []
-    listed = parse_statistics(snapshot.stats) if STATISTICS not in down else []
+    listed = memo.statistics(snapshot.stats) if STATISTICS not in down else []
     for stats in listed:
         if stats.name not in configs and CONFIG not in down:
             raise ValueError(f"no config fetched for model {stats.name!r}")

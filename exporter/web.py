@@ -83,6 +83,7 @@ def make_app(
     registry: CollectorRegistry, targets: list[Target], books: Sequence[TraceBook] = ()
 ) -> WSGIApp:
     page = landing_page(targets)
+    gzip = exposition.Gzip()
 
     def metrics(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """The text format (Prometheus reads it as well as OpenMetrics; the series are the
@@ -90,11 +91,13 @@ def make_app(
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
             return [b"use GET\n"]
-        body = exposition.render(registry.collect())
+        texts = exposition.texts(registry.collect())
         headers = [("Content-Type", exposition.CONTENT_TYPE)]
         if exposition.gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            body = exposition.compress(body)
+            body = gzip.compress(texts)
             headers.append(("Content-Encoding", "gzip"))
+        else:
+            body = "".join(texts).encode("utf-8")
         headers.append(("Content-Length", str(len(body))))
         start_response("200 OK", headers)
         return [body]

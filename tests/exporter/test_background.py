@@ -121,6 +121,38 @@ def test_the_reader_stops_without_scrapes_and_the_next_scrape_reads_afresh(
     assert source.calls > calls
 
 
+def test_a_read_running_long_does_not_hold_a_scrape_up() -> None:
+    """With a read stuck in flight (its budget 36 s), a scrape whose data is older than two
+    intervals serves the last read at once, its age above two intervals, instead of waiting
+    for the stuck read (45 s: the join below would give up first)."""
+    source = Source("rest")
+    stuck, released, reading = threading.Event(), threading.Event(), threading.Event()
+
+    def fetch(target: Target, timeout_s: float) -> Snapshot:
+        if stuck.is_set():
+            reading.set()
+            released.wait(60)
+        return source(target, timeout_s)
+
+    collector = BatchingCollector(TARGETS, timeout_s=30.0, fetch=fetch, read_interval_s=INTERVAL_S)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    try:
+        assert max(ages(reg)) <= 2 * INTERVAL_S
+        stuck.set()
+        assert reading.wait(10)
+        time.sleep(3 * INTERVAL_S)  # the last read's data is now older than two intervals
+        served: list[float] = []
+        scrape = threading.Thread(target=lambda: served.extend(ages(reg)))
+        scrape.start()
+        scrape.join(timeout=10)
+        assert not scrape.is_alive()
+        assert min(served) > 2 * INTERVAL_S
+    finally:
+        released.set()  # the stuck read ends, so that close() does not wait for it
+        collector.close()
+
+
 def test_a_closed_collector_reads_and_logs_no_more(caplog: pytest.LogCaptureFixture) -> None:
     source = Source("rest")
     source.down.add(TARGETS[1].url)
