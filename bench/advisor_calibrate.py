@@ -2,23 +2,17 @@
 
     PERF_ANALYZER=$(bench/perf_analyzer_env.sh) .venv/bin/python -m bench.advisor_calibrate
 
-1. Service time per batch size at low CPU contention: batch_add_model with
-   max_batch_size 64, no preferred sizes and a 2,000 us queue delay, under perf_analyzer
-   at concurrency 1, 2, 4, 8, 16. Clients wait out the delay together, so batches of
-   about C form while the CPU is otherwise idle; ``compute_*`` per size from the
-   statistics API is then close to the pure cost of an execution.
-   The first run (concurrency 1) on the fresh server also gives the p99 of the
-   batcher's lateness through Triton's queue summary.
-2. CPU per request outside execution, from the same runs: CPU seconds of
-   tritonserver + its stubs + perf_analyzer, minus the fitted execution time of the
-   batches formed, per request (:mod:`advisor.calibrate`).
-3. The issue's crossover case measured here: max_batch_size 64 + 1,000 us + no
-   preferred sizes against max_batch_size 4 + preferred [2, 4] (+ 500 us), at
-   concurrency 8 and 32.
+1. Service time per batch size at low CPU contention: batch_add_model (max_batch_size 64, no
+   preferred sizes, 2,000 us queue delay) under perf_analyzer at concurrency 1-16, so
+   batches of about C form on an otherwise idle CPU; the first run also gives the p99 of the
+   batcher's lateness (Triton's queue summary).
+2. CPU per request outside execution, from the same runs: CPU seconds of tritonserver, its
+   stubs and perf_analyzer, less the fitted execution time of the batches formed.
+3. The issue's crossover case: max_batch_size 64 + 1,000 us + no preferred sizes against
+   max_batch_size 4 + preferred [2, 4] (+ 500 us), at concurrency 8 and 32.
 
-Everything raw (statistics JSON before/after each run, model configs, CPU seconds,
-perf_analyzer's CSV row) is written to tests/advisor/data/calibration.json: the
-advisor's tests rebuild the model from it.
+Everything raw (statistics, configs, CPU seconds, perf_analyzer's CSV row) goes to
+tests/advisor/data/calibration.json, from which the advisor's tests rebuild the model.
 """
 
 from __future__ import annotations

@@ -4,22 +4,15 @@ anchor): how much worse than the best measured config is what the advisor recomm
     STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_regret
         [--models ho_pair,ho_rows,mlp_model] [--rates 1,1.5] [--seconds 2] [--passes 2]
 
-Per model and rate (the model's rate r of ``bench.advisor_validation.RATES`` times each
-``--rates`` factor), under open-loop Poisson traffic:
-
-* **the advisor**: it watches the server for ``--window`` seconds under that traffic and
-  searches (:func:`advisor.advice.advise`, what ``advise --url`` does); its wall time, the
-  window included, is measured;
-* **the grid**: max_queue_delay {0, 100, 300, 1000, 3000} us x preferred sizes {none, [m/4],
-  [m/2, m]} (m: the model's max_batch_size): 15 configs, plus the model's own config and the
-  pick, each loaded once as a scratch copy (repository API), measured ``--passes`` times, the
-  order reversed every pass; its wall time is the sum of its runs and loads.
-
-Objective: the client p99 latency (the load generator's), mean over the passes, with their
-range. Printed: every config's objective and range, the best, the pick, the regret (pick /
-best), whether the pick lies inside the best's range (the noise band), and a MISS when the
-pick is worse than the own config beyond noise (its range wholly above). Goals (the issue's):
-median regret <= 1.10, none above 1.25, the advisor's wall time <= 1/10 of the grid's.
+Per model and rate (its rate r of ``bench.advisor_validation.RATES`` times each ``--rates``
+factor), under open-loop Poisson traffic: the advisor watches the server for ``--window`` s
+and searches (:func:`advisor.advice.advise`, as ``advise --url`` does), its wall time
+measured; the grid (max_queue_delay {0, 100, 300, 1000, 3000} us x preferred sizes {none,
+[m/4], [m/2, m]}, plus the own config and the pick, scratch copies) is measured ``--passes``
+times in alternating order. Objective: the client p99, mean over the passes with its range.
+Printed: each config's objective and range, the best, the pick, the regret (pick / best),
+whether the pick is inside the best's range, a MISS when it is worse than the own config
+beyond noise. Goals: median regret <= 1.10, none above 1.25, advisor time <= 1/10 the grid's.
 """
 
 from __future__ import annotations

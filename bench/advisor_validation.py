@@ -3,38 +3,16 @@
     STACK_TRITON_VENV=... .venv/bin/python -m bench.advisor_validation [--models ho_tokens,...]
         [--repeats 3] [--seconds 3] [--fit-traced 3000] [--judged-at 0.5,1,1.5]
 
-Per model, at its rate r (``RATES``):
-
-* **fit**: one traced run of the model's own config (seed 7), stored and read back through
-  the advisor's own input pipeline (``advisor.inputs.gather``), as ``advise --store DB
-  --run ID --cores N --request-us U`` reads it: service times (the run's statistics),
-  traffic (its send times), the batcher's hand-offs and the time outside Triton (its
-  traces); the costs come from the server process's CPU over it, as a probe measures them.
-  With ``--fit-runs N`` the fit pools N traced runs at r (other seeds), each within Triton
-  2.51's trace window, as ``advise --run A,B,C`` pools them: one short traced run's fit
-  moves from run to run. With ``--fit-window S`` the service times and costs come instead
-  from an untraced run of S seconds at r just before (seed 8), as ``advise --url URL
-  --window S --traces EXPORTER`` reads them. Then the recommendation (objective p99
-  latency, bound ``--p99-ms``, noise over 3 seeds). A "keep it" picks the own config.
-* **judge**: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r (other
-  multiples of r with ``--judged-at``: with 3 points, ">= 80 %" means all 3), each
-  ``--repeats`` times, untraced, for the own config and the pick (a scratch copy loaded
-  through the repository API). Each point's measured average batch (statistics delta) and
-  client p99 (the load generator) are the repeats' mean, with their range.
-
-Criteria (per model): the predicted average batch within 10 % of the measured mean and the
-predicted client p99 within 25 % of it, each at >= 80 % of the points. The pick is judged
-like any config: its measured client p99 at r against the own config's (a pick worse
-beyond the repeats' range is a miss, "keep it" included: it is judged by
-``bench/advisor_regret.py`` against a grid).
-
-With ``--ceiling`` every judged point is measured a second time (other fresh seeds), and the
-criteria are applied to that second measurement as if it were the prediction: how often a
-predictor as good as the machine's own repeatability meets them. A criterion that the second
-measurement misses at a point is one no prediction can be held to there.
-
-Models: the held-out ones (``bench/models/heldout/``, never used for tuning) by default;
-``--models batch_add_model,var_add,mlp_model`` runs the tuning models the same way.
+Per model, at its rate r (``RATES``): **fit** on one traced run of the own config, read back
+through the advisor's own input pipeline as ``advise --store DB --run ID`` reads it (or
+pooled runs, ``--fit-runs``; or an untraced window, ``--fit-window``), then the
+recommendation; **judge** on other runs never seen by the fit, fresh seeds at 0.5r, r and 1.5r
+(``--judged-at``), each ``--repeats`` times, untraced, for the own config and the pick.
+Criteria per model: the predicted average batch within 10 % and the predicted client p99
+within 25 % of the measured mean, each at >= 80 % of the points; the pick's client p99 at r
+no worse than the own config's beyond the repeats' range. ``--ceiling`` measures every point
+twice: what the machine's own repeatability can meet. Models: the held-out ones
+(``bench/models/heldout/``) by default, or --models. The method in full: comments above main.
 """
 
 from __future__ import annotations
@@ -321,6 +299,30 @@ def factors(text: str) -> tuple[float, ...]:
     return found
 
 
+# The method, in full (the module doc's summary).
+# Fit: one traced run of the model's own config (seed 7), stored and read back through the
+# advisor's own input pipeline (``advisor.inputs.gather``), as ``advise --store DB --run ID
+# --cores N --request-us U`` reads it: service times (the run's statistics), traffic (its send
+# times), the batcher's hand-offs and the time outside Triton (its traces); the costs come from
+# the server process's CPU over it, as a probe measures them. With ``--fit-runs N`` the fit
+# pools N traced runs at r (other seeds), each within Triton 2.51's trace window, as ``advise
+# --run A,B,C`` pools them: one short traced run's fit moves from run to run. With
+# ``--fit-window S`` the service times and costs come instead from an untraced run of S seconds
+# at r just before (seed 8), as ``advise --url URL --window S --traces EXPORTER`` reads them.
+# Then the recommendation (objective p99 latency, bound ``--p99-ms``, noise over 3 seeds); a
+# "keep it" picks the own config.
+# Judge: other runs, never seen by the fit: fresh seeds, at 0.5r, r and 1.5r (other multiples
+# of r with ``--judged-at``: with 3 points, ">= 80 %" means all 3), each ``--repeats`` times,
+# untraced, for the own config and the pick (a scratch copy loaded through the repository
+# API). Each point's measured average batch (statistics delta) and client p99 (the load
+# generator) are the repeats' mean, with their range. The pick is judged like any config: a
+# pick worse beyond the repeats' range is a miss, "keep it" included (it is judged by
+# ``bench/advisor_regret.py`` against a grid).
+# ``--ceiling``: every judged point is measured a second time (other fresh seeds), and the
+# criteria are applied to that second measurement as if it were the prediction: how often a
+# predictor as good as the machine's own repeatability meets them. A criterion that the second
+# measurement misses at a point is one no prediction can be held to there.
+# Models: ``--models batch_add_model,var_add,mlp_model`` runs the tuning models the same way.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per judged run (default 3)")

@@ -4,39 +4,15 @@ measured grid's best the config it settles on is.
     STACK_TRITON_VENV=... .venv/bin/python -m bench.autopilot [--model ho_pair]
         [--low 0.25] [--high 1] [--quick] [--policy FILE]
 
-On a private Triton serving the held-out models (``bench.advisor_validation.repository``),
-the model in its own config (or, with ``--start-delay-us``, its config with that queue delay,
-loaded as an override: a start the autopilot has to change):
-
-1. **before the shift**: open-loop Poisson traffic to the model at ``--low`` times its rate r
-   (``bench.advisor_validation.RATES``) for ``--low-s`` seconds, recorded in a load-run store;
-2. **the shift**: the same traffic at ``--high`` times r (the defaults, 0.25r to r, are a
-   shift of x4 to the rate the regret bench measures at, low enough for 2 shared cores), and
-   at that moment ``batchscope autopilot --apply`` starts, as a process of its own (the
-   command's code path, its own interpreter: its searches do not take the load generator's),
-   with ``--interval-s``, for ``--for-s`` seconds, the store as ``--db``, the policy given
-   (none: the command's default), and its lines timestamped from the shift as they come;
-3. **the grid**: ``bench.advisor_regret``'s 15 configs (delay x preferred sizes), the config
-   the model started with and the one it ended with, all scratch copies, and the final one
-   again as the live model serves it (a control of the copies), measured at the high rate in
-   ``--passes`` passes of ``--seconds`` each, as that bench does. The regret is the final
-   config's scratch copy over the grid's best: like for like.
-
-Printed: the autopilot's lines; each change with its outcome, when it was loaded and decided,
-the clients' p99 in the watch window before and after (from the store's record) and how long
-clients were served a config that measured worse beyond the rule's noise; the grid; then the
-summary against the issue's goals: the time from the shift to the last kept change (with none
-kept, to the first decision that left the config as it was) under 300 s; the final config's
-client p99 over the grid's best (the regret) <= 1.10, and beside it the same ratio from
-``--confirm`` more runs of the two side by side on fresh seeds (the head-to-head regret,
-bench/advisor_regret.confirm_runs: the grid's lowest mean is low partly by luck); no change
-that made the clients worse for longer than one watch window (a worse change undone at the
-end of its window is one window, the seconds to settle, judge and reload shown beside it; a
-worse change kept is longer).
-
-``--quick`` (under about 8 minutes): 20 s before the shift instead of 60, 15 s autopilot
-intervals instead of the command's 30, 120 s of autopilot instead of 300, and the grid in 2
-passes of 2 s instead of 3 of 3 s. Each flag given by hand wins over either mode.
+On a private Triton serving the held-out models: Poisson traffic at ``--low`` times the
+model's rate r, then the shift to ``--high`` times r, at which ``batchscope autopilot
+--apply`` starts as a process of its own; then ``bench.advisor_regret``'s grid plus the start
+and final configs, measured at the high rate. Printed: the autopilot's lines; each change with
+its outcome, timing, the clients' p99 before and after and how long clients got a worse
+config; the grid; a summary against the issue's goals: settled within 300 s of the shift, the
+final config's regret over the grid's best <= 1.10 (and head to head, ``--confirm``), no
+change that made clients worse for longer than one watch window. ``--quick`` runs in under
+about 8 minutes. The steps and goals are detailed in comments above ``main``.
 """
 
 from __future__ import annotations
@@ -71,7 +47,7 @@ from tritonapi.client import TritonClient
 
 GOAL_REGRET = 1.10
 GOAL_CONVERGE_S = 300.0
-# What each mode runs (low_s, interval_s, for_s, seconds, passes); see the module doc.
+# What each mode runs (low_s, interval_s, for_s, seconds, passes); see the comments above main.
 FULL = {"low_s": 60.0, "interval_s": loop.DEFAULT_INTERVAL_S, "for_s": 300.0, "seconds": 3.0}
 QUICK = {"low_s": 20.0, "interval_s": 15.0, "for_s": 120.0, "seconds": 2.0}
 PASSES = {"full": 3, "quick": 2}
@@ -356,6 +332,31 @@ def report(
     return converge_ok and not beyond and regret <= GOAL_REGRET
 
 
+# The run, step by step (the module doc's summary). The model starts in its own config (or,
+# with ``--start-delay-us``, its config with that queue delay, loaded as an override: a start
+# the autopilot has to change), on a Triton serving ``bench.advisor_validation.repository``.
+# 1. Before the shift: open-loop Poisson traffic at ``--low`` x r (r from
+#    ``bench.advisor_validation.RATES``) for ``--low-s`` seconds, recorded in a load-run store.
+# 2. The shift: the same traffic at ``--high`` x r (the defaults, 0.25r to r, are a shift of x4
+#    to the rate the regret bench measures at, low enough for 2 shared cores); at that moment
+#    ``batchscope autopilot --apply`` starts as a process of its own (the command's code path,
+#    its own interpreter: its searches do not take the load generator's), with
+#    ``--interval-s``, for ``--for-s`` seconds, the store as ``--db``, the policy given (none:
+#    the command's default), its lines timestamped from the shift as they come.
+# 3. The grid: ``bench.advisor_regret``'s 15 configs (delay x preferred sizes), the start and
+#    final configs, all scratch copies, and the final one again as the live model serves it (a
+#    control of the copies), at the high rate in ``--passes`` passes of ``--seconds`` each.
+#    The regret is the final config's scratch copy over the grid's best: like for like.
+# The goals: the time from the shift to the last kept change (with none kept, to the first
+# decision that left the config as it was) under 300 s; the final config's regret <= 1.10,
+# beside it the same ratio from ``--confirm`` more runs of the two side by side on fresh seeds
+# (``bench.advisor_regret.confirm_runs``: the grid's lowest mean is low partly by luck); no
+# change that made clients worse for longer than one watch window (a worse change undone at
+# the end of its window is one window, the seconds to settle, judge and reload shown beside
+# it; a worse change kept is longer).
+# ``--quick``: 20 s before the shift instead of 60, 15 s autopilot intervals instead of the
+# command's 30, 120 s of autopilot instead of 300, and the grid in 2 passes of 2 s instead of
+# 3 of 3 s. Each flag given by hand wins over either mode.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="ho_pair", help="a held-out model (ho_pair)")

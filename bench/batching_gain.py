@@ -1,21 +1,18 @@
 """Batching gain: a batched model's throughput / its unbatched twin's at the same closed-loop
 load, measured alternately in one run, and explained from measured costs. Two pairs: the
 add model (batch_add_model / add_unbatched), whose compute is nothing beside Triton's
-per-request work, and the compute-heavy MLP (mlp_model / mlp_unbatched, the twin made here
-with dynamic batching off), where batching pays most.
+per-request work, and the compute-heavy MLP (mlp_model / mlp_unbatched), where batching pays
+most. Both models of a pair run the same model.py; only dynamic batching differs.
 
     STACK_TRITON_VENV=... .venv/bin/python -m bench.batching_gain [--concurrency 8,16]
         [--pairs add,mlp]
 
-Both models of a pair run the same model.py; only dynamic batching differs. For each run:
-- client throughput and p99 (loadgen),
-- server-side deltas from the statistics API (executions, average batch, queue per
-  request, model-call time per execution),
-- the CPU seconds Triton's whole process group used (server + python backend stubs), per
-  request.
-With CPU per request = a + b / (average batch), the two runs give a (the per-request cost
-batching cannot remove: HTTP front end, request/response handling) and b (the
-per-execution cost it divides: one model call, stub round trip).
+Printed per run: client throughput and p99 (loadgen); server-side deltas from the statistics
+API (executions, average batch, queue per request, model-call time per execution); the CPU
+seconds of Triton's whole process group (server + python backend stubs) per request. With
+CPU per request = a + b / (average batch), the two runs give a (the per-request cost batching
+cannot remove: HTTP front end, request/response handling) and b (the per-execution cost it
+divides: one model call, stub round trip).
 """
 
 from __future__ import annotations

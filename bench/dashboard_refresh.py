@@ -1,29 +1,17 @@
 """How long a refresh of the live view takes with 1 hour of 1-second data for 2 models;
 with ``--fleet``, how long the fleet view of 10 servers x 100 models takes to load in Chromium.
 
-Writes 1 h of samples of every series the dashboard reads (the exporter's metrics
-and Triton's latency summary, 2 models, one sample per second) as OpenMetrics,
-turns them into TSDB blocks with ``promtool tsdb create-blocks-from openmetrics``,
-starts the real Prometheus on that data folder, and times, side by side in one run:
-
-- the data of one refresh (KPIs + 4 charts) with a 1-second step, one query after
-  another: what a naive dashboard would do;
-- the same with the dashboard's step (at most 300 points per series), one query
-  after another;
-- the same, the queries run concurrently (what ``dashboard.live.fetch_range`` does);
-- the whole page (``streamlit.testing`` AppTest run of dashboard/app.py), cold
-  (caches cleared) and cached (the refresh that follows within the same step).
-
-With ``--fleet`` the data is 30 min of 15-second scrapes of 1,000 models (each its own
-batch size and traffic), the dashboard is the launcher's (``streamlit run``), and each round
-opens the fleet view in a new Chromium tab (a new session; the server's cache is keyed by
-the second, so each round reads Prometheus again). A load is timed from the browser's clock
-(``performance.now()`` when the table shows its rows: from navigation start) and from outside
-(around ``goto`` and the wait); then the time from typing a search to its rows.
-
     .venv/bin/python -m bench.dashboard_refresh [--rounds 5] [--fleet]
 
-Goals: a refresh under 1 s; the fleet view loaded in at most 3 s.
+Writes the samples of every series the dashboard reads as OpenMetrics, turns them into TSDB
+blocks (``promtool tsdb create-blocks-from openmetrics``), starts the real Prometheus on them
+and times, side by side: one refresh's queries (KPIs + 4 charts) with a 1-second step and
+with the dashboard's step, one after another and concurrently (as
+``dashboard.live.fetch_range``); and the whole page (``streamlit.testing`` AppTest), cold and
+cached. With ``--fleet`` (30 min of 15-second scrapes of 1,000 models) each round opens the
+launcher's dashboard's fleet view in a new Chromium tab and times the load from the
+browser's clock and from outside, then a search to its rows. The method is detailed in a
+comment above ``fleet_bench``. Goals: a refresh under 1 s; the fleet view loaded in at most 3 s.
 """
 
 from __future__ import annotations
@@ -413,6 +401,15 @@ FLEET_SHOWN = """
 """
 
 
+# How the fleet bench times a load (see the module doc): the data is 30 min of 15-second
+# scrapes of 1,000 models, each its own batch size and traffic; the dashboard is the
+# launcher's (``streamlit run``). Each round opens the fleet view in a new Chromium tab, a new
+# session; the server's cache is keyed by the second, so each round reads Prometheus again. A
+# load is timed from the browser's clock (``performance.now()`` when the table shows its rows:
+# from navigation start) and from outside (around ``goto`` and the wait); then the time from
+# typing a search to its rows. (The live-view bench, ``measure``: the dashboard's step is at
+# most 300 points per series; the page is timed cold, caches cleared, and cached, the refresh
+# that follows within the same step.)
 def fleet_bench(rounds: int) -> int:
     from dataclasses import replace
 

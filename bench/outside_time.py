@@ -2,20 +2,16 @@
 
     STACK_TRITON_VENV=... .venv/bin/python -m bench.outside_time [--model mlp_model --rate 150]
 
-The advisor adds the time outside Triton (the client, the network, the front end) to its
-server-side prediction, and takes it from traced requests: each one's client latency less
-its traced queue wait and execution (``advisor.handoff.outside``). Tracing costs time in
-Triton; if part of that cost falls outside the queue and the execution, the traced time
-outside overstates what untraced clients see. An untraced run gives no per-request split,
-but its mean: the clients' mean latency less Triton's mean queue and compute per request
-(its statistics API over the run). This bench measures both, alternately, on a private
-Triton (the launcher's code, with the exporter the traced runs read their traces through):
-per round an untraced run of --seconds and a traced run of 1.5 s (within Triton 2.51's
-trace window) of the same Poisson traffic, other seeds. It prints a table of the means, and
-the traced mean's ratio to the untraced one.
-
-Only the tuning models (model_repository/) belong here: the held-out ones
-(bench/models/heldout/) are for judging the advisor, not for deciding how it fits.
+The advisor adds the time outside Triton (client, network, front end) to its server-side
+prediction, taking it from traced requests: client latency less traced queue wait and
+execution (``advisor.handoff.outside``). If part of tracing's cost falls outside the queue and
+the execution, that overstates what untraced clients see. An untraced run gives only the
+mean: the clients' mean latency less Triton's mean queue and compute per request (statistics
+API). On a private Triton (the launcher's code, traces read through the exporter), each round
+runs an untraced run of --seconds and a traced run of 1.5 s (within Triton 2.51's trace
+window) of the same Poisson traffic, other seeds. Prints a table of the means and the traced
+mean's ratio to the untraced one. Only the tuning models (model_repository/) belong here: the
+held-out ones (bench/models/heldout/) are for judging the advisor, not for fitting it.
 """
 
 from __future__ import annotations

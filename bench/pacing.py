@@ -4,19 +4,15 @@ packet capture on loopback (``bench.wire``: tcpdump, a process neither client co
     STACK_TRITON_VENV=... .venv/bin/python -m bench.pacing [--seconds 3]
         [--rates 500,2000,5000] [--protocols http,grpc] [--no-perf-analyzer]
 
-Each row: one client, one protocol, one schedule (constant or Poisson) at one rate, one
-after the other on the same Triton (batch_add_model). Rates past ``ONE_PROCESS_MAX`` go
-through ``--processes`` (the merged schedule is what the wire sees). Columns: the gaps
-between consecutive requests on the wire (p10/p50/p90/p99, us), the gap error |gap - 1/rate|
-(p50/p99, us; for Poisson schedules it measures nothing and is shown for completeness), the
-share of gaps under half the ideal, the Kolmogorov-Smirnov statistic and p-value of the gaps
-against the exponential at that rate (Poisson rows), loadgen's own p99 send lateness, and
-the 1-minute load average when the row ended (the machine is shared: read rows with a high
-load as that).
-
-perf_analyzer comes from bench/perf_analyzer_env.sh (its own .venv-bench). Goals (issue 25,
-on an idle core): constant 500/s and 2,000/s gap error p50 <= 10 us, p99 <= 100 us, under
-1 % of gaps under half the ideal; Poisson gaps pass the KS test (p > 0.01).
+Each row: one client, protocol and schedule (constant or Poisson) at one rate, in turn on the
+same Triton (batch_add_model); rates past ``ONE_PROCESS_MAX`` go through ``--processes``.
+Columns: wire gaps (p10/p50/p90/p99, us), gap error |gap - 1/rate| (p50/p99, us; meaningless
+for Poisson), share of gaps under half the ideal, KS statistic and p-value against the
+exponential (Poisson rows), loadgen's own p99 send lateness, and the 1-minute load average
+at the row's end (the machine is shared: read high-load rows as that). perf_analyzer comes
+from bench/perf_analyzer_env.sh. Goals (issue 25, on an idle core): constant 500/s and
+2,000/s gap error p50 <= 10 us, p99 <= 100 us, under 1 % of gaps under half the ideal;
+Poisson gaps pass the KS test (p > 0.01).
 """
 
 from __future__ import annotations

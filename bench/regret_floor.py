@@ -3,20 +3,16 @@
     STACK_TRITON_VENV=... .venv/bin/python -m bench.regret_floor
         [--models ho_pair,ho_rows] [--rates 1,1.5] [--seconds 3] [--passes 3] [--confirm 5]
 
-``bench/advisor_regret.py`` judges a pick against the lowest of 16 measured means (15 grid
-configs and the pick), then head to head against that lowest config. Its goals (issue 26:
-median regret <= 1.10, none above 1.25) assume the measurement can tell configs that far apart.
-This bench asks what it reads when there is nothing to tell: every entry of its grid is the
-same config (the model's own, each a scratch copy loaded through the repository API), measured
-exactly as the regret bench measures its grid (the same runs, seeds, passes in alternating
-order, and head-to-head runs on fresh seeds), with one copy chosen blind beforehand as "the
-pick". The pick is as good as the best by construction, so any regret above 1 it shows is the
-measurement's: the luck of the grid's minimum (a winner's curse) and the spread of a client
-p99 from one run to the next. Goals a perfect advisor misses here cannot be judged here.
-
-Printed per model and rate: the copies' means (best first), the blind pick's grid regret and
-head-to-head regret, as ``bench.advisor_regret`` prints its own; then their median and worst,
-and how many model-rates read above 1.10 and 1.25.
+``bench.advisor_regret``'s goals (issue 26: median regret <= 1.10, none above 1.25) assume
+its measurement can tell configs that far apart. Here every grid entry is the same config
+(the model's own, scratch copies loaded through the repository API), measured exactly as the
+regret bench measures its grid (same runs, seeds, alternating passes, head-to-head runs on
+fresh seeds), with one copy chosen blind beforehand as "the pick". The pick is as good as the
+best by construction, so any regret above 1 is the measurement's: the grid minimum's luck (a
+winner's curse) and the run-to-run spread of a client p99. Goals a perfect advisor misses
+here cannot be judged here. Printed per model and rate: the copies' means (best first), the
+blind pick's grid and head-to-head regret; then their median and worst, and how many
+model-rates read above 1.10 and 1.25.
 """
 
 from __future__ import annotations

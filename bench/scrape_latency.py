@@ -6,16 +6,13 @@ cache, and off the scrape path every second (--read-interval 1); and 10 stand-in
     .venv/bin/python -m bench.scrape_latency [--scrapes 200] [--models 1 20 100] [--fleet 3]
                                              [--standins 10 100]
 
-For each size a stack (Triton + exporter, the launcher's code) starts over a
-temporary repository of batch_add_model copies; every model serves a few
-batched bursts first so that its batch statistics are not empty. Then the
-exporter's /metrics is fetched back to back, timed from this client, end to end.
-The fleet's Tritons share one admin key, which the attached exporter is given.
-The stand-ins serve what the first single Triton answered once warm (/metrics, statistics,
-index, configs), each model repeated under new names. The "age" column is how old the data
-of the last scrape was: about 0 when read at scrape time; with the background reader, up to
-twice its interval. "CPU" is the exporter process's CPU time over the timed scrapes (its
-background reads included), per scrape and per scrape and model.
+Each size starts a stack (Triton + exporter, the launcher's code) over batch_add_model
+copies, each served a few batched bursts first; then /metrics is fetched back to back, timed
+end to end from this client. The fleet shares one admin key, given to the exporter; the
+stand-ins serve what the first single Triton answered once warm, under new model names.
+Printed per size: the scrape latency; "age", how old the last scrape's data was (about 0 at
+scrape time, up to twice the interval with the background reader); "CPU", the exporter's CPU
+time over the timed scrapes, per scrape and per scrape and model.
 """
 
 from __future__ import annotations

@@ -4,22 +4,14 @@ to the last, and 0 requests unaccounted for.
 
     STACK_TRITON_VENV=... .venv/bin/python -m bench.soak --minutes 10 [--concurrency C]
 
-A private stack on free ports (bench.common): Triton, the exporter, Prometheus, Alertmanager
-and the dashboard. Without --concurrency, 4 s at each of 8, 16 and 32 clients picks the
-level with the highest throughput. The soak itself is one `batchscope load concurrency`
-process storing into a fresh store, so the load generator is measured as a service too.
-Every 5 s the RSS of each service (its whole process group: Triton's python-backend stubs
-count with Triton) is sampled; the table gives the median of the first minute, of the first
-minute after the warm-up (--warmup-minutes, 3) and of the last minute, and the growth from
-the warm minute to the last. The warm-up is left out because Prometheus is still building
-its head block then: each series gets its first in-memory chunk, cut after 120 samples (2 min
-at the stack's 1 s scrapes), and the Go heap finds its size. The growth from the very first
-minute is printed too. Prometheus' own Go heap and head series are read from its /metrics.
-Then the accounting: the client's ok against Triton's own success count over the window
-(the statistics API, which the load generator does not control; a timed-out request Triton
-still served is the one difference explained), the records and timeline in the store
-against the client; and the store's size per request. The bench stops by itself: the run
-has its duration, and a run still going 90 s past it gets SIGTERM, then SIGKILL.
+A private stack (Triton, exporter, Prometheus, Alertmanager, dashboard); without
+--concurrency, 4 s at each of 8, 16 and 32 clients picks the highest throughput. The load is
+one `batchscope load concurrency` process, measured as a service too. Every 5 s each
+service's RSS (its whole process group) is sampled; printed: the medians of the first minute,
+the first after the warm-up (--warmup-minutes, while Prometheus builds its head block) and
+the last, and the growths. Then the accounting: the client's ok against Triton's own success
+count (statistics API), the store's records and timeline against the client, and the store's
+size per request. A run still going 90 s past its duration gets SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -245,6 +237,14 @@ def report_accounting(result: dict, db: Path, server: ModelStats, err: str, samp
     return 0 if unaccounted == 0 and result["status"] == "ok" else 1
 
 
+# Method notes (the module doc's summary). The RSS of a service is its whole process group:
+# Triton's python-backend stubs count with Triton. The warm-up is left out because Prometheus
+# is still building its head block then: each series gets its first in-memory chunk, cut after
+# 120 samples (2 min at the stack's 1 s scrapes), and the Go heap finds its size; the growth
+# from the very first minute is printed too, and Prometheus' own Go heap and head series are
+# read from its /metrics. Triton's success count comes from the statistics API, which the load
+# generator does not control; a timed-out request Triton still served is the one difference
+# explained.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)

@@ -3,24 +3,16 @@
     STACK_TRITON_VENV=... .venv/bin/python -m bench.trace_safety [--windows 20]
         [--cells all|NAME,NAME] [--budget-s 5400]
 
-A private Triton (the launcher's code: trace file in its state folder, tracing off)
-serves batch_add_model. Each cell is one way of asking for traces under one load: a
-window of ``count`` traced requests, 1 in ``rate`` of them traced, while the load
-generator (its Python API) sends exactly the requests the window needs (count x rate,
-plus one rate's worth so that the window surely fills) over HTTP or gRPC, closed-loop at
-concurrency c or open-loop Poisson at R/s. Each window is one Bernoulli trial:
-
-- completed: Triton wrote the window and is alive;
-- crashed: the tritonserver process died (its exit signal is kept);
-- hung: it stayed alive but requests timed out; it is killed and counted as a crash,
-  since a user loses the server either way.
-
-After a crash Triton is started again (the supervisor's own stop/start, no backoff) and
-the cell goes on. Windows run in rounds over the cells, so that a shared machine's drift
-hits every cell alike; when ``--budget-s`` runs out the last round is the last, and the
-table says how many windows each cell got. The table gives each cell's crash count, the
-exact (Clopper-Pearson) 95 % interval of its crash probability per window, the median
-window duration and the mean 1-minute load average at the windows' starts.
+A private Triton (the launcher's code, tracing off) serves batch_add_model. Each cell is one
+way of asking for traces under one load: a window of ``count`` traced requests, 1 in ``rate``
+traced, while the load generator sends the requests the window needs (plus one rate's worth)
+over HTTP or gRPC, closed-loop at concurrency c or open-loop Poisson at R/s. Each window is a
+Bernoulli trial: completed, crashed (the process died) or hung (alive but requests timed out;
+killed and counted as a crash, since a user loses the server either way). After a crash
+Triton is started again and the cell goes on. Windows run in rounds over the cells, so a
+shared machine's drift hits all alike, until ``--budget-s`` runs out. Printed per cell: the
+windows run, the crash count, the exact (Clopper-Pearson) 95 % interval of the crash
+probability per window, the median window duration and the mean 1-minute load average.
 """
 
 from __future__ import annotations
@@ -414,6 +406,12 @@ def report_file(args: argparse.Namespace) -> int:
     return 0
 
 
+# Method notes (the module doc's summary). The trace file is in Triton's state folder. The
+# load generator (its Python API) sends exactly count x rate requests plus one rate's worth,
+# so that the window surely fills. A crashed window keeps the process's exit signal. After a
+# crash Triton is started again by the supervisor's own stop/start, with no backoff. When
+# ``--budget-s`` runs out the last round is the last, and the table says how many windows each
+# cell got; the load average is the mean of the 1-minute one at the windows' starts.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--windows", type=int, default=20, help="windows per cell (default 20)")

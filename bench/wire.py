@@ -3,12 +3,10 @@
 ``Capture(port, protocol)`` runs Debian's ``tcpdump`` on ``lo`` while a load goes to
 ``port`` and stamps, with the kernel's nanosecond timestamps, every request that left:
 
-- HTTP: each inference request (``POST .../infer``; the exporter's ``POST
-  /v2/repository/index`` is not one) at the start of a TCP segment to the port (both
-  loadgen and perf_analyzer write a request in one go);
-- gRPC: each HTTP/2 HEADERS frame (type 1) found at a frame boundary from the start of a
-  segment to the port (a request opens with its HEADERS frame; SETTINGS, WINDOW_UPDATE and
-  PING frames are skipped by type).
+- HTTP: each inference request (``POST .../infer``, not the exporter's repository index) at
+  the start of a TCP segment to the port (loadgen and perf_analyzer write one in one go);
+- gRPC: each HTTP/2 HEADERS frame (type 1) at a frame boundary of a segment to the port (a
+  request opens with it; SETTINGS, WINDOW_UPDATE and PING frames are skipped by type).
 
 The observer is independent of the sender's clock, which is the point: a load generator that
 says it kept its schedule is checked by a process it does not control. ``gap_stats`` turns

@@ -2,18 +2,17 @@
 
     .venv/bin/python -m tests.exporter.capture_data
 
-Starts Triton with the launcher's code on free ports, over a temporary model
-repository: the project's two models plus ``add_max_batch_0``, a copy of
-``batch_add_model`` with ``max_batch_size: 0`` and no dynamic batching. It saves
-the raw HTTP bodies the exporter reads, as Triton sent them, in one folder per
-moment under tests/exporter/data/:
+Starts Triton with the launcher's code on free ports, over a temporary model repository: the
+project's two models plus ``add_max_batch_0`` (``batch_add_model`` with ``max_batch_size: 0``
+and no dynamic batching). It saves the raw HTTP bodies the exporter reads, as Triton sent
+them, in one folder per moment under tests/exporter/data/:
 
 - ``rest``: right after start, before any request;
-- ``load``: while eight threads send requests and bursts (sources read a few
-  milliseconds apart, so they need not agree with each other);
+- ``load``: while eight threads send requests and bursts (sources read a few milliseconds
+  apart, so they need not agree with each other);
 - ``after_load``: once the load has stopped (every source agrees);
-- ``restarted``: after Triton was restarted and served three serial requests,
-  i.e. every counter went back to near zero (a counter reset).
+- ``restarted``: after Triton was restarted and served three serial requests, i.e. every
+  counter went back to near zero (a counter reset).
 """
 
 from __future__ import annotations
