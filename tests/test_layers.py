@@ -251,3 +251,39 @@ def test_no_dashboard_module_shadows_a_package() -> None:
     modules = {p.stem for p in (ROOT / "dashboard").glob("*.py")}
     packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
     assert sorted(modules & packages) == []
+
+
+# Issue 53: a module docstring says what the module does and why, in at most 15 lines;
+# measured figures live on the manual's validation pages (docs/validation/), method detail in
+# comments beside the code it explains.
+DOCSTRING_MAX_LINES = 15
+
+
+def long_docstrings(root: Path) -> list[str]:
+    """Every module of the packages (bench/ and tests/ included) whose docstring is longer than
+    DOCSTRING_MAX_LINES, as 'file: N lines'; dot-folders (.venv) are skipped."""
+    found = []
+    for package in sorted(p.parent for p in root.glob("*/__init__.py")):
+        for path in sorted(package.rglob("*.py")):
+            relative = path.relative_to(root)
+            if any(part.startswith(".") for part in relative.parts):
+                continue
+            tree = ast.parse(path.read_text(), filename=str(path))
+            doc = ast.get_docstring(tree, clean=False)
+            if doc is not None and len(doc.splitlines()) > DOCSTRING_MAX_LINES:
+                found.append(f"{relative}: {len(doc.splitlines())} lines")
+    return found
+
+
+def test_no_module_docstring_is_longer_than_15_lines() -> None:
+    assert long_docstrings(ROOT) == []
+
+
+def test_the_docstring_check_catches_a_long_one(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "short.py").write_text('"""One line."""\n')
+    (tmp_path / "pkg" / "long.py").write_text('"""' + "line\n" * 16 + '"""\n')
+    (tmp_path / "pkg" / ".hidden").mkdir()
+    (tmp_path / "pkg" / ".hidden" / "long.py").write_text('"""' + "line\n" * 16 + '"""\n')
+    assert long_docstrings(tmp_path) == ["pkg/long.py: 16 lines"]
