@@ -177,7 +177,8 @@ def rollback_rule(seconds: float) -> str:
         "improving by as much), or the throughput falls below "
         f"1/{NOISE_RATIO:g} of it with Triton's mean agreeing; a p99 worse in a few seconds "
         "only, while the median second's p99 and Triton's mean both did better, is a pause "
-        "of the clients' machine and is kept"
+        "of the clients' machine and is kept, and so is one while the median second's p99 "
+        "did better by as much (a pause of the whole machine), unless the throughput fell"
     )
 
 
@@ -255,9 +256,34 @@ def stalled_before(before: Seen, after: Seen) -> bool:
     )
 
 
+def typical_second_better(before: Seen, after: Seen) -> bool:
+    """The median second's client p99 got better beyond noise. A batching config acts on
+    every execution, so a config that serves the tail worse does so in most loaded seconds;
+    when the typical second improved beyond noise, a window's p99 and Triton's mean that say
+    worse were made by a few seconds: a pause of the whole machine (server and clients both,
+    which no other observer in the window tells from the config)."""
+    typical_before = before.client_p99_median_second_s
+    typical_after = after.client_p99_median_second_s
+    return (
+        typical_before is not None
+        and typical_after is not None
+        and worse(typical_before, typical_after)
+    )
+
+
 def _means(before: Seen, after: Seen) -> str:
     assert before.server_mean_s is not None and after.server_mean_s is not None
     return f"Triton's mean {before.server_mean_s * 1e3:.2f} -> {after.server_mean_s * 1e3:.2f} ms"
+
+
+def _typical(before: Seen, after: Seen) -> str:
+    """'; the median second's p99 a -> b ms' when both are known: a rollback's line says
+    whether the typical second agreed."""
+    typical_before = before.client_p99_median_second_s
+    typical_after = after.client_p99_median_second_s
+    if typical_before is None or typical_after is None:
+        return ""
+    return f"; the median second's p99 {typical_before * 1e3:.2f} -> {typical_after * 1e3:.2f} ms"
 
 
 def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verdict:
@@ -269,7 +295,8 @@ def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verd
     enough by itself unless the clients' p99 improved beyond noise (a change may trade the
     mean for the tail, which is what the advisor optimises). A throughput drop counts only
     with Triton's mean agreeing (in an open loop, clients that sent less are not a slower
-    server).
+    server). A tail worse while the median second's p99 did better beyond noise is a few
+    seconds' pause (:func:`typical_second_better`), kept unless the throughput fell.
     """
     if after.failed > before.failed:
         return Verdict(
@@ -300,8 +327,25 @@ def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verd
             f"{after.client_p99_median_second_s * 1e3:.2f} ms and {_means(before, after)} "
             "both did better (a stall of the clients' machine, not the config)",
         )
+    fell = before.throughput_per_s > 0 and (
+        after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
+    )
+    tail_worse = beyond or (slower and name == "client p99" and not worse(then, now))
+    if tail_worse and name == "client p99" and not fell and typical_second_better(before, after):
+        means = f", {_means(before, after)}" if slower or not apart else ""
+        assert before.client_p99_median_second_s is not None
+        assert after.client_p99_median_second_s is not None
+        return Verdict(
+            "kept",
+            f"client p99 {against}{means}, from a few seconds only: the median second's p99 "
+            f"{before.client_p99_median_second_s * 1e3:.2f} -> "
+            f"{after.client_p99_median_second_s * 1e3:.2f} ms did better beyond noise (a "
+            "pause of the machine, not the config)",
+        )
     if beyond:
-        return Verdict("rolled_back", f"{name} worse beyond noise: {against}{agrees}")
+        return Verdict(
+            "rolled_back", f"{name} worse beyond noise: {against}{agrees}{_typical(before, after)}"
+        )
     if slower and name == "client p99" and not worse(then, now):
         # The server got slower and the clients' tail did not get better for it: their p99
         # is the noisier figure (a busy client machine moves it), Triton's mean the steadier.
@@ -321,9 +365,6 @@ def judge(before: Seen, after: Seen, predicted: Predicted | None = None) -> Verd
             f"a few seconds before only (client p99 {against}: a stall of the clients' "
             "machine before the change)",
         )
-    fell = before.throughput_per_s > 0 and (
-        after.throughput_per_s * NOISE_RATIO < before.throughput_per_s
-    )
     if fell and slower:
         return Verdict(
             "rolled_back",

@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -430,3 +431,55 @@ def load(argv: Sequence[str]) -> int:
     from batchscope.main import main
 
     return main(["load", *argv])
+
+
+# A copy of the add model whose execution waits while a file exists (at most 5 s): a stall
+# of the model alone, Triton's front end and queue left to run. (Stopping the python stub
+# with SIGSTOP instead crashed Triton once: the stub held a lock Triton timed out on.)
+STALLING_MODEL = """
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SWITCH = {switch!r}
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        deadline = time.monotonic() + 5.0
+        while os.path.exists(SWITCH) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        out = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT_A").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT_B").as_numpy()
+            tensor = pb_utils.Tensor("OUTPUT_SUM", (a + b).astype(np.float32))
+            out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+        return out
+"""
+
+
+def load_stalling_copy(
+    admin: TritonClient,
+    source: str,
+    name: str,
+    switch: Path,
+    config: dict[str, Any] | None = None,
+    repository: Path | None = None,
+) -> dict[str, Any]:
+    """Load ``name``: the add model ``source``'s config (or ``config``) with an execution
+    that waits while ``switch`` exists, through the repository API (the caller's key). With
+    ``repository`` (the server's own, writable), the model's file is written there, so a
+    later load of a config alone finds it (as the autopilot's do); else it travels in the
+    load request. Its config as served is returned."""
+    body = {**(config or admin.model_config_json(source)), "name": name}
+    model_py = STALLING_MODEL.format(switch=str(switch)).encode()
+    if repository is None:
+        admin.load_model(name, body, {"1/model.py": model_py})
+    else:
+        (repository / name / "1").mkdir(parents=True, exist_ok=True)
+        (repository / name / "1" / "model.py").write_bytes(model_py)
+        admin.load_model(name, body)
+    return admin.model_config_json(name)

@@ -33,6 +33,7 @@ from observe.window import Window
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, free_ports, isolated, procstat
+from tests.helpers import load_stalling_copy
 from tritonapi.client import TritonClient, TritonHTTPError
 
 pytestmark = pytest.mark.integration
@@ -312,34 +313,6 @@ def test_the_window_reads_the_requests_received_from_tritons_metrics_after_each_
     assert inputs.watch(url, MODEL, 0.5).received == []  # not asked for: not read
 
 
-# A copy of the add model whose execution waits while a file exists (at most 5 s): a stall
-# of the model alone, Triton's front end and queue left to run. (Stopping the python stub
-# with SIGSTOP instead crashed Triton once: the stub held a lock Triton timed out on.)
-STALLING_MODEL = """
-import os
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-SWITCH = {switch!r}
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        deadline = time.monotonic() + 5.0
-        while os.path.exists(SWITCH) and time.monotonic() < deadline:
-            time.sleep(0.002)
-        out = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT_A").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT_B").as_numpy()
-            tensor = pb_utils.Tensor("OUTPUT_SUM", (a + b).astype(np.float32))
-            out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-        return out
-"""
-
-
 def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_received(
     triton: Settings, tmp_path: Path
 ) -> None:
@@ -352,9 +325,7 @@ def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_receiv
     url = triton.url("triton_http")
     admin = TritonClient(url, headers=triton.admin_headers())
     name, switch = "stalling_add", tmp_path / "stall"
-    config = {**admin.model_config_json(MODEL), "name": name}
-    model_py = STALLING_MODEL.format(switch=str(switch)).encode()
-    admin.load_model(name, config, {"1/model.py": model_py})
+    load_stalling_copy(admin, MODEL, name, switch)
     try:
         params = RunParams("rate", model=name, url=url, rate=200.0, duration_s=6.0)
         result: list[RunResult] = []
