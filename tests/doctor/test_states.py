@@ -33,26 +33,8 @@ pytestmark = pytest.mark.integration
 SOURCE = ROOT / "model_repository" / "batch_add_model"
 BATCHING = re.compile(r"dynamic_batching \{.*?\n\}\n?", re.S)
 
-SLOW_MODEL = '''
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    """INPUT_A + INPUT_B, 50 ms per batch: slow enough for a small queue to fill."""
-
-    def execute(self, requests):
-        time.sleep(0.05)
-        out = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT_A").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT_B").as_numpy()
-            tensor = pb_utils.Tensor("OUTPUT_SUM", (a + b).astype(np.float32))
-            out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-        return out
-'''
+# The features' add model that takes 50 ms per batch: slow enough for a small queue to fill.
+SLOW_MODEL = ROOT / "tests" / "features" / "repository" / "add_slow_queue" / "1" / "model.py"
 
 MODELS = {
     # name: (dynamic_batching block or "" for none, max_batch_size)
@@ -92,7 +74,7 @@ def build_repository(repo: Path) -> Path:
         text = text.replace("max_batch_size: 4", f"max_batch_size: {mbs}")
         (folder / "config.pbtxt").write_text(text)
         if name == "add_slow_queue":
-            (folder / "1" / "model.py").write_text(SLOW_MODEL)
+            shutil.copy(SLOW_MODEL, folder / "1" / "model.py")
         else:
             shutil.copy(SOURCE / "1" / "model.py", folder / "1" / "model.py")
     return repo
