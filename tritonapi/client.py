@@ -38,10 +38,19 @@ class TritonError(RuntimeError):
         self.url = url
 
 
+# TritonUnreachable's reason for a request that got no answer in time.
+TIMED_OUT = "timed out"
+
+
 class TritonUnreachable(TritonError):
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(f"Triton at {url} is not answering ({reason})", url)
         self.reason = reason
+
+    @property
+    def timed_out(self) -> bool:
+        """It answered nothing within the time given (it may still be up, and busy)."""
+        return self.reason == TIMED_OUT
 
 
 class TritonHTTPError(TritonError):
@@ -67,7 +76,7 @@ def newest_version(versions: Iterable[str]) -> str:
 
 def _reason(exc: requests.RequestException) -> str:
     if isinstance(exc, requests.Timeout):
-        return "timed out"
+        return TIMED_OUT
     text = str(exc)
     if "refused" in text:
         return "connection refused"
