@@ -69,14 +69,19 @@ def page_time() -> float:
 
 def unsettled(frame: pd.DataFrame) -> str:
     """What keeps the overview from the one the test checks ("" once it is that one): every
-    model of every server up, no alert firing and an increase of each in the window."""
+    model of every server read with each endpoint up, no alert firing and an increase of each
+    model in the window."""
     if len(frame) != SERVERS * MODELS:
         return f"{len(frame)} rows"
     down = int((~frame["up"].astype(bool)).sum())
+    endpoints = sorted(set(frame.loc[frame["endpoints_down"] != "", "endpoints_down"]))
     alerting = sorted(set(frame.loc[frame["alerts"] != "", "alerts"]))
     idle = int(frame["average_batch_size"].isna().sum())
-    if down or alerting or idle:
-        return f"{down} rows down, alerts {alerting}, {idle} rows without an increase"
+    if down or endpoints or alerting or idle:
+        return (
+            f"{down} rows down, endpoints down {endpoints}, alerts {alerting}, "
+            f"{idle} rows without an increase"
+        )
     return ""
 
 
