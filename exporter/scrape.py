@@ -113,8 +113,11 @@ class TargetView:
 # An unchanged model config is served from the cache this long at most: a reload that
 # resets no counter (a model without traffic) is seen within this time.
 CONFIG_TTL_S = 60.0
-# Concurrent requests of one scrape (shared by the targets; urllib3 pools 10 per host).
+# Concurrent requests of one scrape (shared by the targets).
 MAX_PARALLEL = 8
+# The fetch threads: twice that, so that requests still running past a read's deadline do not
+# hold up the next read's. All of them may be asking one target at once (its configs).
+FETCH_THREADS = 2 * MAX_PARALLEL
 
 
 @dataclass
@@ -178,7 +181,7 @@ class Fetcher:
         self._clock = clock
         self._configs: dict[tuple[str, str], _CachedConfig] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=2 * MAX_PARALLEL, thread_name_prefix="fetch")
+        self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="fetch")
         # Config requests made (cache misses), for tests and the benchmark.
         self.config_fetches = 0
 
@@ -186,7 +189,13 @@ class Fetcher:
         client = self._clients.get(target.url)
         if client is None:
             client = self._clients.setdefault(
-                target.url, TritonClient(target.url, headers=self.headers, reuse_unchanged=True)
+                target.url,
+                TritonClient(
+                    target.url,
+                    headers=self.headers,
+                    reuse_unchanged=True,
+                    connections=FETCH_THREADS,
+                ),
             )
         deadline = time.monotonic() + timeout_s
 

@@ -100,10 +100,18 @@ class TritonClient:
         session: requests.Session | None = None,
         headers: dict[str, str] | None = None,
         reuse_unchanged: bool = False,
+        connections: int = 0,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = session if session is not None else requests.Session()
+        if connections:
+            # As many kept connections as requests a caller sends at once (requests keeps
+            # 10 per host): past them each answered request's connection is discarded, with a
+            # WARNING line, and the next read connects again.
+            adapter = requests.adapters.HTTPAdapter(pool_maxsize=connections)
+            self.session.mount("http://", adapter)
+            self.session.mount("https://", adapter)
         self.headers = dict(headers or {})
         # With reuse_unchanged, an answer byte for byte the same as the last one to the same
         # request is not decoded again: the same object is returned, which callers must not
