@@ -189,9 +189,9 @@ def measure_standins(
     for busy, ttl, interval, what in STANDIN_MODES:
         with (
             tempfile.TemporaryDirectory(prefix="bench-standins-") as tmp,
-            standins(served, Path(tmp) / "captures", busy) as bases,
+            standins(served, Path(tmp) / "captures", busy) as stand,
         ):
-            urls = [(base, f"{base}/metrics") for base in bases]
+            urls = [(base, f"{base}/metrics") for base in stand.urls]
             state = Path(tmp) / "exporter"
             with attached_exporter(urls, None, state, ttl, interval) as settings:
                 label = f"{targets} stand-ins, {what}"

@@ -9,6 +9,7 @@ readiness) are captured from a real Triton, each model is repeated under new nam
 are served as captured, HTTP API and ``/metrics`` on the same port. Busy stand-ins
 (``--busy``) answer every statistics request with every model's counters moved on, as if each
 model had executed a batch of 2 since the last request: nothing a reader kept still holds.
+Given a later capture per target, each answers it from the moment ``Served.later`` asks.
 
     .venv/bin/python -m bench.standin [--busy] FOLDER   # serves FOLDER/target*.json
 """
@@ -141,17 +142,23 @@ class _Answers:
     """One stand-in's bodies; a busy one's statistics move on at every request."""
 
     def __init__(self, capture: Capture, busy: bool) -> None:
-        self.bodies = _bodies(capture)
         self.busy = busy
-        self.stats = copy.deepcopy(capture.stats)
         self.lock = threading.Lock()
+        self.answer(capture)
+
+    def answer(self, capture: Capture) -> None:
+        """Answer ``capture`` from now on (one swap: a request sees the old or the new)."""
+        bodies, stats = _bodies(capture), copy.deepcopy(capture.stats)
+        with self.lock:
+            self.bodies, self.stats = bodies, stats
 
     def __call__(self, method: str, path: str) -> tuple[int, bytes, str]:
-        if self.busy and (method, path) == ("GET", "/v2/models/stats"):
-            with self.lock:
+        with self.lock:
+            if self.busy and (method, path) == ("GET", "/v2/models/stats"):
                 busier(self.stats)
                 return 200, json.dumps(self.stats).encode(), "application/json"
-        return self.bodies.get((method, path), (404, b'{"error":"not found"}', ""))
+            bodies = self.bodies
+        return bodies.get((method, path), (404, b'{"error":"not found"}', ""))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -191,9 +198,9 @@ class _Server(ThreadingHTTPServer):
         pass  # a reader that hangs up mid-answer (the exporter stopping) is no news
 
 
-def serve(captures: list[Capture], busy: bool = False) -> list[ThreadingHTTPServer]:
+def serve(captures: list[Capture], busy: bool = False) -> list[_Server]:
     """One server per capture on a free loopback port, serving on threads of this process."""
-    servers: list[ThreadingHTTPServer] = []
+    servers: list[_Server] = []
     for one in captures:
         server = _Server(_Answers(one, busy))
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -201,15 +208,42 @@ def serve(captures: list[Capture], busy: bool = False) -> list[ThreadingHTTPServ
     return servers
 
 
+@dataclass
+class Served:
+    """The stand-ins of ``standins``: each target's base URL, and the switch to the later
+    captures."""
+
+    urls: list[str]
+    proc: subprocess.Popen[str]
+
+    def later(self) -> None:
+        """Every stand-in answers its later capture once this returns."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("later\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "later":
+            raise RuntimeError(f"the stand-ins did not switch (exit {self.proc.poll()})")
+
+
 @contextmanager
-def standins(captures: list[Capture], folder: Path, busy: bool = False) -> Iterator[list[str]]:
+def standins(
+    captures: list[Capture],
+    folder: Path,
+    busy: bool = False,
+    later: list[Capture] | None = None,
+) -> Iterator[Served]:
     """The captures served by a process of their own (its CPU is not the exporter's nor the
-    timing client's); yields each target's base URL."""
+    timing client's); ``later``, one per target, are answered after ``Served.later``."""
     folder.mkdir(parents=True, exist_ok=True)
+    if later is not None and len(later) != len(captures):
+        raise ValueError("one later capture per target")
     for i, one in enumerate(captures):
         (folder / f"target{i:03d}.json").write_text(json.dumps(asdict(one)))
+    for i, one in enumerate(later or []):
+        (folder / f"later{i:03d}.json").write_text(json.dumps(asdict(one)))
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.standin", *(["--busy"] if busy else []), str(folder)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -218,22 +252,36 @@ def standins(captures: list[Capture], folder: Path, busy: bool = False) -> Itera
         ports = [int(p) for p in proc.stdout.readline().split()]
         if len(ports) != len(captures):
             raise RuntimeError(f"the stand-in process did not start (exit {proc.poll()})")
-        yield [f"http://127.0.0.1:{port}" for port in ports]
+        yield Served([f"http://127.0.0.1:{port}" for port in ports], proc)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _loaded(paths: list[Path]) -> list[Capture]:
+    return [Capture(**json.loads(path.read_text())) for path in paths]
 
 
 def main() -> None:
     busy = "--busy" in sys.argv[1:]
     folder = Path(sys.argv[-1])
-    captures = [
-        Capture(**json.loads(path.read_text())) for path in sorted(folder.glob("target*.json"))
-    ]
-    servers = serve(captures, busy)
+    servers = serve(_loaded(sorted(folder.glob("target*.json"))), busy)
+    later = _loaded(sorted(folder.glob("later*.json")))
     print(" ".join(str(s.server_address[1]) for s in servers), flush=True)
-    # Served on the servers' threads until the benchmark terminates this process.
-    threading.Event().wait()
+    # Served on the servers' threads until the caller terminates this process or closes
+    # stdin; each "later" line switches every server to its later capture.
+    for line in sys.stdin:
+        if line.strip() != "later":
+            continue
+        if len(later) != len(servers):
+            print("no later captures", flush=True)
+            continue
+        for server, one in zip(servers, later, strict=True):
+            server.answers.answer(one)
+        print("later", flush=True)
 
 
 if __name__ == "__main__":

@@ -491,8 +491,9 @@ class _Families:
         self.endpoint_up = GaugeMetricFamily(
             "triton_batching_endpoint_up",
             "1 if the endpoint answered, else 0 and only the series read from it are left "
-            "out (metrics: refused, timed out or an error status; the others: restricted, "
-            "401 or 403); present while target_up is 1. "
+            "out (metrics: refused, timed out or an error status; config: restricted, 401 "
+            "or 403, or some configs not answered in time; the others: restricted); present "
+            "while target_up is 1. "
             "endpoint: metrics (Triton /metrics), statistics (/v2/models/stats), repository "
             "(/v2/repository/index), config (/v2/models/<model>/config).",
             labels=["target", "endpoint"],

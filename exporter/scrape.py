@@ -3,11 +3,11 @@
 Fetching and parsing are separate so that unit tests feed recorded answers
 (real captures) through the same parsing the live exporter uses.
 
-Each endpoint stands on its own: a metrics port that is refused, missing or slow, and a
-statistics, repository or config API that is restricted (401/403), each take away only
-what is read from them, and are named in ``Snapshot.down`` with the reason. An answer
-that is not Triton's (garbage), an error status elsewhere, or an HTTP port that does not
-answer still fails the whole target: that is a wrong URL or a server that is down.
+Each endpoint stands on its own: a metrics port that is refused, missing or slow, a
+statistics, repository or config API that is restricted (401/403), and configs that come
+too late, each take away only what is read from them, and are named in ``Snapshot.down``
+with the reason. An answer that is not Triton's (garbage), an error status elsewhere, or an
+HTTP port that does not answer still fails the whole target: a wrong URL or a server down.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ FIXES = {
     METRICS: "give --triton-metrics-url",
     STATISTICS: "give --triton-admin-key-file if Triton restricts it",
     REPOSITORY: "give --triton-admin-key-file to read model states",
-    CONFIG: "give --triton-admin-key-file if Triton restricts it",
+    CONFIG: "give --triton-admin-key-file if Triton restricts it; a config that timed out "
+    "is asked again at the next read",
 }
 
 
@@ -112,8 +113,11 @@ class TargetView:
 # An unchanged model config is served from the cache this long at most: a reload that
 # resets no counter (a model without traffic) is seen within this time.
 CONFIG_TTL_S = 60.0
-# Concurrent requests of one scrape (shared by the targets; urllib3 pools 10 per host).
+# Concurrent requests of one scrape (shared by the targets).
 MAX_PARALLEL = 8
+# The fetch threads: twice that, so that requests still running past a read's deadline do not
+# hold up the next read's. All of them may be asking one target at once (its configs).
+FETCH_THREADS = 2 * MAX_PARALLEL
 
 
 @dataclass
@@ -177,7 +181,7 @@ class Fetcher:
         self._clock = clock
         self._configs: dict[tuple[str, str], _CachedConfig] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=2 * MAX_PARALLEL, thread_name_prefix="fetch")
+        self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="fetch")
         # Config requests made (cache misses), for tests and the benchmark.
         self.config_fetches = 0
 
@@ -185,7 +189,13 @@ class Fetcher:
         client = self._clients.get(target.url)
         if client is None:
             client = self._clients.setdefault(
-                target.url, TritonClient(target.url, headers=self.headers, reuse_unchanged=True)
+                target.url,
+                TritonClient(
+                    target.url,
+                    headers=self.headers,
+                    reuse_unchanged=True,
+                    connections=FETCH_THREADS,
+                ),
             )
         deadline = time.monotonic() + timeout_s
 
@@ -238,9 +248,9 @@ class Fetcher:
         with self._lock:
             self.config_fetches += len(missing)
             for name, outcome in zip(missing, fetched, strict=True):
-                body = _or_down(outcome, CONFIG, down, _restricted)
+                body = _or_down(outcome, CONFIG, down, _restricted_or_late)
                 if CONFIG in down and body is None:
-                    continue  # restricted: not cached, asked again next read
+                    continue  # restricted or late: not cached, asked again next read
                 configs[name] = body
                 versions, counters = prints.get(name, (frozenset(), (0, 0, 0)))
                 self._configs[(target.url, name)] = _CachedConfig(
@@ -312,6 +322,14 @@ def _failed_to_answer(exc: Exception) -> bool:
 
 def _restricted(exc: Exception) -> bool:
     return isinstance(exc, TritonHTTPError) and exc.status in RESTRICTED_STATUSES
+
+
+def _restricted_or_late(exc: Exception) -> bool:
+    """A config's own failures: restricted, or not answered within the read's budget. A server
+    of hundreds of models answers a first read's configs (one request each) for longer than
+    the budget while it answers the rest: it is not down, and the configs that came are kept."""
+    late = isinstance(exc, _Late) or (isinstance(exc, TritonUnreachable) and exc.timed_out)
+    return late or _restricted(exc)
 
 
 def _why(exc: Exception) -> str:

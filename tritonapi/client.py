@@ -38,10 +38,19 @@ class TritonError(RuntimeError):
         self.url = url
 
 
+# TritonUnreachable's reason for a request that got no answer in time.
+TIMED_OUT = "timed out"
+
+
 class TritonUnreachable(TritonError):
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(f"Triton at {url} is not answering ({reason})", url)
         self.reason = reason
+
+    @property
+    def timed_out(self) -> bool:
+        """It answered nothing within the time given (it may still be up, and busy)."""
+        return self.reason == TIMED_OUT
 
 
 class TritonHTTPError(TritonError):
@@ -67,7 +76,7 @@ def newest_version(versions: Iterable[str]) -> str:
 
 def _reason(exc: requests.RequestException) -> str:
     if isinstance(exc, requests.Timeout):
-        return "timed out"
+        return TIMED_OUT
     text = str(exc)
     if "refused" in text:
         return "connection refused"
@@ -91,10 +100,18 @@ class TritonClient:
         session: requests.Session | None = None,
         headers: dict[str, str] | None = None,
         reuse_unchanged: bool = False,
+        connections: int = 0,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = session if session is not None else requests.Session()
+        if connections:
+            # As many kept connections as requests a caller sends at once (requests keeps
+            # 10 per host): past them each answered request's connection is discarded, with a
+            # WARNING line, and the next read connects again.
+            adapter = requests.adapters.HTTPAdapter(pool_maxsize=connections)
+            self.session.mount("http://", adapter)
+            self.session.mount("https://", adapter)
         self.headers = dict(headers or {})
         # With reuse_unchanged, an answer byte for byte the same as the last one to the same
         # request is not decoded again: the same object is returned, which callers must not

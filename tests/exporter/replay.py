@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from bench.standin import Capture
 from exporter.scrape import Snapshot
 from exporter.targets import Target
 
@@ -34,6 +35,21 @@ def snapshot(moment: str) -> Snapshot:
         index=json.loads((folder / "index.json").read_text()),
         configs=configs,
         ready=(folder / "ready.txt").read_text().strip() == "200",
+    )
+
+
+def standin_capture(moment: str) -> Capture:
+    """A captured moment as bench.standin serves it (``varied`` renames its models)."""
+    folder = DATA / moment
+    return Capture(
+        metrics=(folder / "metrics.txt").read_text(),
+        stats=json.loads((folder / "stats.json").read_text()),
+        index=json.loads((folder / "index.json").read_text()),
+        configs={
+            path.name.removeprefix("config.").removesuffix(".json"): json.loads(path.read_text())
+            for path in folder.glob("config.*.json")
+        },
+        ready=int((folder / "ready.txt").read_text()),
     )
 
 

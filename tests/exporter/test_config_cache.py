@@ -7,6 +7,7 @@ config requests it receives; the last test reloads a real Triton's model with an
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 import time
@@ -21,10 +22,12 @@ import requests
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.standin import serve, varied
 from exporter.scrape import Fetcher, parse_snapshot
 from exporter.targets import Target
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
+from tests.exporter.replay import standin_capture
 from tests.helpers import infer_add
 from tritonapi.client import TritonClient
 
@@ -193,3 +196,22 @@ def test_a_real_reload_with_another_config_reaches_the_next_scrape(tmp_path: Pat
         assert infer_add(client, model, 2, 2) == 4
         assert config_gauges(settings, model) == (0.002, {3.0})
         assert time.monotonic() - scraped_at < 60  # not the TTL's doing
+
+
+def test_a_cold_read_of_a_hundred_configs_keeps_its_connections(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A first read asks for every config at once (MAX_PARALLEL per target, two scrapes'
+    worth of threads): each connection goes back to the target's pool for the next read.
+    A pool smaller than the requests in flight discarded them, one WARNING line each (dozens
+    per target at the start of the fleet at scale), and the next read connected again."""
+    served = serve([varied(standin_capture("after_load"), 100)])
+    url = f"http://127.0.0.1:{served[0].server_address[1]}"
+    try:
+        with caplog.at_level(logging.WARNING, logger="urllib3.connectionpool"):
+            snap = Fetcher()(Target(url, f"{url}/metrics"), 10.0)
+    finally:
+        served[0].shutdown()
+        served[0].server_close()
+    assert len(snap.configs) == 100 and not snap.down
+    assert not [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()]

@@ -246,3 +246,33 @@ def test_an_endpoint_that_answers_again_is_up_again() -> None:
         assert value(registry, "triton_batching_endpoint_up", **up) == 0
         server.replies[metrics] = answer
         assert value(registry, "triton_batching_endpoint_up", **up) == 1
+
+
+def test_a_config_that_answers_too_late_is_that_endpoint_down_and_the_target_read() -> None:
+    """A server of hundreds of models answers every config a first read asks for, but not all
+    within the read's time budget (the fleet of 10 x 100 stand-ins did so at start): that is
+    the config endpoint late, not the server down, which would page TritonDown. The models
+    whose config came keep every series; the next read asks again for the others."""
+    late = "/v2/models/batch_add_model/config"
+    with replay_server(captured_replies("after_load"), hang={late}) as server:
+        registry = CollectorRegistry()
+        registry.register(BatchingCollector([server.target], timeout_s=0.5))
+        url = server.target.url
+        unbatched = (("model", "add_unbatched"), ("target", url), ("version", "1"))
+        batched = (("model", "batch_add_model"), ("target", url), ("version", "1"))
+        config = (("endpoint", "config"), ("target", url))
+        read = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in registry.collect()
+            for s in family.samples
+        }
+        assert read[("triton_batching_target_up", (("target", url),))] == 1
+        assert read[("triton_batching_endpoint_up", config)] == 0
+        why = [dict(k[1])["reason"] for k in read if k[0] == "triton_batching_endpoint_info"]
+        assert sorted(why) == ["", "", "", "timed out"], why
+        assert read[("triton_batching_max_batch_size", unbatched)] == 4
+        assert ("triton_batching_max_batch_size", batched) not in read
+        assert read[("triton_batching_requests_success_total", batched)] == 3283
+        server.hang.clear()
+        assert value(registry, "triton_batching_endpoint_up", target=url, endpoint="config") == 1
+        assert value(registry, "triton_batching_max_batch_size", **dict(batched)) == 4

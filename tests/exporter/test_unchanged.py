@@ -18,7 +18,7 @@ from exporter.collector import BatchingCollector, Work
 from exporter.exposition import Gzip, render, texts
 from exporter.scrape import Fetcher, Snapshot
 from exporter.targets import Target
-from tests.exporter.replay import DATA, Reply, captured_replies, replay_server
+from tests.exporter.replay import Reply, captured_replies, replay_server, standin_capture
 
 TARGETS = [
     Target(f"http://127.0.0.1:{8000 + i}", f"http://127.0.0.1:{8002 + i}/m") for i in (0, 10)
@@ -28,21 +28,7 @@ MODELS = 60
 PER_READ = ("triton_batching_scrape_duration_seconds", "triton_batching_data_age_seconds")
 
 
-def captured() -> Capture:
-    folder = DATA / "after_load"
-    return Capture(
-        metrics=(folder / "metrics.txt").read_text(),
-        stats=json.loads((folder / "stats.json").read_text()),
-        index=json.loads((folder / "index.json").read_text()),
-        configs={
-            path.name.removeprefix("config.").removesuffix(".json"): json.loads(path.read_text())
-            for path in folder.glob("config.*.json")
-        },
-        ready=int((folder / "ready.txt").read_text()),
-    )
-
-
-FLEET = varied(captured(), MODELS)
+FLEET = varied(standin_capture("after_load"), MODELS)
 
 
 def snapshot(capture: Capture) -> Snapshot:
