@@ -133,7 +133,11 @@ def test_a_shift_into_saturation_leads_to_one_kept_change_and_no_oscillation(
     steps, lines = two_steps(opts, replace(PARAMS, url=url, rate=30.0, duration_s=30.0, seed=3))
     assert lines[0].endswith("no advice yet: advising"), lines
     assert lines[1].startswith(f"KEEP {MODEL}: max_batch_size 1,"), lines
-    assert "no advice" in lines[2], lines
+    # The next interval advises nothing: within the bounds, or one odd interval, which the
+    # loop does not call a shift (two in a row are: loop.SUSTAINED). Poisson at 30/s in 4 s
+    # holds 120 requests, and on a busy machine the sender's pauses bunch them: in a whole
+    # run beside other sessions one interval read burstiness 1.44 against 0.74.
+    assert "no advice" in lines[2] or lines[2].endswith(f"interval 1 of {loop.SUSTAINED}"), lines
     before_shift = len(lines)
     high = replace(PARAMS, url=url, rate=RATE, duration_s=120.0, seed=4)
     with poisson_traffic(high, db):
