@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from advisor.config import BatcherConfig
 from advisor.model import CpuModel, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
+from observe.window import Window
 from tritonapi.stats import ModelStats
 
 # The bounds of the verdict, relative to the measured figure. The average batch is what a
@@ -103,6 +104,19 @@ class Measured:
         queue = delta.phase("queue")
         return cls.from_counts(delta.executions_by_size(), queue.seconds, seconds, queue.count)
 
+    @classmethod
+    def from_window(cls, window: Window) -> Measured:
+        """From any source's window: the statistics delta where the window holds one, else
+        its counts (Prometheus', a stored run's) over the part of it with traffic."""
+        if window.delta is not None:
+            return cls.from_stats(window.delta, window.seconds)
+        return cls.from_counts(
+            {size: round(n) for size, n in window.executions_by_size.items()},
+            window.queue_s,
+            window.active_seconds or window.seconds,
+            round(window.requests_ok),
+        )
+
     @property
     def executed(self) -> bool:
         return self.executions_per_s > 0 and self.avg_batch > 0
@@ -164,7 +178,10 @@ class PresentCheck:
     def line(self) -> str:
         """One line a person reads at a glance."""
         if self.status == NOT_EXECUTED:
-            return "present: not executed yet (no executions in the window): nothing recommended"
+            why = f"; {self.note}" if self.note else ""
+            return (
+                f"present: not executed yet (no executions in the window{why}): nothing recommended"
+            )
         batch, queue = self.figure("average batch"), self.figure("mean queue")
         text = (
             f"present: batch {batch.simulated:.2f} vs {batch.measured:.2f} measured"
@@ -232,7 +249,7 @@ def check_present(
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
-        return PresentCheck(NOT_EXECUTED, cpu=cpu, help=("a window with traffic",))
+        return not_executed(cpu)
     traced = bool(cpu.release_samples)
     runs: dict[float, SimResult] = {}
 
@@ -269,6 +286,14 @@ def check_present(
         simulations=len(runs),
         traced=traced,
         note=note if off else "",
+    )
+
+
+def not_executed(cpu: CpuModel | None = None, note: str = "") -> PresentCheck:
+    """The check of a window in which the model executed nothing: no present to reproduce,
+    so nothing to stand a prediction on (``note``: what would help)."""
+    return PresentCheck(
+        NOT_EXECUTED, cpu=cpu or CpuModel(), help=("a window with traffic",), note=note
     )
 
 

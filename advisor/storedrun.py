@@ -34,12 +34,14 @@ from advisor.handoff import (
     outside,
 )
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
+from advisor.present import Measured
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
 from loadgen.results.summary import LoadRun, ServerSummary
-from observe.storedrun import read
+from observe.storedrun import read, window
+from observe.window import summed
 from runs.errors import StoreError
 from runs.store import RunStore
 
@@ -82,6 +84,8 @@ class StoredRun:
     run_ids: tuple[int, ...] = ()  # the runs pooled (``run_id`` is the first)
     # The runs the service times came from: the untraced ones, when any were pooled.
     service_runs: tuple[int, ...] = ()
+    # What Triton's statistics showed over those runs: the present the advisor checks.
+    present: Measured | None = None
 
     @property
     def whose(self) -> str:
@@ -312,6 +316,9 @@ def load_runs(
         inputs=InputOptions(**{f.name: getattr(params, f.name) for f in fields(InputOptions)}),
         run_ids=tuple(r.run_id for r in reads),
         service_runs=tuple(r.run_id for r in timed),
+        present=Measured.from_window(
+            summed([window(r.run, r.server) for r in timed], "the runs pooled")
+        ),
     )
 
 

@@ -53,10 +53,18 @@ def test_advisor_predicts_the_run_and_recommends(
     assert row["measured"] == f"{measured:,.2f}"
     assert 1.0 <= float(row["predicted"]) <= 4.0
     verdict = [i.value for i in at.info] + [m.value for m in at.success]
-    assert any(v.startswith(("Recommended", "Keep it")) for v in verdict), (
-        verdict,
-        [w.value for w in at.warning],
-    )
+    warnings = [w.value for w in at.warning]
+    # The present, simulated against the run, in the advisor's one line; off its bounds,
+    # nothing is recommended and the panel says so instead of a verdict.
+    (present,) = [m.value for m in at.markdown if m.value.startswith("`present: ")]
+    if "nothing recommended" in present:
+        assert any(w.startswith("Nothing recommended") for w in warnings), warnings
+        assert not any(v.startswith(("Recommended", "Keep it")) for v in verdict), verdict
+    else:
+        assert any(v.startswith(("Recommended", "Keep it")) for v in verdict), (
+            verdict,
+            warnings,
+        )
 
 
 def test_the_panel_shows_costs_noise_and_a_verification(
@@ -132,9 +140,14 @@ def test_runs_of_one_traffic_are_pooled_as_advise_run_pools_them(
     # The CLI on the same runs, with the dashboard's bound and calibration file.
     calibrations = db.parent / "advisor-calibrations.json"
     argv = ["advise", "--store", str(db), "--run", "1,2", "--p99-ms", "10", "--json"]
-    assert batchscope([*argv, "--calibrations", str(calibrations)]) == 0
+    code = batchscope([*argv, "--calibrations", str(calibrations)])
     said = json.loads(capsys.readouterr().out)
-    if said["keep"]:
+    # Exit 3 exactly when the present is off (nothing recommended, by both).
+    assert code == (0 if said["present"]["recommend_ready"] else 3)
+    assert any(m.value == f"`{said['present']['line']}`" for m in at.markdown)
+    if not said["present"]["recommend_ready"]:
+        assert any(w.value.startswith("Nothing recommended") for w in at.warning)
+    elif said["keep"]:
         assert any(m.value.startswith("Keep it") for m in at.success), [i.value for i in at.info]
     elif said["recommended"] is None:
         assert any(w.value.startswith("No config") for w in at.warning)
