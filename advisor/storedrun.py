@@ -260,7 +260,8 @@ def load_runs(
         sizes.update(server.executions_by_batch_size)
     executions = sum(s.executions for s in servers)
     sent = sum(r.run.summary.client.sent for r in reads)
-    samples = [sample for r in reads for sample in r.samples]
+    # A batch is its run's: keyed by both when runs are pooled.
+    samples = [(*sample[:3], (r.run_id, sample[3])) for r in reads for sample in r.samples]
     traced = [t for r in reads for t in r.traced]
     measured_outside = outside(samples)
     if measured_outside is not None:
