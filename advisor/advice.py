@@ -118,7 +118,15 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
         )
     )
     present = (
-        check_present(config, inputs.traffic, inputs.service, inputs.present, prepared.cpu, seed=1)
+        check_present(
+            config,
+            inputs.traffic,
+            inputs.service,
+            inputs.present,
+            prepared.cpu,
+            seed=1,
+            stored=inputs.run is not None,
+        )
         if inputs.present is not None
         else None
     )

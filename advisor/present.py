@@ -235,6 +235,7 @@ def check_present(
     cpu: CpuModel | None = None,
     requests: int = PRESENT_REQUESTS,
     seed: int = 1,
+    stored: bool = False,
 ) -> PresentCheck:
     """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
     an instance stays unavailable after each execution so that the simulated present
@@ -245,7 +246,8 @@ def check_present(
     or the queue's in units of its bound, is smallest (:func:`_search`). Every simulation
     uses the same seed, so the figures move with the hidden time and not with the draws.
     Where traces measured the release (``cpu.release_samples``), nothing is inferred over
-    them: the present is checked as it is.
+    them: the present is checked as it is. ``stored``: the measurement is of stored load
+    runs, which cannot be watched longer (what would help is said for them).
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
@@ -282,7 +284,7 @@ def check_present(
         shares=_shares(result, measured),
         inferred=() if traced else ((HIDDEN, hidden),),
         cpu=calibrated,
-        help=_help(cpu) if off else (),
+        help=_help(cpu, stored) if off else (),
         simulations=len(runs),
         traced=traced,
         note=note if off else "",
@@ -425,11 +427,18 @@ def _shares_of_average(avg_batch: float) -> dict[int, float]:
     return {low: 1 - frac, low + 1: frac} if frac else {low: 1.0}
 
 
-def _help(cpu: CpuModel) -> tuple[str, ...]:
-    """What would make the measured present firmer or the model closer to it."""
-    tips = ["a longer window (--window)"]
-    if not cpu.release_samples and not cpu.dispatch_samples:
-        tips.append("traces of the hand-offs (--traces)")
+def _help(cpu: CpuModel, stored: bool = False) -> tuple[str, ...]:
+    """What would make the measured present firmer or the model closer to it. A stored
+    run's window is what was run: a longer run, or several of one traffic pooled, is."""
+    traced = bool(cpu.release_samples or cpu.dispatch_samples)
+    if stored:
+        tips = ["a longer run, or several of its traffic pooled (--run A,B,...)"]
+        if not traced:
+            tips.append("a run made with --trace")
+    else:
+        tips = ["a longer window (--window)"]
+        if not traced:
+            tips.append("traces of the hand-offs (--traces)")
     if cpu.cores is None:
         tips.append("measured costs (--probe)")
     return tuple(tips)
