@@ -49,11 +49,13 @@ def test_the_closed_loop_present_is_reproduced(store: Path, run_id: int) -> None
 @pytest.mark.parametrize("run_id", RELEASED)
 def test_drawn_per_request_the_spread_parts_the_pairs(store: Path, run_id: int) -> None:
     """The same run, its measured spread drawn per request with the front end's assumed
-    one on top (as before): the pairs part, batches come out smaller, queues longer."""
+    one on top (as before): the pairs part, batches come out smaller and queues longer,
+    past the bounds."""
     p = prepared(store, run_id)
     i = p.inputs
-    assert i.outside is not None and p.cpu.release_samples
+    assert i.outside is not None and i.present is not None and p.cpu.release_samples
     apart = replace(p.cpu, request_cv=1.0, outside_spread=(0.0,), outside_own=i.outside.spread_s)
     check = check_present(i.config, i.traffic, i.service, i.present, apart)
     batch, queue = check.figure("average batch"), check.figure("mean queue")
     assert batch.simulated < batch.measured and queue.simulated > queue.measured, check.line()
+    assert not check.recommend_ready, check.line()
