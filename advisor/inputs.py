@@ -68,6 +68,10 @@ OUTSIDE_UNKNOWN = (
 # The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
 TRACES_S = 120
 GIVEN_TRAFFIC = "the traffic was given (--rate or --concurrency), not fitted from the window"
+RELOADED = (
+    "the model was reloaded (or Triton restarted) during the window: its statistics started "
+    "over, with the requests queued across the reload"
+)
 
 
 class InputError(ValueError):
@@ -363,6 +367,8 @@ def from_server(
         traffic = saturated_traffic(seen.answered) if saturated else seen.traffic
         if saturated:
             present_why = "the model is saturated: advised for more than the rate it answered"
+        elif window.reset:
+            present_why = RELOADED
         else:
             present, present_why = Measured.from_window(window), ""
         if window.slow_reads:
