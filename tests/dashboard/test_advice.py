@@ -127,7 +127,7 @@ def test_runs_of_one_traffic_are_pooled_as_advise_run_pools_them(
     at.session_state["run"] = 4
     at.run()
     pool = at.multiselect(key="pool_4")
-    assert list(pool.options) == ["1", "2", "3", "5", "6"]  # the capture's: four clients
+    assert list(pool.options) == ["6", "5", "3", "2", "1"]  # the capture's, newest first
     pool.set_value([5]).run()
     at.button(key="ask_4").click().run(timeout=400)
     errors = [e.value for e in at.error if not e.value.startswith("Prometheus at")]
