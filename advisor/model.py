@@ -118,13 +118,16 @@ class CpuModel:
     # dispatch there, as an instance that just finished takes its next batch at once,
     # without the wake-up an idle one needs.
     release_samples: tuple[float, ...] = ()
-    # The spread of the time outside Triton's queue and execution: each traced request's
-    # time there less the run's median (seconds, either sign; advisor.handoff.outside).
-    # One is drawn per request and added to the wait after its execution (floored at no
-    # wait). Measured: its p99 is 2 to 3 times the median (the client's and the network
-    # stack's scheduling), and without it the client p99 of a config whose queue waits are
-    # short came out 20 to 37 % low.
+    # The spread of the time outside Triton's queue and execution (seconds, either sign;
+    # advisor.handoff.outside), added to the wait after an execution (floored at no wait):
+    # the part its requests share, drawn once per execution, and each request's own part,
+    # drawn per request. Measured: its p99 is 2 to 3 times the median (the client's and the
+    # network stack's scheduling), and without it the client p99 of a config whose queue
+    # waits are short came out 20 to 37 % low. The answers of one execution travel back
+    # together (a stalled client loop delays them all): drawn apart, closed-loop clients
+    # that batch in pairs drifted apart in the simulation and lost the pairs they kept.
     outside_spread: tuple[float, ...] = ()
+    outside_own: tuple[float, ...] = ()
     # Measured gaps between consecutive requests reaching Triton, in their order (seconds,
     # advisor.handoff.arrival_gaps): open-loop arrivals are drawn as runs of them, scaled
     # to the traffic's rate. Requests sent on a Poisson schedule reach the front end

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from advisor.config import BatcherConfig
 from advisor.model import CpuModel, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
+from observe.window import Window
 from tritonapi.stats import ModelStats
 
 # The bounds of the verdict, relative to the measured figure. The average batch is what a
@@ -103,6 +104,19 @@ class Measured:
         queue = delta.phase("queue")
         return cls.from_counts(delta.executions_by_size(), queue.seconds, seconds, queue.count)
 
+    @classmethod
+    def from_window(cls, window: Window) -> Measured:
+        """From any source's window: the statistics delta where the window holds one, else
+        its counts (Prometheus', a stored run's) over the part of it with traffic."""
+        if window.delta is not None:
+            return cls.from_stats(window.delta, window.seconds)
+        return cls.from_counts(
+            {size: round(n) for size, n in window.executions_by_size.items()},
+            window.queue_s,
+            window.active_seconds or window.seconds,
+            round(window.requests_ok),
+        )
+
     @property
     def executed(self) -> bool:
         return self.executions_per_s > 0 and self.avg_batch > 0
@@ -164,7 +178,10 @@ class PresentCheck:
     def line(self) -> str:
         """One line a person reads at a glance."""
         if self.status == NOT_EXECUTED:
-            return "present: not executed yet (no executions in the window): nothing recommended"
+            why = f"; {self.note}" if self.note else ""
+            return (
+                f"present: not executed yet (no executions in the window{why}): nothing recommended"
+            )
         batch, queue = self.figure("average batch"), self.figure("mean queue")
         text = (
             f"present: batch {batch.simulated:.2f} vs {batch.measured:.2f} measured"
@@ -218,6 +235,7 @@ def check_present(
     cpu: CpuModel | None = None,
     requests: int = PRESENT_REQUESTS,
     seed: int = 1,
+    stored: bool = False,
 ) -> PresentCheck:
     """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
     an instance stays unavailable after each execution so that the simulated present
@@ -228,11 +246,12 @@ def check_present(
     or the queue's in units of its bound, is smallest (:func:`_search`). Every simulation
     uses the same seed, so the figures move with the hidden time and not with the draws.
     Where traces measured the release (``cpu.release_samples``), nothing is inferred over
-    them: the present is checked as it is.
+    them: the present is checked as it is. ``stored``: the measurement is of stored load
+    runs, which cannot be watched longer (what would help is said for them).
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
-        return PresentCheck(NOT_EXECUTED, cpu=cpu, help=("a window with traffic",))
+        return not_executed(cpu)
     traced = bool(cpu.release_samples)
     runs: dict[float, SimResult] = {}
 
@@ -265,10 +284,18 @@ def check_present(
         shares=_shares(result, measured),
         inferred=() if traced else ((HIDDEN, hidden),),
         cpu=calibrated,
-        help=_help(cpu) if off else (),
+        help=_help(cpu, stored) if off else (),
         simulations=len(runs),
         traced=traced,
         note=note if off else "",
+    )
+
+
+def not_executed(cpu: CpuModel | None = None, note: str = "") -> PresentCheck:
+    """The check of a window in which the model executed nothing: no present to reproduce,
+    so nothing to stand a prediction on (``note``: what would help)."""
+    return PresentCheck(
+        NOT_EXECUTED, cpu=cpu or CpuModel(), help=("a window with traffic",), note=note
     )
 
 
@@ -400,11 +427,18 @@ def _shares_of_average(avg_batch: float) -> dict[int, float]:
     return {low: 1 - frac, low + 1: frac} if frac else {low: 1.0}
 
 
-def _help(cpu: CpuModel) -> tuple[str, ...]:
-    """What would make the measured present firmer or the model closer to it."""
-    tips = ["a longer window (--window)"]
-    if not cpu.release_samples and not cpu.dispatch_samples:
-        tips.append("traces of the hand-offs (--traces)")
+def _help(cpu: CpuModel, stored: bool = False) -> tuple[str, ...]:
+    """What would make the measured present firmer or the model closer to it. A stored
+    run's window is what was run: a longer run, or several of one traffic pooled, is."""
+    traced = bool(cpu.release_samples or cpu.dispatch_samples)
+    if stored:
+        tips = ["a longer run, or several of its traffic pooled (--run A,B,...)"]
+        if not traced:
+            tips.append("a run made with --trace")
+    else:
+        tips = ["a longer window (--window)"]
+        if not traced:
+            tips.append("traces of the hand-offs (--traces)")
     if cpu.cores is None:
         tips.append("measured costs (--probe)")
     return tuple(tips)

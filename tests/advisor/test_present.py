@@ -106,6 +106,14 @@ def test_a_batch_no_hidden_time_can_make_is_off() -> None:
     line = check.line()
     assert "batch 1.00 vs 1.87 measured (off by -47%, bound ±10%)" in line
     assert "nothing recommended" in line and "--window" in line and "--probe" in line
+    # Stored runs cannot be watched longer: what helps there is a longer or pooled run.
+    stored = check_present(config, ClosedLoop(1), service, measured, stored=True)
+    assert stored.help == (
+        "a longer run, or several of its traffic pooled (--run A,B,...)",
+        "a run made with --trace",
+        "measured costs (--probe)",
+    )
+    assert "--window" not in stored.line()
 
 
 def test_batches_smaller_than_the_model_makes_are_off() -> None:

@@ -271,6 +271,22 @@ def test_the_spread_outside_triton_reaches_the_latency_but_not_the_queue() -> No
     assert set(round(x * 1e6) for x in after.latencies_s) == {2000, 3000, 6000}
 
 
+def test_the_answers_of_one_execution_share_its_spread_and_keep_their_clients_together() -> None:
+    """Two closed-loop clients batched in pairs (preferred 2): the spread their execution
+    shares sends them back together, so every batch stays a pair that leaves at once; the
+    same draws per request part them, and a lone request waits for its delay."""
+    config, traffic = BatcherConfig(2, (2,), 1000), ClosedLoop(2)
+    draws = (-0.5e-3, 0.0, 0.5e-3)
+    shared = CpuModel(request_latency_s=1e-3, outside_spread=draws)
+    own = CpuModel(request_latency_s=1e-3, outside_own=draws)
+    together = run(config, FLAT_1MS, traffic, shared, requests=1000)
+    apart = run(config, FLAT_1MS, traffic, own, requests=1000)
+    assert set(together.batch_sizes) == {2} and max(together.queue_delays_s) < 1e-9
+    assert together.throughput_per_s > 1.2 * apart.throughput_per_s
+    assert apart.batch_sizes[1] > 0.2 * apart.executions
+    assert sum(apart.queue_delays_s) / len(apart.queue_delays_s) > 0.2e-3
+
+
 def test_arrivals_are_drawn_as_runs_of_the_measured_gaps_at_the_traffics_rate() -> None:
     """Gaps of 10 and 1,990 us in turn (a pair every 2 ms), drawn at 500/s: they double
     (20 us), still inside a 100 us delay, so nearly every batch is a pair; runs of them
