@@ -379,22 +379,24 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     with rate_traffic(supervisor, 40.0, db):
         steps.step()
         steps.step()
-    assert lines[0].endswith("no advice yet: advising"), lines
-    assert lines[1].startswith(f"{MODEL}: present: batch "), lines  # before the decision
-    assert lines[2].startswith(("DRY RUN", "KEEP")), lines
+    said = "\n".join(lines)  # every line whole in a failure's message
+    assert lines[0].endswith("no advice yet: advising"), said
+    assert lines[1].startswith(f"{MODEL}: present: batch "), said  # before the decision
+    assert lines[2].startswith(("DRY RUN", "KEEP")), said
     # Steady: no advice. (Its burstiness alone may read as shifted, 1 of 2, in about 3 % of
     # intervals by chance: never the rate, never an advice.)
-    assert "advising" not in lines[3] and "rate x" not in lines[3], lines
+    assert "advising" not in lines[3] and "rate x" not in lines[3], said
     assert steps.baseline is not None and 30 < steps.baseline.rate_per_s < 50
     with rate_traffic(supervisor, 240.0, db.with_name("runs2.sqlite3")):
         steps.step()
         steps.step()
-    assert "shifted (rate x" in lines[4], lines
+    said = "\n".join(lines)
+    assert "shifted (rate x" in lines[4], said
     advised = [i for i, line in enumerate(lines) if line.endswith("for 2 intervals: advising")]
     # One advice on the shift, and never at its first shifted interval.
-    assert len(advised) == 1 and lines[advised[0] - 1].endswith("interval 1 of 2"), lines
-    assert lines[advised[0] + 1].startswith(f"{MODEL}: present: batch "), lines
-    assert lines[advised[0] + 2].startswith(("DRY RUN", "KEEP", "WAIT")), lines
+    assert len(advised) == 1 and lines[advised[0] - 1].endswith("interval 1 of 2"), said
+    assert lines[advised[0] + 1].startswith(f"{MODEL}: present: batch "), said
+    assert lines[advised[0] + 2].startswith(("DRY RUN", "KEEP", "WAIT")), said
     assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
 

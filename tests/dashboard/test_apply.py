@@ -75,6 +75,9 @@ def advised(
     at.run()
     at.button(key=f"ask_{run_id}").click().run(timeout=400)
     assert not at.exception
+    shown = [m.value for m in at.markdown if m.value.startswith("`present: ")]
+    shown += [i.value for i in at.info]
+    assert f"apply_{run_id}" in [b.key for b in at.button], shown  # a recommendation
     return at, run_id
 
 
