@@ -4,6 +4,7 @@ session's account of reruns: each is listed with its cause, and too many fail th
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -101,7 +102,8 @@ def pytest_collection_modifyitems(
     tests/module_seconds.json, each group's tests staying in their shuffled order: xdist
     deals the groups out in this order (stack/test turns off its own reordering by test
     count), so no long module starts last and keeps one worker busy after the rest ran dry.
-    Groups with an ``alone`` test go after all the others (below).
+    Groups with an ``alone`` test go after all the others, and modules marked
+    ``after_start`` after the first wave (below).
     A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
@@ -130,6 +132,18 @@ def pytest_collection_modifyitems(
     # the other three had run dry.
     solo = {_item_group(item) for item in items if item.get_closest_marker("alone")}
     items.sort(key=lambda item: (_item_group(item) in solo, -seconds.get(_item_group(item), 0.0)))
+    # xdist deals each worker one group, then the next in line as its group nears its end:
+    # the first `workers` groups start together, while every worker boots its session
+    # stack and Chromium. A module marked `after_start` judges latency in windows that boot
+    # would spoil; it goes after the first two waves' groups (its `alone` test stays last).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    late = {_item_group(i) for i in items if i.get_closest_marker("after_start")} - solo
+    order = list(dict.fromkeys(_item_group(item) for item in items))
+    early = [group for group in order if group not in late]
+    cut = 2 * workers
+    order = early[:cut] + [group for group in order if group in late] + early[cut:]
+    rank = {group: n for n, group in enumerate(order)}
+    items.sort(key=lambda item: rank[_item_group(item)])
 
 
 def _group_name(mark: pytest.Mark) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,30 @@ def test_the_committed_file_names_test_modules_that_exist() -> None:
     root = Path(__file__).parent.parent
     missing = [m for m in load() if not (root / (m.replace(".", "/") + ".py")).exists()]
     assert load() and not missing, missing
+
+
+def test_the_deal_puts_after_start_modules_behind_the_first_two_waves(tmp_path: Path) -> None:
+    """The order a worker collects under ``--dist loadgroup`` (a plugin sets the option a
+    worker gets), for four workers: the autopilot's two modules of judgments behind the first eight
+    groups, the `alone` tests last."""
+    (tmp_path / "as_a_worker.py").write_text(
+        "def pytest_configure(config):\n    config.option.loadgroup = True\n"
+    )
+    root = Path(__file__).parent.parent
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "as_a_worker", "-p", "no:xdist"]
+        + ["-p", "no:cacheprovider", "--collect-only", "-q", "tests"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTEST_XDIST_WORKER_COUNT": "4"},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    ids = [line for line in listed.splitlines() if "::" in line]
+    modules = list(dict.fromkeys(i.split("::")[0] for i in ids))
+    assert modules.index("tests/autopilot/test_autopilot.py") >= 8, modules[:12]
+    assert modules.index("tests/autopilot/test_autopilot_rescue.py") >= 8, modules[:12]
+    alone = [n for n, i in enumerate(ids) if "2000_per_s" in i or "test_pacing" in i]
+    assert alone and min(alone) > max(n for n, i in enumerate(ids) if "test_autopilot.py" in i), (
+        modules[-3:]
+    )

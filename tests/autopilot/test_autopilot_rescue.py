@@ -40,6 +40,9 @@ from tritonapi.stats import ModelStats
 CRASHES = TritonCrashes()
 pytestmark = [
     pytest.mark.integration,
+    # At 30/s it applied a change where none is worth it, in a session's first minute while
+    # the other workers booted their stacks (docs/validation/suite-time.md).
+    pytest.mark.after_start,
     # Rerun only a test during which this module's Triton died of a signal (upstream's
     # python backend aborts now and then under load: docs/development.md, "Reruns only for
     # Triton's own crashes"); tests/conftest.py lists each rerun and caps how many.
