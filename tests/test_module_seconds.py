@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.module_seconds import from_junit, group_seconds, load, module_of
+from tests.module_seconds import deal_order, from_junit, group_seconds, load, module_of
 
 
 def test_a_junit_classname_names_its_module_with_or_without_a_class() -> None:
@@ -65,30 +64,18 @@ def test_the_committed_file_names_test_modules_that_exist() -> None:
     assert load() and not missing, missing
 
 
-def test_the_deal_puts_after_start_modules_behind_the_first_two_waves(tmp_path: Path) -> None:
-    """The order a worker collects under ``--dist loadgroup`` (a plugin sets the option a
-    worker gets), for four workers: the autopilot's two modules of judgments behind the first eight
-    groups, the `alone` tests last."""
-    (tmp_path / "as_a_worker.py").write_text(
-        "def pytest_configure(config):\n    config.option.loadgroup = True\n"
-    )
-    root = Path(__file__).parent.parent
-    # Not the session's own options (PYTEST_ADDOPTS may name a plugin on its PYTHONPATH).
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "as_a_worker", "-p", "no:xdist"]
-        + ["-p", "no:cacheprovider", "--collect-only", "-q", "tests"],
-        cwd=root,
-        env={**env, "PYTHONPATH": str(tmp_path), "PYTEST_XDIST_WORKER_COUNT": "4"},
-        capture_output=True,
-        text=True,
-    )
-    assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]
-    ids = [line for line in listed.stdout.splitlines() if "::" in line]
-    modules = list(dict.fromkeys(i.split("::")[0] for i in ids))
-    assert modules.index("tests/autopilot/test_autopilot.py") >= 8, modules[:12]
-    assert modules.index("tests/autopilot/test_autopilot_rescue.py") >= 8, modules[:12]
-    alone = [n for n, i in enumerate(ids) if "2000_per_s" in i or "test_pacing" in i]
-    assert alone and min(alone) > max(n for n, i in enumerate(ids) if "test_autopilot.py" in i), (
-        modules[-3:]
-    )
+def test_the_deal_puts_late_groups_behind_the_first_two_waves_and_solo_ones_last() -> None:
+    longest_first = ["a", "b", "late1", "c", "d", "e", "f", "solo", "late2", "g"]
+    order = deal_order(longest_first, {"solo"}, {"late1", "late2"}, workers=2)
+    assert order == ["a", "b", "c", "d", "late1", "late2", "e", "f", "g", "solo"]
+    # Fewer groups than two waves: the late ones still before the solo ones.
+    assert deal_order(["late1", "a", "solo"], {"solo"}, {"late1"}, 4) == ["a", "late1", "solo"]
+
+
+def test_the_autopilots_judgment_modules_are_dealt_late() -> None:
+    """The two modules whose tests failed in a session's first minute carry the mark."""
+    from tests.autopilot import test_autopilot, test_autopilot_rescue
+
+    for module in (test_autopilot, test_autopilot_rescue):
+        marks = module.pytestmark if isinstance(module.pytestmark, list) else [module.pytestmark]
+        assert "after_start" in [m.name for m in marks], module.__name__
