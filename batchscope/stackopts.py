@@ -11,9 +11,9 @@ import argparse
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from batchscope.base import CommandError
-from doctor.checkup import Defaults
 from rules.rulesettings import RuleSettingsError
 from stack import attach
 from stack.control import reachable
@@ -29,6 +29,9 @@ from stacksettings import (
     parse_port,
     parse_seconds,
 )
+
+if TYPE_CHECKING:  # the doctor (numpy, the advisor) only for the doctor's command
+    from doctor.checkup import Defaults
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +68,8 @@ def guarded(args: argparse.Namespace, command: Callable[[], int]) -> int:
 
 def doctor_defaults() -> Defaults:
     """The local stack's Triton, its metrics and its Prometheus (STACK_* settings)."""
+    from doctor.checkup import Defaults
+
     settings = from_env_or_default()
     return Defaults(
         triton_url=settings.url("triton_http"),

@@ -42,6 +42,8 @@ COMMANDS: list[tuple[str, list[str]]] = [
         ["-m", "batchscope", "predict", "--service-us", "x", "--concurrency", "8"],
     ),
     ("load rate bad flag", ["-m", "batchscope", "load", "rate", "--url", DEAD_URL, "-r", "0"]),
+    ("status --help", ["-m", "batchscope", "status", "--help"]),
+    ("down --help", ["-m", "batchscope", "down", "--help"]),
 ]
 
 

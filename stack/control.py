@@ -14,7 +14,7 @@ import sys
 import time
 
 from rules import rulesettings
-from stack import alertmanager, attach, warmup
+from stack import alertmanager, attach
 from stack.errors import StackError
 from stack.service import STOP_TIMEOUT_S
 from stack.services import service_table
@@ -122,6 +122,8 @@ def up(settings: Settings, detach: bool, warm: bool = True, argv: list[str] | No
         running = supervisor.up(foreground=True)
     # The warm-up is there so the dashboard has something to show at once.
     if warm and not {"triton", "dashboard"} & settings.skip:
+        from stack import warmup  # the load generator: imported only by `up` that warms up
+
         warmup.run_warmup(settings)
     print("\nThe stack is up:")
     for run in running:

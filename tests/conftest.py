@@ -4,6 +4,7 @@ session's account of reruns: each is listed with its cause, and too many fail th
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -13,7 +14,7 @@ import pytest
 from stack.supervisor import running
 from stacksettings import Settings, isolated
 from tests.helpers import RERUN_CAUSES
-from tests.module_seconds import group_seconds
+from tests.module_seconds import deal_order, group_seconds
 from tests.module_seconds import load as module_seconds
 
 # Reruns are for Triton's crashes and its tracing bug (tests/helpers.TritonCrashes), and for
@@ -101,7 +102,8 @@ def pytest_collection_modifyitems(
     tests/module_seconds.json, each group's tests staying in their shuffled order: xdist
     deals the groups out in this order (stack/test turns off its own reordering by test
     count), so no long module starts last and keeps one worker busy after the rest ran dry.
-    Groups with an ``alone`` test go after all the others (below).
+    Groups with an ``alone`` test go after all the others, and modules marked
+    ``after_start`` after the first wave (below).
     A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
@@ -121,15 +123,17 @@ def pytest_collection_modifyitems(
     if not (loadgroup or getattr(config.option, "loadgroup", False)):
         return
     seconds = group_seconds(groups, module_seconds())
-    # A group holding an `alone` test goes last: that test waits for every test running
-    # beside it, and every worker that asks for its next test waits behind it (the
-    # turnstile), so dealt among the long modules it idled three workers for as long as the
-    # longest test then running (setups of 70 to 143 s in whole runs); dealt last, it waits
-    # for the short modules that end the session. It holds that test alone: dealt last
-    # with it, the rest of the autopilot rescue module ran 90 s more on one worker after
-    # the other three had run dry.
+    # The order: tests/module_seconds.deal_order. An `alone` test is a group of its own:
+    # dealt last with it, the rest of the autopilot rescue module ran 90 s more on one
+    # worker after the other three had run dry.
     solo = {_item_group(item) for item in items if item.get_closest_marker("alone")}
-    items.sort(key=lambda item: (_item_group(item) in solo, -seconds.get(_item_group(item), 0.0)))
+    late = {_item_group(i) for i in items if i.get_closest_marker("after_start")} - solo
+    longest_first = sorted(
+        dict.fromkeys(_item_group(item) for item in items), key=lambda g: -seconds.get(g, 0.0)
+    )
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    rank = {g: n for n, g in enumerate(deal_order(longest_first, solo, late, workers))}
+    items.sort(key=lambda item: rank[_item_group(item)])
 
 
 def _group_name(mark: pytest.Mark) -> str:

@@ -47,6 +47,28 @@ def group_seconds(groups: dict[str, set[str]], seconds: dict[str, float]) -> dic
     }
 
 
+def deal_order(longest_first: list[str], solo: set[str], late: set[str], workers: int) -> list[str]:
+    """The order xdist is handed the groups in: longest first, the groups in ``late`` after
+    the first two waves, the groups in ``solo`` (an ``alone`` test each) last.
+
+    xdist deals each worker one group, then the next in line as its group nears its end, so
+    the first ``workers`` groups start together, while every worker boots its session stack
+    and Chromium. A module marked ``after_start`` judges latency in windows that boot would
+    spoil. An ``alone`` test waits for every test running beside it, and every worker that
+    asks for its next test waits behind it (the turnstile): dealt among the long modules it
+    idled the other workers for as long as the longest test then running (setups of 70 to
+    143 s); dealt last, it waits only for the short modules that end the session."""
+    rest = [g for g in longest_first if g not in solo]
+    early = [g for g in rest if g not in late]
+    cut = 2 * workers
+    return (
+        early[:cut]
+        + [g for g in rest if g in late]
+        + early[cut:]
+        + [g for g in longest_first if g in solo]
+    )
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python -m tests.module_seconds JUNIT_XML > tests/module_seconds.json")

@@ -1,8 +1,9 @@
 """Bad input anywhere: one line naming the problem and the fix, exit 2, no traceback, and a
 store left byte-for-byte as it was.
 
-Every command runs as a real subprocess against a state folder holding a real load-run store
-(and no running stack: a Triton URL points at a port nobody listens on, so no load can leave).
+Every command runs (batchscope's main, in a forked child) against a state folder holding a
+real load-run store (and no running stack: a Triton URL points at a port nobody listens on,
+so no load can leave).
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -282,7 +281,10 @@ def fingerprint(folder: Path) -> dict[str, str]:
     }
 
 
-def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
+def run(c: Case, state: Path) -> tuple[int, str]:
+    """The case's command, its exit code and its stderr (kept beside the state folder, whose
+    files must not change)."""
+    out = state.with_name(f"{state.name}.stderr")
     argv = [
         a.format(
             store=state / "loadgen.sqlite3", notsqlite=state / "notsqlite", empty=state / "empty"
@@ -296,14 +298,8 @@ def run(c: Case, state: Path) -> subprocess.CompletedProcess[str]:
         "STACK_TRITON_HTTP_PORT": str(DEAD),
         **c.env,
     }
-    return subprocess.run(
-        [sys.executable, "-m", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    code = forked(argv[1:], env, out, 120)
+    return code, out.read_text(errors="replace")
 
 
 def test_there_are_at_least_40_cases_across_every_cli() -> None:
@@ -313,22 +309,23 @@ def test_there_are_at_least_40_cases_across_every_cli() -> None:
     assert groups >= {"stack", "exporter", "loadgen", "advisor"}, groups
 
 
-# About a hundred interpreters started one after another: minutes on a busy 2-core machine.
+# Each case is batchscope's main in a forked child of this worker: the same code as the
+# console script (tests/batchscope/test_cli.py checks that they print the same) without
+# about a hundred interpreters' start-up, minutes of CPU on a busy 2-core machine.
 @pytest.mark.timeout(900)
 def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Path) -> None:
     before = fingerprint(state)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda c: run(c, state), CASES))
+    results = [run(c, state) for c in CASES]
     problems = []
-    for c, result in zip(CASES, results, strict=True):
-        errors = [ln for ln in result.stderr.splitlines() if ln]
+    for c, (code, stderr) in zip(CASES, results, strict=True):
+        errors = [ln for ln in stderr.splitlines() if ln]
         message = errors[-1] if errors else ""
         wrong = []
         if not re.match(r"batchscope( [\w-]+)*: error: ", message):
             wrong.append("not a `batchscope SUBCOMMAND: error:` line")
-        if result.returncode != 2:
-            wrong.append(f"exit {result.returncode}")
-        if "Traceback" in result.stderr:
+        if code != 2:
+            wrong.append(f"exit {code}")
+        if "Traceback" in stderr:
             wrong.append("a traceback")
         if len(errors) != 1:
             wrong.append(f"{len(errors)} lines")
@@ -337,7 +334,7 @@ def test_every_bad_input_is_one_clear_line_exit_2_and_nothing_written(state: Pat
         if c.fix not in message:
             wrong.append(f"no fix {c.fix!r}")
         if wrong:
-            problems.append(f"{c.id}: {', '.join(wrong)}\n    {result.stderr.strip()[-600:]}")
+            problems.append(f"{c.id}: {', '.join(wrong)}\n    {stderr.strip()[-600:]}")
     assert not problems, "\n".join(problems)
     assert fingerprint(state) == before
 
@@ -869,11 +866,11 @@ def inputs_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _one_line_exit_2(c: Case, state: Path) -> None:
     before = fingerprint(state)
-    result = run(c, state)
-    errors = [ln for ln in result.stderr.splitlines() if ln and not ln.startswith(" ")]
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(errors) == 1, result.stderr
+    code, stderr = run(c, state)
+    errors = [ln for ln in stderr.splitlines() if ln and not ln.startswith(" ")]
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    assert len(errors) == 1, stderr
     assert c.problem in errors[0] and c.fix in errors[0], errors[0]
     assert fingerprint(state) == before
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.module_seconds import from_junit, group_seconds, load, module_of
+from tests.module_seconds import deal_order, from_junit, group_seconds, load, module_of
 
 
 def test_a_junit_classname_names_its_module_with_or_without_a_class() -> None:
@@ -62,3 +62,20 @@ def test_the_committed_file_names_test_modules_that_exist() -> None:
     root = Path(__file__).parent.parent
     missing = [m for m in load() if not (root / (m.replace(".", "/") + ".py")).exists()]
     assert load() and not missing, missing
+
+
+def test_the_deal_puts_late_groups_behind_the_first_two_waves_and_solo_ones_last() -> None:
+    longest_first = ["a", "b", "late1", "c", "d", "e", "f", "solo", "late2", "g"]
+    order = deal_order(longest_first, {"solo"}, {"late1", "late2"}, workers=2)
+    assert order == ["a", "b", "c", "d", "late1", "late2", "e", "f", "g", "solo"]
+    # Fewer groups than two waves: the late ones still before the solo ones.
+    assert deal_order(["late1", "a", "solo"], {"solo"}, {"late1"}, 4) == ["a", "late1", "solo"]
+
+
+def test_the_autopilots_judgment_modules_are_dealt_late() -> None:
+    """The two modules whose tests failed in a session's first minute carry the mark."""
+    from tests.autopilot import test_autopilot, test_autopilot_rescue
+
+    for module in (test_autopilot, test_autopilot_rescue):
+        marks = module.pytestmark if isinstance(module.pytestmark, list) else [module.pytestmark]
+        assert "after_start" in [m.name for m in marks], module.__name__
