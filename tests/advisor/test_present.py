@@ -15,11 +15,15 @@ from advisor.present import (
     HIDDEN,
     NOT_EXECUTED,
     OFF,
+    QUEUE_BOUND,
+    QUEUE_SPREADS,
     Figure,
     Measured,
     PresentCheck,
     ceiling,
     check_present,
+    present_figures,
+    window_spread,
 )
 from advisor.simulator import SimResult, Simulation
 from tritonapi.stats import BatchStat, Duration, ModelStats
@@ -229,7 +233,43 @@ def test_measured_from_the_statistics_of_a_window() -> None:
         phases={"queue": Duration(160, 160_000_000)},
         batches={1: BatchStat(1, 60), 2: BatchStat(2, 30), 4: BatchStat(4, 10)},
     )
-    assert Measured.from_stats(delta, 2.0) == Measured(1.6, {1: 0.6, 2: 0.3, 4: 0.1}, 0.001, 50.0)
+    want = Measured(1.6, {1: 0.6, 2: 0.3, 4: 0.1}, 0.001, 50.0, requests=160)
+    assert Measured.from_stats(delta, 2.0) == want
+
+
+def test_the_spread_of_a_windows_mean_counts_runs_of_long_waits() -> None:
+    # Runs of 10 long waits among short ones: windows of 10 requests see a run whole or
+    # not at all, windows of 100 each see the same share.
+    waits = ([1e-3] * 10 + [1e-5] * 90) * 40
+    assert window_spread(waits, 10) > 2.0
+    assert window_spread(waits, 100) == pytest.approx(0.0, abs=1e-9)
+    # Too few windows of that size to say: no spread, as for a window nobody counted.
+    assert window_spread(waits, 1000) == 0.0
+    assert window_spread(waits, 0) == 0.0
+    # Relative to the floor when the mean is below it.
+    assert window_spread([0.0, 2e-6] * 80, 1, floor=20e-6) == pytest.approx(0.05, rel=0.01)
+
+
+def test_a_short_windows_queue_bound_is_its_own_spread_and_says_so() -> None:
+    # A Poisson 200/s on a 2 ms model served one at a time: the waits come in runs. Over 60
+    # requests a mean queue varies between windows by far more than QUEUE_BOUND; over
+    # 6,000 it does not, and the bound is the constant.
+    config = BatcherConfig(1, (), 0)
+    traffic, service = OpenLoop(200.0, 1.0), ServiceModel(0.002, 0.0)
+    result = Simulation(config, service, traffic, CpuModel(), 10_000, seed=3).run()
+    mean = sum(result.queue_delays_s) / len(result.queue_delays_s)
+    shares = {1: 1.0}
+
+    def queue(requests: int) -> Figure:
+        # Measured 60 % above the simulated mean: off for the constant bound.
+        measured = Measured(1.0, shares, 1.6 * mean, 200.0, requests=requests)
+        return present_figures(result, measured)[1]
+
+    short, long = queue(60), queue(6000)
+    assert long.bound == QUEUE_BOUND and not long.within and long.widened == ""
+    assert short.bound is not None and short.bound > 2 * QUEUE_BOUND, short
+    assert short.widened == "the spread of means over 60 requests"
+    assert short.bound == pytest.approx(QUEUE_SPREADS * window_spread(result.queue_delays_s, 60))
 
 
 def test_the_ceiling_is_what_the_executions_leave_of_the_instances() -> None:
