@@ -103,15 +103,15 @@ def pytest_collection_modifyitems(
     deals the groups out in this order (stack/test turns off its own reordering by test
     count), so no long module starts last and keeps one worker busy after the rest ran dry.
     Groups with an ``alone`` test go after all the others, and modules marked
-    ``after_start`` after the first wave (below).
+    ``after_start`` after the first two waves (below).
     A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
-        if item.get_closest_marker("xdist_group") is None and module is not None:
-            # An `alone` test is a group of its own, dealt last (below); the rest of its
-            # module goes with the others, by its seconds.
-            alone = item.get_closest_marker("alone") is not None
+        # An `alone` test is a group of its own, dealt last (below), even in a module that
+        # names its group; the rest of its module goes with the others, by its seconds.
+        alone = item.get_closest_marker("alone") is not None
+        if module is not None and (alone or item.get_closest_marker("xdist_group") is None):
             name = f"{module.__name__}.{item.name}" if alone else module.__name__
             item.add_marker(pytest.mark.xdist_group(name))
         group = item.get_closest_marker("xdist_group")

@@ -32,7 +32,7 @@ from loadgen.engine.runner import RunParams
 from runs.store import RunStore
 from stack.supervisor import running
 from stacksettings import Settings, isolated
-from tests.autopilot.test_autopilot import poisson_traffic
+from tests.autopilot.test_autopilot import JUDGMENTS, poisson_traffic
 from tests.helpers import TritonCrashes
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats
@@ -40,8 +40,8 @@ from tritonapi.stats import ModelStats
 CRASHES = TritonCrashes()
 pytestmark = [
     pytest.mark.integration,
-    # At 30/s it applied a change where none is worth it, in a session's first minute while
-    # the other workers booted their stacks (docs/validation/suite-time.md).
+    # In turn with the autopilot's judgments, on one worker (tests/autopilot/test_autopilot.py).
+    pytest.mark.xdist_group(JUDGMENTS),
     pytest.mark.after_start,
     # Rerun only a test during which this module's Triton died of a signal (upstream's
     # python backend aborts now and then under load: docs/development.md, "Reruns only for
