@@ -84,6 +84,10 @@ class SimResult:
     latencies_s: list[float]  # sent to answered: what a client sees
     backlog: int  # requests still waiting in the queue at the end
     offered: int  # requests sent during the measured period
+    # From the measured period's start to its last send: ``offered`` over it is the rate
+    # the run's own arrivals offered, which a short run's draws put a few % off the
+    # traffic's rate.
+    offered_s: float = 0.0
     # Reaching the queue to the execution's end: queue + compute, Triton's side only.
     server_latencies_s: list[float] = field(default_factory=list)
     # The run was stopped at its event budget (MAX_EVENTS_PER_REQUEST) before every request
@@ -94,6 +98,11 @@ class SimResult:
     @property
     def throughput_per_s(self) -> float:
         return self.inferences / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def offered_per_s(self) -> float | None:
+        """The rate the measured period's arrivals came at; None without two sends."""
+        return self.offered / self.offered_s if self.offered_s > 0 else None
 
     @property
     def executions(self) -> int:
@@ -274,6 +283,7 @@ class _Run:
         self.queue: deque[_Request] = deque()
         self.free = sim.config.instances
         self.sent = 0
+        self.last_sent_at = 0.0
         self.completed = 0
         self.warm_at = math.inf
         self.batches: Counter[int] = Counter()
@@ -367,6 +377,7 @@ class _Run:
 
     def send(self, client: int) -> None:
         self.sent += 1
+        self.last_sent_at = self.now
         if self.sent == int(self.sim.requests * self.sim.warmup_fraction) + 1:
             self.warm_at = self.now
         request = _Request(client, self.now)
@@ -626,5 +637,6 @@ class _Run:
             server_latencies_s=[r.executed - r.enqueued for r in measured],
             backlog=len(self.queue) + sum(len(p.requests) for p in self.payloads),
             offered=offered,
+            offered_s=max(self.last_sent_at - self.warm_at, 0.0) if self.warm_at < end else 0.0,
             cut=self.cut,
         )

@@ -3,7 +3,6 @@ session's account of reruns: each is listed with its cause, and too many fail th
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from stacksettings import Settings, isolated
 from tests.helpers import RERUN_CAUSES
 from tests.module_seconds import deal_order, group_seconds
 from tests.module_seconds import load as module_seconds
+from tests.rooms import HOST_NETWORK, room
 
 # Reruns are for Triton's crashes and its tracing bug (tests/helpers.TritonCrashes), and for
 # a dashboard page that could not fetch Streamlit's modules (docs/development.md). A session
@@ -103,15 +103,15 @@ def pytest_collection_modifyitems(
     deals the groups out in this order (stack/test turns off its own reordering by test
     count), so no long module starts last and keeps one worker busy after the rest ran dry.
     Groups with an ``alone`` test go after all the others, and modules marked
-    ``after_start`` after the first wave (below).
+    ``after_start`` after the first two waves (below).
     A run without xdist keeps the shuffled order of the modules too."""
     groups: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
-        if item.get_closest_marker("xdist_group") is None and module is not None:
-            # An `alone` test is a group of its own, dealt last (below); the rest of its
-            # module goes with the others, by its seconds.
-            alone = item.get_closest_marker("alone") is not None
+        # An `alone` test is a group of its own, dealt last (below), even in a module that
+        # names its group; the rest of its module goes with the others, by its seconds.
+        alone = item.get_closest_marker("alone") is not None
+        if module is not None and (alone or item.get_closest_marker("xdist_group") is None):
             name = f"{module.__name__}.{item.name}" if alone else module.__name__
             item.add_marker(pytest.mark.xdist_group(name))
         group = item.get_closest_marker("xdist_group")
@@ -169,25 +169,24 @@ def _alone_or_shared(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """A test marked ``alone`` runs while no other test runs, on any xdist worker (or in
-    another pytest of this user): it holds the room's lock exclusively, every other test
-    holds it shared. The turnstile, taken by everyone on the way in and kept by the one
-    waiting to be alone, stops a stream of shared holders from starving it. Marked: the
-    tests whose claim needs the machine's cores whole (2,000/s beside Triton on 2 cores)."""
+    another pytest of this user): it holds the session's room alone, every other test holds
+    it shared (tests/rooms.py). Marked: the tests whose claim needs the machine's cores whole
+    (2,000/s beside Triton on 2 cores)."""
     root = tmp_path_factory.getbasetemp().parent  # one for the session's workers
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(root / "alone.turnstile", "a") as turnstile, open(root / "alone.room", "a") as room:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(room, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+    with room(root / "alone", request.node.get_closest_marker("alone") is not None):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _steady_host_network(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that drives Chromium (marked ``browser``) holds the host's network shared:
+    the fleet's namespaces change its links only while they hold it alone (tests/rooms.py,
+    HOST_NETWORK)."""
+    if request.node.get_closest_marker("browser") is None:
+        yield
+        return
+    with room(HOST_NETWORK, alone=False):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -56,8 +56,8 @@ def deal_order(longest_first: list[str], solo: set[str], late: set[str], workers
     and Chromium. A module marked ``after_start`` judges latency in windows that boot would
     spoil. An ``alone`` test waits for every test running beside it, and every worker that
     asks for its next test waits behind it (the turnstile): dealt among the long modules it
-    idled the other workers for as long as the longest test then running (setups of 70 to
-    143 s); dealt last, it waits only for the short modules that end the session."""
+    idled the other workers for as long as the longest test then running; dealt last, it
+    waits only for the short modules that end the session (docs/validation/suite-time.md)."""
     rest = [g for g in longest_first if g not in solo]
     early = [g for g in rest if g not in late]
     cut = 2 * workers

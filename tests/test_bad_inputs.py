@@ -1,9 +1,9 @@
 """Bad input anywhere: one line naming the problem and the fix, exit 2, no traceback, and a
 store left byte-for-byte as it was.
 
-Every command runs (batchscope's main, in a forked child) against a state folder holding a
-real load-run store (and no running stack: a Triton URL points at a port nobody listens on,
-so no load can leave).
+Every command runs (batchscope's main, in a forked child of tests/forks.py's server) against
+a state folder holding a real load-run store (and no running stack: a Triton URL points at a
+port nobody listens on, so no load can leave).
 """
 
 from __future__ import annotations
@@ -14,12 +14,8 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import socket
-import sys
 import threading
-import time
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from batchscope.main import full_parser, main
+from batchscope.main import full_parser
 from dashboard import loadruns
 from stacksettings import PORTS, free_ports, isolated
+from tests.forks import Forks
 from tritonapi.modelname import model_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -579,38 +576,21 @@ def socket_held(port: int) -> Iterator[None]:
         yield
 
 
+FORKS = Forks()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server() -> Iterator[None]:
+    """The fork server (tests/forks.py) lives as long as this module's tests."""
+    try:
+        yield
+    finally:
+        FORKS.close()
+
+
 def forked(argv: list[str], env: dict[str, str], out: Path, timeout_s: float) -> int:
     """Run ``batchscope ARGV...`` (its main) in a forked child; its stderr goes to ``out``."""
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 99
-        try:
-            os.environ.clear()
-            os.environ.update(env)
-            err = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(err, 2)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-            # pytest's capture replaces sys.stderr and sys.stdout: point them at the fds.
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - lives until _exit
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            code = main(argv) or 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:  # noqa: BLE001 - reported as the traceback it is
-            traceback.print_exc()
-        finally:
-            sys.stderr.flush()
-            os._exit(code)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return 124
-        time.sleep(0.01)
+    return FORKS.run(argv, env, out, timeout_s)
 
 
 def verdict(c: ClassCase, code: int, stderr: str, value: str) -> str | None:

@@ -73,9 +73,12 @@ def test_the_deal_puts_late_groups_behind_the_first_two_waves_and_solo_ones_last
 
 
 def test_the_autopilots_judgment_modules_are_dealt_late() -> None:
-    """The two modules whose tests failed in a session's first minute carry the mark."""
+    """The two modules whose judgments failed beside each other share a group, dealt late."""
     from tests.autopilot import test_autopilot, test_autopilot_rescue
 
     for module in (test_autopilot, test_autopilot_rescue):
         marks = module.pytestmark if isinstance(module.pytestmark, list) else [module.pytestmark]
         assert "after_start" in [m.name for m in marks], module.__name__
+        # One group: the two run in turn, never beside each other.
+        groups = [m.args[0] for m in marks if m.name == "xdist_group"]
+        assert groups == [test_autopilot.JUDGMENTS], module.__name__

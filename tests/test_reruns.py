@@ -23,7 +23,7 @@ from loadgen.clients.payloads import Payloads
 from loadgen.clients.target import ModelSpec, TensorSpec
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated, procstat
-from tests.helpers import RERUN_CAUSES, TritonCrashes, served_whole, wrong_sums
+from tests.helpers import RERUN_CAUSES, UNPARSABLE, TritonCrashes, served_whole, wrong_sums
 from tests.integration.test_cross_origin import PageNotShown, streamlit_modules_missing
 from tests.loadgen.test_grpc_wire import client_of
 
@@ -148,6 +148,16 @@ def test_an_answer_tracing_corrupted_seen_on_the_wire_is_a_rerun(
     cause = RERUN_CAUSES["t::earlier"]
     assert cause.startswith("Triton's tracing corrupted a request (proven on the wire): ")
     assert crashes.crashed(failure({NAMELESS: 2}, WIRE))
+
+
+def test_an_answer_tritonclient_could_not_parse_is_a_rerun_when_triton_sent_a_nameless_head(
+    watched: tuple[TritonCrashes, Settings],
+) -> None:
+    crashes, _ = watched
+    parse = f"{UNPARSABLE}('Invalid header token', 10)"
+    assert crashes.crashed(failure({parse: 1}, WIRE))
+    assert not crashes.crashed(failure({parse: 1}, WIRE[:1]))  # no such head from Triton
+    assert not crashes.crashed(failure({parse: 2}, WIRE))  # one head, two failures
 
 
 def add_spec(inputs: tuple[str, ...]) -> ModelSpec:

@@ -35,6 +35,26 @@ def test_overload_is_reported_as_saturated() -> None:
     assert p.mean_batch_size == pytest.approx(8.0)
 
 
+def test_a_short_run_whose_arrivals_came_slow_is_not_saturated() -> None:
+    """800 requests at 200/s (the autopilot's search in the tests): a run's draws come a
+    few % off the rate. Saturation is judged against the rate the run was offered, so a
+    config far from its capacity never reads saturated, and an overloaded one always does."""
+    service, traffic = ServiceModel(0.005, 0.0001), OpenLoop(200.0, cv=1.04)
+    light, heavy = BatcherConfig(10, (), 0), BatcherConfig(1, (), 0)
+    slow = []
+    for seed in range(1, 101):
+        result = Simulation(light, service, traffic, CpuModel(), 800, seed=seed).run()
+        assert result.offered_per_s is not None
+        if result.throughput_per_s < 0.95 * traffic.rate_per_s:
+            slow.append(seed)  # under 95 % of the traffic's rate, by the draws alone
+            assert result.offered_per_s < 0.97 * traffic.rate_per_s, seed
+        assert not predict(light, traffic, service, None, 800, seed, with_limit=False).saturated
+    assert slow  # the case occurs in these seeds
+    over = OpenLoop(400.0, cv=1.04)  # 5.1 ms per execution of one: about 196/s at most
+    for seed in range(1, 21):
+        assert predict(heavy, over, service, None, 800, seed, with_limit=False).saturated
+
+
 def test_without_a_cost_model_the_capacity_is_unknown() -> None:
     p = predict(BatcherConfig(8, (), 0), OpenLoop(2_000), FLAT_1MS, requests=2000)
     assert p.throughput_limit_per_s is None

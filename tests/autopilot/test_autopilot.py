@@ -40,9 +40,12 @@ from stacksettings import Settings, isolated
 from tests.helpers import load_stalling_copy
 from tritonapi.client import TritonClient
 
-# Its judgments on a real Triton failed when they ran in a session's first minute, while the
-# other workers booted their stacks and Chromium (docs/validation/suite-time.md).
-pytestmark = pytest.mark.after_start
+# Its judgments on a real Triton failed when they ran beside the rescue module's overloads
+# (300/s on a model that serves 200, reloads under a backlog), in a session's first minute
+# and later: one group with that module runs the two in turn on one worker, dealt after the
+# first two waves of modules, while the workers boot (docs/validation/suite-time.md).
+JUDGMENTS = "autopilot_judgments"
+pytestmark = [pytest.mark.xdist_group(JUDGMENTS), pytest.mark.after_start]
 MODEL = "batch_add_model"
 SPEC = "max_batch_size 4, preferred [2, 4], delay 500 us, 1 instance(s)"
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -483,14 +486,16 @@ def test_a_pause_of_the_servers_machine_does_not_undo_a_good_change(
     # is clearly better, as a machine that pauses does (CI: 550.89 ms after, 35.01 ms
     # before). The requests Triton holds meanwhile wait in its queue, so its own mean per
     # request says worse, as the clients' p99 does; the typical second does not. Clearly
-    # better on a machine however busy: from batches of 4 only, waited for up to 100 ms
-    # (at 150/s a request waits for three more: its p99 about 67 ms), back to the
+    # better on a machine however busy: from batches of 8 only, waited for up to 100 ms
+    # (at 150/s a request waits for seven more: its p99 near the 100 ms), back to the
     # repository's config. From the 20 ms wait, on a machine at load 10 every second's p99
     # was 32 ms under both configs (the machine's, not the config's), and nothing told the
-    # stall from the config.
+    # stall from the config; from batches of 4 (p99 about 67 ms), in a whole run of the
+    # suite beside a fleet's search, the median second's p99 was 43 ms before and 39 ms
+    # after, not better beyond noise, and the change was rolled back.
     name, switch = "stalling_add", tmp_path / "stall"
     spec = client.model_config_json(MODEL)
-    slow = apply.override(spec, BatcherConfig(4, (4,), 100_000, 1), name)
+    slow = apply.override(spec, BatcherConfig(8, (8,), 100_000, 1), name)
     old = load_stalling_copy(client, MODEL, name, switch, slow, triton.model_repository)
     new = apply.override(old, from_model_config(spec), name)
     stalled: list[float] = []

@@ -28,6 +28,7 @@ import requests
 
 from stack import triton
 from stacksettings import ROOT, Settings, from_env_or_default
+from tests.rooms import HOST_NETWORK, room
 
 PREFIX = "bsfleet"
 SUBNET = ipaddress.ip_network("10.213.77.0/24")
@@ -115,16 +116,18 @@ class Fleet:
     venv: Path = field(default_factory=lambda: from_env_or_default().triton_venv)
 
     def __enter__(self) -> Fleet:
-        self.cleanup()  # a run that was killed outright may have left its own
-        users = subnet_users()
-        if users:
-            raise RuntimeError(f"{SUBNET} is in use on this machine: {users[0]}")
-        try:
-            for server in self.servers:
-                self._namespace(server)
-        except BaseException:
-            self.cleanup()
-            raise
+        # The links change: no page is loading in Chromium meanwhile (tests/rooms.py).
+        with room(HOST_NETWORK, alone=True):
+            self._cleanup()  # a run that was killed outright may have left its own
+            users = subnet_users()
+            if users:
+                raise RuntimeError(f"{SUBNET} is in use on this machine: {users[0]}")
+            try:
+                for server in self.servers:
+                    self._namespace(server)
+            except BaseException:
+                self._cleanup()
+                raise
         return self
 
     def __exit__(
@@ -214,6 +217,10 @@ class Fleet:
     def cleanup(self) -> None:
         """Stop every process in the fleet's namespaces, delete them (a namespace takes its
         veth pair with it) and the hosts files. Idempotent."""
+        with room(HOST_NETWORK, alone=True):
+            self._cleanup()
+
+    def _cleanup(self) -> None:
         for server in self.servers:
             if server.process is not None and server.process.poll() is None:
                 _stop_group(server.process)
