@@ -309,7 +309,7 @@ def test_a_present_the_model_does_not_reproduce_recommends_nothing(
         )
     finally:
         sender.join()
-    assert code == 3, err
+    assert code == 3, (err, result and result["present"])
     present = result["present"]
     assert present["status"] == "off" and present["recommend_ready"] is False, present
     assert "average batch" in present["off"], present

@@ -259,7 +259,9 @@ def test_apply_keeps_within_the_policy(
     argv = ["--once", "--apply", "--watch-s", "3", "--policy", str(policy)]
     code, out, err = autopilot(capsys, supervisor, traffic, *argv)
     with RunStore(traffic) as store:
-        (change,) = store.list_changes(MODEL)
+        changes = store.list_changes(MODEL)
+    assert len(changes) == 1, ("the autopilot said:", out, err)
+    (change,) = changes
     applied = from_model_config(change.new_config)
     assert load(policy).outside(applied) == [], applied.describe()
     assert applied.max_batch_size <= 2 and 100 <= applied.max_queue_delay_us <= 300
