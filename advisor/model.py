@@ -93,6 +93,11 @@ class CpuModel:
     # time Triton's compute counters do not show, inferred from the window (advisor.present).
     dispatch_s: float = 0.0
     release_s: float = 0.0
+    # Wall time a request is counted as queued (Triton stamped its queue start) before the
+    # batcher can take it: the same for every request, so it joins no batch and only adds
+    # to the queue and the latency. Inferred from the window where Triton's queue time is
+    # longer than any release that keeps the measured batch sizes allows (advisor.present).
+    queue_lag_s: float = 0.0
     # Spread of one execution's time around its size's mean (coefficient of variation,
     # gamma), measured from traces: executions on a shared machine are never all alike.
     execution_cv: float = 0.0
@@ -142,6 +147,7 @@ class CpuModel:
             "timer_slack_tail_s",
             "dispatch_s",
             "release_s",
+            "queue_lag_s",
             "execution_cv",
         ):
             if getattr(self, name) < 0:

@@ -6,7 +6,8 @@ executions (backend IPC, response sending, the batcher's dispatch); where the mo
 work shares the cores, that time batches requests the simulation would serve alone.
 :func:`check_present` simulates the served config under the fitted traffic and costs, infers
 that hidden time (:attr:`~advisor.model.CpuModel.release_s`, the instance's release after an
-execution) so that the simulated average batch and mean queue match the measured ones, and
+execution; where that cannot, with :attr:`~advisor.model.CpuModel.queue_lag_s` beside it) so
+that the simulated average batch and mean queue match the measured ones, and
 returns a :class:`PresentCheck`: each figure simulated against measured, what was inferred,
 and a verdict against stated bounds. A present still off is never a base for advice.
 """
@@ -61,6 +62,11 @@ OFF = "off"
 NOT_EXECUTED = "not executed yet"
 
 HIDDEN = "unavailable after each execution"
+LAG = "queued before the batcher sees each request"
+# Where no unavailability brings the queue up to measured without batching more than
+# measured, the lag is fitted at the unavailability that matches the batch: this many
+# corrections of it by the queue still missing (each one simulation).
+LAG_STEPS = 3
 # The figures' names in --json, with their units, and the scale to those units.
 JSON_KEYS = {
     "average batch": "average_batch",
@@ -249,7 +255,9 @@ def check_present(
 ) -> PresentCheck:
     """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
     an instance stays unavailable after each execution so that the simulated present
-    matches ``measured``, and judge the match.
+    matches ``measured``, and judge the match. Where no such time matches both the batch and
+    the queue, and the queue is short, a queue lag is fitted at the time that matches the
+    batch (:func:`_fit_lag`) and kept if it brings both within their bounds.
 
     The hidden time is searched between 0 and what the measured executions per second leave
     of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
@@ -263,37 +271,46 @@ def check_present(
     if not measured.executed:
         return not_executed(cpu)
     traced = bool(cpu.release_samples)
-    runs: dict[float, SimResult] = {}
+    runs: dict[tuple[float, float], SimResult] = {}
 
-    def simulate(hidden_s: float) -> SimResult:
-        if hidden_s not in runs:
-            trial = cpu if traced else replace(cpu, release_s=hidden_s)
-            runs[hidden_s] = Simulation(config, service, traffic, trial, requests, seed=seed).run()
-        return runs[hidden_s]
+    def simulate(hidden_s: float, lag_s: float = 0.0) -> SimResult:
+        if (hidden_s, lag_s) not in runs:
+            trial = cpu if traced else replace(cpu, release_s=hidden_s, queue_lag_s=lag_s)
+            runs[hidden_s, lag_s] = Simulation(
+                config, service, traffic, trial, requests, seed=seed
+            ).run()
+        return runs[hidden_s, lag_s]
 
-    def errors(hidden_s: float) -> tuple[float, float]:
+    def errors(hidden_s: float, lag_s: float = 0.0) -> tuple[float, float]:
         """The batch's and the queue's errors, each in units of its bound."""
-        batch, queue = present_figures(simulate(hidden_s), measured)[:2]
+        batch, queue = present_figures(simulate(hidden_s, lag_s), measured)[:2]
         assert batch.bound is not None and queue.bound is not None
         return batch.error / batch.bound, queue.error / queue.bound
 
-    note = ""
+    note, lag = "", 0.0
     if traced:
         hidden = cpu.release_s
         simulate(hidden)
     else:
         high = ceiling(config, service, measured)
         hidden = _search(errors, high)
-        note = _why_off(errors, hidden, high)
-    result = runs[hidden]
-    calibrated = cpu if traced else replace(cpu, release_s=hidden)
+        batch_error, queue_error = errors(hidden)
+        if max(abs(batch_error), abs(queue_error)) > 1 and queue_error < 0:
+            lagged = _fit_lag(errors, simulate, measured, high)
+            if lagged is not None and max(map(abs, errors(*lagged))) <= 1:
+                hidden, lag = lagged
+        if not lag:
+            note = _why_off(errors, hidden, high)
+    result = runs[hidden, lag]
+    calibrated = cpu if traced else replace(cpu, release_s=hidden, queue_lag_s=lag)
     figures = present_figures(result, measured)
     off = tuple(f.name for f in figures if not f.within)
+    inferred = ((HIDDEN, hidden),) + (((LAG, lag),) if lag else ())
     return PresentCheck(
         status=OFF if off else CALIBRATED,
         figures=figures,
         shares=_shares(result, measured),
-        inferred=() if traced else ((HIDDEN, hidden),),
+        inferred=() if traced else inferred,
         cpu=calibrated,
         help=_help(cpu, stored) if off else (),
         simulations=len(runs),
@@ -308,6 +325,36 @@ def not_executed(cpu: CpuModel | None = None, note: str = "") -> PresentCheck:
     return PresentCheck(
         NOT_EXECUTED, cpu=cpu or CpuModel(), help=("a window with traffic",), note=note
     )
+
+
+def _fit_lag(
+    errors: Callable[[float, float], tuple[float, float]],
+    simulate: Callable[[float, float], SimResult],
+    measured: Measured,
+    high: float,
+) -> tuple[float, float] | None:
+    """The unavailability that matches the measured average batch, and the queue lag that
+    then brings the mean queue up to measured: ``(release, lag)``, or None when no
+    unavailability matches the batch or no lag is missing.
+
+    Unavailability after executions raises the average batch and the mean queue together;
+    a window whose queue is longer than any unavailability that keeps its batches as small
+    as measured waited where no batch grows: counted as queued before the batcher could
+    take the request (a front end descheduled between stamping the queue start and handing
+    the request over, on cores the model's own work shares). A lag the same for every
+    request adds to each one's queue and forms no other batch, so it is fitted after the
+    batch, by the queue still missing."""
+    release = _quick(lambda u: errors(u, 0.0)[0], high)
+    if release is None:
+        return None
+    lag = 0.0
+    for _ in range(LAG_STEPS):
+        delays = simulate(release, lag).queue_delays_s
+        missing = measured.mean_queue_s - (sum(delays) / len(delays) if delays else 0.0)
+        lag = max(lag + missing, 0.0)
+        if abs(errors(release, lag)[1]) <= QUICK_TOLERANCE:
+            break
+    return (release, lag) if lag > 0 else None
 
 
 def _why_off(errors: Callable[[float], tuple[float, float]], hidden: float, high: float) -> str:

@@ -434,10 +434,15 @@ class _Run:
             return True
         return False
 
-    def enqueue(self, request: _Request) -> None:
-        if self.held(functools.partial(self.enqueue, request)):
+    def enqueue(self, request: _Request, lagged: bool = False) -> None:
+        if self.held(functools.partial(self.enqueue, request, lagged)):
             return
-        request.enqueued = self.now
+        lag = self.sim.cpu.queue_lag_s
+        if not lagged:
+            request.enqueued = self.now
+            if lag > 0:  # counted as queued from now; the batcher sees it after the lag
+                self.at(self.now + lag, functools.partial(self.enqueue, request, True))
+                return
         self.queue.append(request)
         if len(self.payloads) < self.slots and (
             self.saturated

@@ -13,6 +13,7 @@ from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.present import (
     CALIBRATED,
     HIDDEN,
+    LAG,
     NOT_EXECUTED,
     OFF,
     QUEUE_BOUND,
@@ -83,6 +84,31 @@ def test_recovers_the_hidden_unavailability(setting: str, hidden_s: float) -> No
     assert check.off == ()
     assert check.cpu is not None and check.cpu.release_s == inferred
     assert check.simulations <= 16  # the quick search, and the thorough one if needed
+
+
+def test_a_queue_longer_than_batching_allows_is_a_lag_inferred_beside_the_release() -> None:
+    # Requests counted as queued 300 us before the batcher sees them, behind a release of
+    # 100 us: no release alone makes batches as small and a queue as long as measured.
+    config, service, traffic, cpu = SETTINGS["shared cores"]
+    truth = replace(cpu, release_s=100e-6, queue_lag_s=300e-6)
+    sim = Simulation(config, service, traffic, truth, WINDOW_REQUESTS, seed=WINDOW_SEED)
+    check = check_present(config, traffic, service, measured_of(sim.run()), cpu)
+    assert check.status == CALIBRATED, check.line()
+    inferred = dict(check.inferred)
+    assert inferred[HIDDEN] == pytest.approx(100e-6, rel=0.10)
+    assert inferred[LAG] == pytest.approx(300e-6, rel=0.10)
+    assert check.cpu is not None and check.cpu.queue_lag_s == inferred[LAG]
+    assert check.line().endswith(f"ms {HIDDEN}, {inferred[LAG] * 1e3:.2f} ms {LAG})")
+    inferred_us = check.to_json()["inferred_us"]
+    assert isinstance(inferred_us, dict)
+    assert inferred_us["queued_before_the_batcher_sees_each_request"] > 0
+
+
+def test_a_queue_the_release_explains_infers_no_lag() -> None:
+    config, service, traffic, cpu = SETTINGS["two instances"]
+    check = check_present(config, traffic, service, window("two instances", 100e-6), cpu)
+    assert [what for what, _ in check.inferred] == [HIDDEN]
+    assert check.cpu is not None and check.cpu.queue_lag_s == 0.0
 
 
 def test_closed_loop_clients_are_calibrated_too() -> None:
