@@ -345,8 +345,8 @@ def test_a_stalled_model_is_read_as_the_clients_sent_it_from_the_requests_receiv
     and the autopilot fit it. Read apart (the statistics' count, then the gauge), a count
     taken during the drain and a gauge after it missed the lump (CI, stop 49). Watched for
     8 s, so 0.4 s between reads: on cores the whole suite shares, a read's time or Triton's
-    receiving is some ms off, which moves a short bin's count the most; in 0.2 s bins (a
-    4 s window) a whole run read a cv of 0.57 against 0.06 sent."""
+    receiving is some ms off, which moves a short bin's count the most (0.2 s bins read
+    too bursty in a whole run: docs/validation/suite-time.md)."""
     url = triton.url("triton_http")
     admin = TritonClient(url, headers=triton.admin_headers())
     name, switch = "stalling_add", tmp_path / "stall"

@@ -46,6 +46,10 @@ WATCHED = {
     "exporter": 'up{job="exporter"}',
     "alertmanager": 'up{job="alertmanager"}',
 }
+# The services whose alert reads Prometheus' own ``up``: held down until it is scraped
+# (hold_down says why). Triton's alert reads the exporter's target_up, and Triton's
+# restart takes seconds: it is killed while it runs.
+HELD_DOWN = ("exporter", "alertmanager")
 
 
 def wait_for(what: str, check: Callable[[], T], timeout_s: float = 40.0) -> T:
@@ -255,6 +259,28 @@ def account(
     assert served - ok <= explained, "Triton served more than the client got"
 
 
+def hold_down(stack: Settings, service: str, pid: int) -> None:
+    """Stop ``service`` (SIGSTOP) until Prometheus has written it down in the series its
+    alert reads; the caller then kills it.
+
+    Those alerts read ``up``, which Prometheus writes once a scrape, and fire on a rule
+    evaluation (each every 1 s here). A SIGKILL whose restart is quicker than a scrape and
+    an evaluation leaves no sample of the outage, and then no alert should fire (a shipped
+    one waits 2 m): in a CI run Alertmanager was healthy again 2.1 s after its SIGKILL on the
+    loaded machine and AlertmanagerDown never fired. Held down until Prometheus has seen it,
+    the outage is one the alert must see, and the restart is still the SIGKILL's."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            f"Prometheus seeing {service} down",
+            lambda: prom(stack, "/api/v1/query", query=f"{WATCHED[service]} == 0")["result"],
+            timeout_s=15,  # the supervisor's own hang check kills at 20 s
+        )
+    except BaseException:
+        os.kill(pid, signal.SIGCONT)
+        raise
+
+
 def kill_and_recover(stack: Settings, service: str) -> Kill:
     before = status(stack)[service]
     if service in WATCHED:
@@ -267,6 +293,9 @@ def kill_and_recover(stack: Settings, service: str) -> Kill:
     if service == "prometheus":
         time.sleep(12)  # samples old enough to be out of Prometheus' in-memory buffers
         held_at = time.time() - 10
+    outage_from = time.time()
+    if service in HELD_DOWN:
+        hold_down(stack, service, before["pid"])
     read_at, stats = time.time(), triton_stats(stack) if service == "triton" else None
     killed_at = time.time()
     os.kill(before["pid"], signal.SIGKILL)
@@ -286,7 +315,7 @@ def kill_and_recover(stack: Settings, service: str) -> Kill:
         alert = ALERTS[service]
         wait_for(
             f"{alert} fired and resolved",
-            lambda: fired_and_resolved(stack, alert, killed_at - 1),
+            lambda: fired_and_resolved(stack, alert, outage_from - 1),
             timeout_s=60,
         )
     if service == "prometheus":

@@ -77,9 +77,11 @@ def stack_state(
     stack: Settings, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """loadgen finds the key of the stack's restricted APIs as a user's loadgen does; a
-    Triton killed by a test before is back. A crash from now on is this test's."""
+    Triton killed by a test before is back, and one that crashed and hung serving nothing is
+    restarted (TritonCrashes.serving, as the other traced modules wait). A crash from now on
+    is this test's."""
     CRASHES.forget()
-    wait_for("Triton ready", lambda: TritonClient(stack.url("triton_http")).is_ready(2.0), 120)
+    CRASHES.serving(stack)
     CRASHES.begin(request.node.nodeid)
     monkeypatch.setenv("STACK_STATE_DIR", str(stack.state_dir))
     for name, (_, var) in PORTS.items():

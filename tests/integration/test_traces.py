@@ -121,13 +121,26 @@ def load(settings: Settings, model: str, clients: int, each: int, widths: list[i
     assert not wrong, wrong[:3]
 
 
-def traced_requests(settings: Settings, model: str, expected: int) -> list[TracedRequest]:
-    """The exporter's window for ``model`` once it holds ``expected`` requests (bounded wait)."""
+def traced_requests(
+    settings: Settings, model: str, expected: int, since_ns: int
+) -> list[TracedRequest]:
+    """The exporter's traced requests of ``model`` that Triton received after ``since_ns``,
+    once it holds ``expected`` of them (bounded wait).
+
+    ``since_ns`` is this process's monotonic clock, which is Triton's steady clock on the
+    same Linux host (the exporter's clock offset rests on it, docs/traces.md). The exporter
+    keeps 120 s of traces across Triton's restarts: a test rerun after an upstream crash
+    would otherwise count its first try's requests too (480 of 240 in a CI run).
+    """
     url = f"{settings.url('exporter')}/api/traces"
     deadline = time.monotonic() + 10
     while True:
         body = requests.get(url, params={"model": model, "seconds": "120"}, timeout=10).json()
-        found = [TracedRequest.from_json(r) for r in body["requests"]]
+        found = [
+            r
+            for r in map(TracedRequest.from_json, body["requests"])
+            if r.request_start_ns >= since_ns
+        ]
         if len(found) >= expected or time.monotonic() > deadline:
             return found
         time.sleep(0.2)
@@ -146,6 +159,7 @@ def test_batches_from_traces_equal_batch_stats(
     traced_stack: Settings, model: str, clients: int, widths: list[int]
 ) -> None:
     triton = TritonClient(traced_stack.url("triton_http"), headers=traced_stack.admin_headers())
+    since_ns = time.monotonic_ns()
     before = triton.model_stats(model)
     start_window(triton, model, count=clients * 40)
     try:
@@ -155,7 +169,7 @@ def test_batches_from_traces_equal_batch_stats(
         stop_window(triton, model)
     assert left == 0  # the window is complete: Triton has written it
     delta = triton.model_stats(model).minus(before)
-    traced = traced_requests(traced_stack, model, delta.inference_count)
+    traced = traced_requests(traced_stack, model, delta.inference_count, since_ns)
     assert len(traced) == delta.inference_count == clients * 40
     batches = group_batches(traced)
     assert dict(Counter(b.size for b in batches)) == delta.executions_by_size()
@@ -205,6 +219,7 @@ def test_the_exporter_counts_traced_waits_and_batches(traced_stack: Settings) ->
     counts each request's wait once, and each batch once it can no longer grow. Its model
     is traced by no other test: nothing another left open is counted meanwhile."""
     model = "add_counted"
+    since_ns = time.monotonic_ns()
     waits_before, batches_before, _ = traced_counts(traced_stack, model)
     first = traced_window(traced_stack, model, 2, 40)
     # A batch is counted once a request that started 50 ms after its end is read (or after
@@ -212,7 +227,7 @@ def test_the_exporter_counts_traced_waits_and_batches(traced_stack: Settings) ->
     time.sleep(0.2)
     second = traced_window(traced_stack, model, 1, 2)
     assert first.inference_count == 80 and second.inference_count == 2
-    assert len(traced_requests(traced_stack, model, 82)) == 82
+    assert len(traced_requests(traced_stack, model, 82, since_ns)) == 82
     waits, batches, ratio = traced_counts(traced_stack, model)
     assert waits - waits_before == 82
     assert first.execution_count <= batches - batches_before
