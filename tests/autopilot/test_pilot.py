@@ -189,8 +189,13 @@ def autopilot(
             settings.url("triton_http"),
             "--model",
             MODEL,
+            # Well above the p99 SLOW's own 20 ms delay makes (about 21 ms). On a loaded
+            # machine the present calibrates with milliseconds unavailable after each
+            # execution, the machine's, and then no config met a 20 ms bound (a whole run
+            # of present4: "NO CHANGE ...: no config within the policy meets p99 <= 20
+            # ms"): the autopilot's right answer there, not what these tests are about.
             "--p99-ms",
-            "20",
+            "50",
             "--interval-s",
             "3",
             "--metrics-url",
@@ -352,7 +357,8 @@ def pilot_options(supervisor: Supervisor, db: Path, **more: Any) -> loop.PilotOp
         url=url,
         model=MODEL,
         policy=Policy(min_minutes_between_changes=0),
-        search=SearchOptions(p99_bound_s=0.02, requests=800, seeds=2),
+        # 50 ms, as autopilot()'s: a 20 ms bound may be met by no config on a loaded machine.
+        search=SearchOptions(p99_bound_s=0.05, requests=800, seeds=2),
         inputs=Options(
             url=url, model=MODEL, cores=2, request_us=100, calibrations=db.parent / "c.json"
         ),
