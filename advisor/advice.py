@@ -3,9 +3,11 @@
 
 ``advisor advise``, the dashboard's advisor panel, the doctor's fix lines and the dashboard's
 "Why isn't batching working?" panel all ask :func:`advise`, so that one server, window and
-bound get one config wherever it is asked for. Where the inputs recorded a shape mix (a stored
-run's, or the probe's), the batches each shape forms alone come with it
-(:func:`advisor.shapes.by_shape`), for every caller alike.
+bound get one config wherever it is asked for. Before any other config is predicted, the one
+served is checked against the window (:func:`advisor.present.check_present`): calibrated, its
+inferred release time stands under every prediction; off, nothing is searched and the
+:class:`Advice` is ``silent``. Where the inputs recorded a shape mix (a stored run's, or the
+probe's), the batches each shape forms alone come with it (:func:`advisor.shapes.by_shape`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from typing import Protocol
 
 from advisor.config import BatcherConfig
 from advisor.inputs import InputError, Options, Prepared, gather
-from advisor.predict import MIN_GAIN, Recommendation, SearchSpace, recommend
+from advisor.model import CpuModel
+from advisor.predict import (
+    MIN_GAIN,
+    Recommendation,
+    SearchSpace,
+    predict,
+    recommend,
+    resolve_objective,
+)
+from advisor.present import PresentCheck, check_present
 from advisor.shapes import ShapeSplit, by_shape
 from observe.window import Window
 
@@ -57,6 +68,26 @@ class Advice:
     notes: list[str]
     # Batches per shape, when the inputs hold more than one shape (None otherwise).
     shapes: ShapeSplit | None = None
+    # The served config's present, simulated against the window (None: not checked, and
+    # ``prepared.inputs.present_why`` says why).
+    present: PresentCheck | None = None
+
+    @property
+    def silent(self) -> bool:
+        """The present is off its bounds (or nothing executed): no config is recommended,
+        and ``recommendation`` holds the current config's prediction alone."""
+        return self.present is not None and not self.present.recommend_ready
+
+    def present_line(self) -> str:
+        """The present in one line, for every output: checked, or why it was not."""
+        if self.present is not None:
+            return self.present.line()
+        return f"present: not checked ({self.prepared.inputs.present_why or 'no window'})"
+
+    def present_json(self) -> dict[str, object]:
+        if self.present is not None:
+            return self.present.to_json()
+        return {"status": "not checked", "recommend_ready": True, "line": self.present_line()}
 
 
 def search(prepared: Prepared, options: SearchOptions) -> Advice:
@@ -86,25 +117,46 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
             else f" (hand-offs measured with {config.instances}: other counts are extrapolated)"
         )
     )
-    try:
-        rec = recommend(
+    present = (
+        check_present(
             config,
             inputs.traffic,
             inputs.service,
-            options.p99_bound_s,
+            inputs.present,
             prepared.cpu,
-            options.objective,
-            space,
-            requests=options.requests,
-            seeds=options.seeds,
-            min_gain=options.min_gain,
-            budget_s=options.budget_s,
+            seed=1,
+            stored=inputs.run is not None,
         )
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    cut = rec.cut_note()
-    if cut:
-        notes.append(cut)
+        if inputs.present is not None
+        else None
+    )
+    # Calibrated, the present's cost model (with the inferred parts) is the one the other
+    # configs are predicted with; off, nothing is searched.
+    cpu = present.cpu if present is not None and present.cpu is not None else prepared.cpu
+    if present is not None and not present.recommend_ready:
+        rec = _present_only(prepared, options, cpu)
+    else:
+        try:
+            rec = recommend(
+                config,
+                inputs.traffic,
+                inputs.service,
+                options.p99_bound_s,
+                cpu,
+                options.objective,
+                space,
+                requests=options.requests,
+                seeds=options.seeds,
+                min_gain=options.min_gain,
+                budget_s=options.budget_s,
+            )
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        cut = rec.cut_note()
+        if cut:
+            notes.append(cut)
+    # The batches each shape forms under the current config: a description, not advice,
+    # so a present that is off still has it.
     mix = None
     if inputs.shapes and len(inputs.shapes) > 1:
         mix = by_shape(
@@ -112,11 +164,23 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
             inputs.traffic,
             inputs.service,
             inputs.shapes,
-            prepared.cpu,
+            cpu,
             requests=options.requests,
         )
         notes.extend(mix.lines())
-    return Advice(prepared, rec, notes, mix)
+    return Advice(prepared, rec, notes, mix, present)
+
+
+def _present_only(prepared: Prepared, options: SearchOptions, cpu: CpuModel) -> Recommendation:
+    """The current config's prediction alone, no config searched: what a present that is
+    off still shows (how far off it is), with nothing to act on."""
+    inputs = prepared.inputs
+    try:
+        objective = resolve_objective(options.objective, inputs.traffic, cpu)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    current = predict(inputs.config, inputs.traffic, inputs.service, cpu, options.requests)
+    return Recommendation(current, None, objective, options.p99_bound_s, considered=0)
 
 
 def advise(opts: Options, options: SearchOptions, window: Window | None = None) -> Advice:

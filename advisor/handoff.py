@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -469,12 +469,17 @@ class Outside:
     less queue wait and execution: the client, the network, the front end)."""
 
     median_s: float
-    # Each request's time outside less the median (seconds, either sign): the spread the
-    # simulator draws from (CpuModel.outside_spread).
+    # Each request's time outside less the median (seconds, either sign).
     spread_s: tuple[float, ...]
 
     # Where it was measured, for the output.
     source: str = "traced requests"
+    # The spread split as the simulator draws it (CpuModel.outside_spread, outside_own):
+    # per execution, its requests' mean less the median (the part the requests answered
+    # together share), and, from executions of two or more, each request's own part. Empty
+    # when the requests' executions are not known: the spread is then each request's own.
+    shared_s: tuple[float, ...] = ()
+    own_s: tuple[float, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -488,12 +493,20 @@ class Outside:
     def apply(self, cpu: CpuModel) -> CpuModel:
         """``cpu`` with this time outside Triton: the part of the median beyond the CPU the
         simulator already charges per request is waiting that costs no CPU, and the spread
-        is drawn around it."""
+        is drawn around it. A measured spread holds the front end's too: the spread assumed
+        for its work (``request_cv``) is dropped, not drawn on top of it."""
+        if not self.spread_s:  # a probe's mean: the time is known, its spread is not
+            return replace(
+                cpu,
+                request_latency_s=max(self.median_s - cpu.request_s, 0.0),
+                outside_spread=(0.0,),
+            )
         return replace(
             cpu,
             request_latency_s=max(self.median_s - cpu.request_s, 0.0),
-            # No spread measured (a probe's mean): none drawn, but the time is known.
-            outside_spread=self.spread_s or (0.0,),
+            request_cv=0.0,
+            outside_spread=self.shared_s or (0.0,),
+            outside_own=self.own_s if self.shared_s else self.spread_s,
         )
 
     def describe(self) -> str:
@@ -508,11 +521,29 @@ class Outside:
         )
 
 
-def outside(samples: Iterable[tuple[float, float, float]]) -> Outside | None:
+def outside(samples: Iterable[tuple[float, float, float, Hashable]]) -> Outside | None:
     """The time outside Triton's queue and execution over ``(latency_s, queue_wait_s,
-    compute_s)`` of traced requests. None without samples."""
-    times = [latency - queue - compute for latency, queue, compute in samples]
-    if not times:
+    compute_s, execution)`` of traced requests (``execution``: a key its batch's requests
+    share). None without samples."""
+    rows = [(latency - queue - compute, batch) for latency, queue, compute, batch in samples]
+    if not rows:
         return None
-    median = statistics.median(times)
-    return Outside(max(median, 0.0), tuple(t - median for t in times))
+    median = statistics.median(t for t, _ in rows)
+    by_batch: dict[Hashable, list[float]] = {}
+    for t, batch in rows:
+        by_batch.setdefault(batch, []).append(t)
+    shared: list[float] = []
+    own: list[float] = []
+    for times in by_batch.values():
+        mean = statistics.fmean(times)
+        shared.append(mean - median)
+        if len(times) > 1:
+            # Deviations from their own mean understate a request's spread by n - 1 of n.
+            scale = math.sqrt(len(times) / (len(times) - 1))
+            own += [(t - mean) * scale for t in times]
+    return Outside(
+        max(median, 0.0),
+        tuple(t - median for t, _ in rows),
+        shared_s=tuple(shared),
+        own_s=tuple(own),
+    )

@@ -5,8 +5,9 @@ A source is one of three: a running Triton (``url`` + ``model``: its config, a w
 statistics, and on this machine its CPU), the exporter's counters in Prometheus over a
 window, or a load run in the load generator's store. From it come the batching config, the
 service times, the traffic, the costs outside the model (given, measured now, cached, or
-unknown), the time outside Triton (a probe or a traced stored run; else unknown) and the
-batcher's hand-offs (traces), and the shapes the requests came in where a stored run or the
+unknown), the time outside Triton (a probe or a traced stored run; else unknown), the
+batcher's hand-offs (traces), what the window measured of the served config (the present
+the advisor checks first), and the shapes the requests came in where a stored run or the
 probe recorded them. The probes' requests hold what ``Options.load`` says (loadgen's input
 options), so that any model can be probed. The callers pass plain values (:class:`Options`);
 nothing here reads argparse or the environment, and a problem is an :class:`InputError`: one
@@ -35,6 +36,7 @@ from advisor.fit import (
     traffic_from_prometheus,
 )
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
+from advisor.present import Measured, PresentCheck, not_executed
 from loadgen.engine import runner as loadgen_api
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
@@ -42,8 +44,10 @@ from loadgen.results.params import RunParams
 from loadgen.results.result import RunResult
 from observe import sampler
 from observe.cpu import CpuMeter, local_cores, local_server_pid, meter
+from observe.prometheus import prometheus_window
 from observe.sampler import Sampler, slow_reads_note
 from observe.window import Window
+from promapi import PromClient, PrometheusError
 from stacksettings import from_env_or_default
 from tritonapi.client import (
     TritonClient,
@@ -57,15 +61,31 @@ from tritonapi.urls import default_metrics_url
 
 UNKNOWN = "capacity: unknown (run with --probe)"
 OUTSIDE_UNKNOWN = (
-    "time outside Triton: not measured, so the client's latency is unknown (--probe "
-    "measures it on the running server; a stored run made with --trace carries it)"
+    "time outside Triton: not measured, so the client's latency is unknown and the p99 "
+    "bound is judged server-side (--probe measures it on the running server; a stored run "
+    "made with --trace carries it)"
 )
 # The exporter retains the last 2 minutes traced (exporter.tracing): all of them are read.
 TRACES_S = 120
+GIVEN_TRAFFIC = "the traffic was given (--rate or --concurrency), not fitted from the window"
+RELOADED = (
+    "the model was reloaded (or Triton restarted) during the window: its statistics started "
+    "over, with the requests queued across the reload"
+)
 
 
 class InputError(ValueError):
     """An input the advisor cannot use: one line for the user (the CLI exits 2)."""
+
+
+class NotExecuted(InputError):
+    """The window watched saw the model execute nothing: there is no present to check, so
+    nothing is advised. Not a misuse: the callers print ``check``'s line (advise exits as
+    for a present that is off)."""
+
+    def __init__(self, check: PresentCheck) -> None:
+        super().__init__(check.line())
+        self.check = check
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,9 @@ class Options:
     request_us: float | None = None
     config: BatcherConfig | None = None  # given instead of read from the server or the run
     probe: bool = False  # measure costs and the time outside Triton with a short load now
+    # Measure the time outside Triton alone with the same short load, when nothing else
+    # gives it (advise on a live server: its p99 bound is then the clients').
+    probe_outside: bool = False
     probe_s: float = 3.0
     # What the probes' and --verify's requests hold (loadgen's input options).
     load: InputOptions = field(default_factory=InputOptions)
@@ -158,6 +181,12 @@ class Inputs:
     run: storedrun.StoredRun | None = None  # the stored run read, when that was the source
     # Requests per shape, where a stored run or the probe recorded them (None: unknown).
     shapes: dict[str, int] | None = None
+    outside_why: str = ""  # why the time outside Triton was not measured, when it was tried
+    # What the window showed of the served config, under the traffic fitted from it: the
+    # present the advisor checks before it predicts (advisor.present); None, with why, when
+    # the window is not that of the config and traffic advised for.
+    present: Measured | None = None
+    present_why: str = ""
 
 
 @dataclass
@@ -317,9 +346,12 @@ def from_server(
         service = fit_service_times(cumulative)
         notes.append("no executions in the window: service times fitted since server start")
     else:
-        raise InputError(
-            f"model {opts.model!r} has never executed: send load first or give --calibration"
+        raise NotExecuted(
+            not_executed(note=f"{opts.model} has never executed: send load while advise watches")
         )
+    present, present_why = None, GIVEN_TRAFFIC
+    if traffic is None and delta.execution_count == 0:
+        raise NotExecuted(not_executed(note="send load while advise watches, or widen --window"))
     if traffic is None:
         try:
             seen = fit_window(window)
@@ -333,6 +365,12 @@ def from_server(
         # a multiple of the rate it answered, whichever count was read.
         saturated = saturation(delta, config.delay_s)
         traffic = saturated_traffic(seen.answered) if saturated else seen.traffic
+        if saturated:
+            present_why = "the model is saturated: advised for more than the rate it answered"
+        elif window.reset:
+            present_why = RELOADED
+        else:
+            present, present_why = Measured.from_window(window), ""
         if window.slow_reads:
             notes.append(slow_reads_note(window.slow_reads))
         notes.append(
@@ -345,6 +383,7 @@ def from_server(
             )
         )
     inputs = Inputs(config, service, traffic, notes, opts.url, opts.model, triton_version(client))
+    inputs.present, inputs.present_why = present, present_why
     if window.cpu is not None and window.cores is not None:
         source = f"the local Triton's CPU over the {window.seconds:.0f} s window"
         try:
@@ -434,6 +473,7 @@ def first_probe(
         triton_version(client),
     )
     inputs.shapes = result.summary.client.shapes
+    inputs.present_why = "no window of the traffic watched (the model had never executed)"
     return inputs
 
 
@@ -480,6 +520,7 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
         if calibrated
         else f"service times fitted from {service_source(run)}"
     )
+    given = traffic
     if traffic is None:
         traffic = run.traffic
         source = "run" if len(run.run_ids) < 2 else f"{len(run.run_ids)} runs' arrival gaps"
@@ -497,6 +538,12 @@ def from_store(opts: Options, calibrated: ServiceModel | None, traffic: Traffic 
         run=run,
         shapes=run.shapes,
     )
+    if opts.config is not None:
+        inputs.present_why = "the config was given by flags: it may not be the one the runs had"
+    elif given is not None:
+        inputs.present_why = GIVEN_TRAFFIC
+    else:
+        inputs.present = run.present
     inputs.outside = run.outside
     if run.handoff is not None:
         inputs.handoffs = (
@@ -536,6 +583,7 @@ def from_prometheus(
     if not opts.model:
         raise InputError("--prometheus needs --model")
     window = f"{max(1, round(opts.window_s))}s"
+    given = traffic
     notes = [f"fitted from the exporter's counters in {opts.prometheus} over {window}"]
     try:
         service = calibrated or fit_service_times(
@@ -556,7 +604,26 @@ def from_prometheus(
         version = triton_version(client)
     else:
         raise InputError("give the config: --url URL, or --max-batch-size N [--preferred A,B]")
-    return Inputs(config, service, traffic, notes, opts.url, opts.model, version)
+    inputs = Inputs(config, service, traffic, notes, opts.url, opts.model, version)
+    if given is not None:
+        inputs.present_why = GIVEN_TRAFFIC
+    elif opts.config is not None:
+        inputs.present_why = "the config was given by flags: it may not be the one served"
+    else:
+        inputs.present, inputs.present_why = prometheus_present(opts)
+    return inputs
+
+
+def prometheus_present(opts: Options) -> tuple[Measured | None, str]:
+    """What the exporter's counters showed over the window, or why they could not."""
+    try:
+        prom = PromClient(opts.prometheus, timeout_s=10.0, hint="check --prometheus")
+        window = prometheus_window(prom, opts.model, opts.window_s)
+    except PrometheusError as exc:
+        return None, f"the exporter's counters not read ({exc})"
+    if window is None:
+        return None, f"Prometheus has no exporter series for {opts.model}"
+    return Measured.from_window(window), ""
 
 
 # ---- costs ---------------------------------------------------------------------------------
@@ -627,6 +694,23 @@ def probe_outside(
     return handoff.Outside(max(client_mean_s - inside, 0.0), (), source)
 
 
+def outside_probe(opts: Options, inputs: Inputs) -> tuple[handoff.Outside | None, str]:
+    """The time outside Triton measured by :func:`probe`'s load (its costs left as they
+    are), or None and why it could not be (the server stopped answering, the load failed)."""
+    url = opts.url or inputs.server
+    concurrency = probe_concurrency(inputs.config)
+    params = probe_params(opts, inputs.model, url, concurrency, "advisor outside probe")
+    try:
+        result, window = probed(TritonClient(url), inputs.model, params)
+    except InputError as exc:
+        return None, str(exc)
+    assert window.delta is not None  # a window of the statistics API
+    measured = result.summary.client.throughput_per_s or 0.0
+    source = f"a {opts.probe_s:g} s probe at concurrency {concurrency} ({measured:,.0f}/s)"
+    found = probe_outside(result.summary.client.latency_s.mean, window.delta, source)
+    return found, "" if found is not None else "the probe's requests were not answered"
+
+
 def replay_options(opts: Options, inputs: Inputs) -> InputOptions:
     """What ``--verify``'s replayed requests hold: ``opts.load`` when any input option was
     given, else (none given) the stored run's own, so that a run is replayed alike."""
@@ -648,6 +732,8 @@ def resolve_costs(opts: Options, given: Costs | None, inputs: Inputs) -> Costs:
         measured = probed.calibration
         if inputs.outside is None and probed.outside is not None:
             inputs.outside = probed.outside
+    elif opts.probe_outside and inputs.outside is None:
+        inputs.outside, inputs.outside_why = outside_probe(opts, inputs)
     if measured is not None:
         measured = replace(
             measured,
@@ -724,6 +810,11 @@ def gather(opts: Options, window: Window | None = None) -> Prepared:
     if inputs.outside is not None:
         cost = replace(cost, cpu=inputs.outside.apply(cost.cpu))
         outside_line = inputs.outside.describe()
+    elif inputs.outside_why:
+        outside_line = (
+            f"time outside Triton: not measured ({inputs.outside_why}), so the p99 bound is "
+            "judged server-side (queue + compute)"
+        )
     else:
         outside_line = OUTSIDE_UNKNOWN
     measured = (

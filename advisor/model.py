@@ -93,6 +93,11 @@ class CpuModel:
     # time Triton's compute counters do not show, inferred from the window (advisor.present).
     dispatch_s: float = 0.0
     release_s: float = 0.0
+    # Wall time a request is counted as queued (Triton stamped its queue start) before the
+    # batcher can take it: the same for every request, so it joins no batch and only adds
+    # to the queue and the latency. Inferred from the window where Triton's queue time is
+    # longer than any release that keeps the measured batch sizes allows (advisor.present).
+    queue_lag_s: float = 0.0
     # Spread of one execution's time around its size's mean (coefficient of variation,
     # gamma), measured from traces: executions on a shared machine are never all alike.
     execution_cv: float = 0.0
@@ -118,13 +123,16 @@ class CpuModel:
     # dispatch there, as an instance that just finished takes its next batch at once,
     # without the wake-up an idle one needs.
     release_samples: tuple[float, ...] = ()
-    # The spread of the time outside Triton's queue and execution: each traced request's
-    # time there less the run's median (seconds, either sign; advisor.handoff.outside).
-    # One is drawn per request and added to the wait after its execution (floored at no
-    # wait). Measured: its p99 is 2 to 3 times the median (the client's and the network
-    # stack's scheduling), and without it the client p99 of a config whose queue waits are
-    # short came out 20 to 37 % low.
+    # The spread of the time outside Triton's queue and execution (seconds, either sign;
+    # advisor.handoff.outside), added to the wait after an execution (floored at no wait):
+    # the part its requests share, drawn once per execution, and each request's own part,
+    # drawn per request. Measured: its p99 is 2 to 3 times the median (the client's and the
+    # network stack's scheduling), and without it the client p99 of a config whose queue
+    # waits are short came out 20 to 37 % low. The answers of one execution travel back
+    # together (a stalled client loop delays them all): drawn apart, closed-loop clients
+    # that batch in pairs drifted apart in the simulation and lost the pairs they kept.
     outside_spread: tuple[float, ...] = ()
+    outside_own: tuple[float, ...] = ()
     # Measured gaps between consecutive requests reaching Triton, in their order (seconds,
     # advisor.handoff.arrival_gaps): open-loop arrivals are drawn as runs of them, scaled
     # to the traffic's rate. Requests sent on a Poisson schedule reach the front end
@@ -139,6 +147,7 @@ class CpuModel:
             "timer_slack_tail_s",
             "dispatch_s",
             "release_s",
+            "queue_lag_s",
             "execution_cv",
         ):
             if getattr(self, name) < 0:

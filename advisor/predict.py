@@ -192,7 +192,7 @@ def predict(
 
 def knows_outside(cpu: CpuModel) -> bool:
     """Whether ``cpu`` carries a measured time outside Triton (advisor.handoff.Outside)."""
-    return bool(cpu.outside_spread) or cpu.request_latency_s > 0
+    return bool(cpu.outside_spread or cpu.outside_own) or cpu.request_latency_s > 0
 
 
 @dataclass(frozen=True)

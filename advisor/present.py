@@ -6,7 +6,8 @@ executions (backend IPC, response sending, the batcher's dispatch); where the mo
 work shares the cores, that time batches requests the simulation would serve alone.
 :func:`check_present` simulates the served config under the fitted traffic and costs, infers
 that hidden time (:attr:`~advisor.model.CpuModel.release_s`, the instance's release after an
-execution) so that the simulated average batch and mean queue match the measured ones, and
+execution; where that cannot, with :attr:`~advisor.model.CpuModel.queue_lag_s` beside it) so
+that the simulated average batch and mean queue match the measured ones, and
 returns a :class:`PresentCheck`: each figure simulated against measured, what was inferred,
 and a verdict against stated bounds. A present still off is never a base for advice.
 """
@@ -14,12 +15,13 @@ and a verdict against stated bounds. A present still off is never a base for adv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from advisor.config import BatcherConfig
 from advisor.model import CpuModel, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
+from observe.window import Window
 from tritonapi.stats import ModelStats
 
 # The bounds of the verdict, relative to the measured figure. The average batch is what a
@@ -30,6 +32,13 @@ QUEUE_BOUND = 0.25
 # A mean queue shorter than this is within the hand-offs' own spread: its error is taken
 # against this floor, so that 8 us against 5 us is not called a miss of 60 %.
 QUEUE_FLOOR_S = 20e-6
+# A window of few requests measures a mean queue that varies between windows of one config
+# by more than QUEUE_BOUND (requests queue behind one another, so their waits come in runs).
+# The queue's bound is then this many spreads of the simulated present's own means over
+# windows of as many consecutive requests (window_spread), when that is wider; fewer
+# simulated windows than WINDOWS_FOR_SPREAD give no spread.
+QUEUE_SPREADS = 2.0
+WINDOWS_FOR_SPREAD = 8
 # The window's executions per second bound the hidden time (an instance cannot be busy or
 # unavailable more than all the time); its rates are noisy over a short window, so the
 # search may go this far past that bound.
@@ -53,6 +62,11 @@ OFF = "off"
 NOT_EXECUTED = "not executed yet"
 
 HIDDEN = "unavailable after each execution"
+LAG = "queued before the batcher sees each request"
+# Where no unavailability brings the queue up to measured without batching more than
+# measured, the lag is fitted at the unavailability that matches the batch: this many
+# corrections of it by the queue still missing (each one simulation).
+LAG_STEPS = 3
 # The figures' names in --json, with their units, and the scale to those units.
 JSON_KEYS = {
     "average batch": "average_batch",
@@ -70,6 +84,7 @@ class Measured:
     size_shares: Mapping[int, float]  # batch size -> share of executions
     mean_queue_s: float  # per request, QUEUE_START to COMPUTE_START
     executions_per_s: float
+    requests: int = 0  # whose queue times make the mean (0: not known)
 
     def __post_init__(self) -> None:
         if min(self.avg_batch, self.mean_queue_s, self.executions_per_s) < 0:
@@ -95,6 +110,7 @@ class Measured:
             size_shares={s: c / n for s, c in sorted(executions.items())} if n else {},
             mean_queue_s=queue_s / requests if requests else 0.0,
             executions_per_s=n / seconds if seconds > 0 else 0.0,
+            requests=requests,
         )
 
     @classmethod
@@ -102,6 +118,19 @@ class Measured:
         """From the statistics API's difference over a window of ``seconds``."""
         queue = delta.phase("queue")
         return cls.from_counts(delta.executions_by_size(), queue.seconds, seconds, queue.count)
+
+    @classmethod
+    def from_window(cls, window: Window) -> Measured:
+        """From any source's window: the statistics delta where the window holds one, else
+        its counts (Prometheus', a stored run's) over the part of it with traffic."""
+        if window.delta is not None:
+            return cls.from_stats(window.delta, window.seconds)
+        return cls.from_counts(
+            {size: round(n) for size, n in window.executions_by_size.items()},
+            window.queue_s,
+            window.active_seconds or window.seconds,
+            round(window.requests_ok),
+        )
 
     @property
     def executed(self) -> bool:
@@ -118,6 +147,7 @@ class Figure:
     measured: float
     bound: float | None = None
     floor: float = 0.0  # the error is taken against at least this
+    widened: str = ""  # why the bound is wider than its constant, when it is
 
     @property
     def error(self) -> float:
@@ -164,7 +194,10 @@ class PresentCheck:
     def line(self) -> str:
         """One line a person reads at a glance."""
         if self.status == NOT_EXECUTED:
-            return "present: not executed yet (no executions in the window): nothing recommended"
+            why = f"; {self.note}" if self.note else ""
+            return (
+                f"present: not executed yet (no executions in the window{why}): nothing recommended"
+            )
         batch, queue = self.figure("average batch"), self.figure("mean queue")
         text = (
             f"present: batch {batch.simulated:.2f} vs {batch.measured:.2f} measured"
@@ -218,58 +251,110 @@ def check_present(
     cpu: CpuModel | None = None,
     requests: int = PRESENT_REQUESTS,
     seed: int = 1,
+    stored: bool = False,
 ) -> PresentCheck:
     """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
     an instance stays unavailable after each execution so that the simulated present
-    matches ``measured``, and judge the match.
+    matches ``measured``, and judge the match. Where no such time matches both the batch and
+    the queue, and the queue is short, a queue lag is fitted at the time that matches the
+    batch (:func:`_fit_lag`) and kept if it brings both within their bounds.
 
     The hidden time is searched between 0 and what the measured executions per second leave
     of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
     or the queue's in units of its bound, is smallest (:func:`_search`). Every simulation
     uses the same seed, so the figures move with the hidden time and not with the draws.
     Where traces measured the release (``cpu.release_samples``), nothing is inferred over
-    them: the present is checked as it is.
+    them: the present is checked as it is. ``stored``: the measurement is of stored load
+    runs, which cannot be watched longer (what would help is said for them).
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
-        return PresentCheck(NOT_EXECUTED, cpu=cpu, help=("a window with traffic",))
+        return not_executed(cpu)
     traced = bool(cpu.release_samples)
-    runs: dict[float, SimResult] = {}
+    runs: dict[tuple[float, float], SimResult] = {}
 
-    def simulate(hidden_s: float) -> SimResult:
-        if hidden_s not in runs:
-            trial = cpu if traced else replace(cpu, release_s=hidden_s)
-            runs[hidden_s] = Simulation(config, service, traffic, trial, requests, seed=seed).run()
-        return runs[hidden_s]
+    def simulate(hidden_s: float, lag_s: float = 0.0) -> SimResult:
+        if (hidden_s, lag_s) not in runs:
+            trial = cpu if traced else replace(cpu, release_s=hidden_s, queue_lag_s=lag_s)
+            runs[hidden_s, lag_s] = Simulation(
+                config, service, traffic, trial, requests, seed=seed
+            ).run()
+        return runs[hidden_s, lag_s]
 
-    def errors(hidden_s: float) -> tuple[float, float]:
+    def errors(hidden_s: float, lag_s: float = 0.0) -> tuple[float, float]:
         """The batch's and the queue's errors, each in units of its bound."""
-        batch, queue = _figures(simulate(hidden_s), measured)[:2]
-        return batch.error / BATCH_BOUND, queue.error / QUEUE_BOUND
+        batch, queue = present_figures(simulate(hidden_s, lag_s), measured)[:2]
+        assert batch.bound is not None and queue.bound is not None
+        return batch.error / batch.bound, queue.error / queue.bound
 
-    note = ""
+    note, lag = "", 0.0
     if traced:
         hidden = cpu.release_s
         simulate(hidden)
     else:
         high = ceiling(config, service, measured)
         hidden = _search(errors, high)
-        note = _why_off(errors, hidden, high)
-    result = runs[hidden]
-    calibrated = cpu if traced else replace(cpu, release_s=hidden)
-    figures = _figures(result, measured)
+        batch_error, queue_error = errors(hidden)
+        if max(abs(batch_error), abs(queue_error)) > 1 and queue_error < 0:
+            lagged = _fit_lag(errors, simulate, measured, high)
+            if lagged is not None and max(map(abs, errors(*lagged))) <= 1:
+                hidden, lag = lagged
+        if not lag:
+            note = _why_off(errors, hidden, high)
+    result = runs[hidden, lag]
+    calibrated = cpu if traced else replace(cpu, release_s=hidden, queue_lag_s=lag)
+    figures = present_figures(result, measured)
     off = tuple(f.name for f in figures if not f.within)
+    inferred = ((HIDDEN, hidden),) + (((LAG, lag),) if lag else ())
     return PresentCheck(
         status=OFF if off else CALIBRATED,
         figures=figures,
         shares=_shares(result, measured),
-        inferred=() if traced else ((HIDDEN, hidden),),
+        inferred=() if traced else inferred,
         cpu=calibrated,
-        help=_help(cpu) if off else (),
+        help=_help(cpu, stored) if off else (),
         simulations=len(runs),
         traced=traced,
         note=note if off else "",
     )
+
+
+def not_executed(cpu: CpuModel | None = None, note: str = "") -> PresentCheck:
+    """The check of a window in which the model executed nothing: no present to reproduce,
+    so nothing to stand a prediction on (``note``: what would help)."""
+    return PresentCheck(
+        NOT_EXECUTED, cpu=cpu or CpuModel(), help=("a window with traffic",), note=note
+    )
+
+
+def _fit_lag(
+    errors: Callable[[float, float], tuple[float, float]],
+    simulate: Callable[[float, float], SimResult],
+    measured: Measured,
+    high: float,
+) -> tuple[float, float] | None:
+    """The unavailability that matches the measured average batch, and the queue lag that
+    then brings the mean queue up to measured: ``(release, lag)``, or None when no
+    unavailability matches the batch or no lag is missing.
+
+    Unavailability after executions raises the average batch and the mean queue together;
+    a window whose queue is longer than any unavailability that keeps its batches as small
+    as measured waited where no batch grows: counted as queued before the batcher could
+    take the request (a front end descheduled between stamping the queue start and handing
+    the request over, on cores the model's own work shares). A lag the same for every
+    request adds to each one's queue and forms no other batch, so it is fitted after the
+    batch, by the queue still missing."""
+    release = _quick(lambda u: errors(u, 0.0)[0], high)
+    if release is None:
+        return None
+    lag = 0.0
+    for _ in range(LAG_STEPS):
+        delays = simulate(release, lag).queue_delays_s
+        missing = measured.mean_queue_s - (sum(delays) / len(delays) if delays else 0.0)
+        lag = max(lag + missing, 0.0)
+        if abs(errors(release, lag)[1]) <= QUICK_TOLERANCE:
+            break
+    return (release, lag) if lag > 0 else None
 
 
 def _why_off(errors: Callable[[float], tuple[float, float]], hidden: float, high: float) -> str:
@@ -368,17 +453,41 @@ def _thorough(worst: Callable[[float], float], high: float) -> float:
     return min(scores, key=scores.__getitem__)
 
 
-def _figures(result: SimResult, measured: Measured) -> tuple[Figure, ...]:
+def window_spread(values: Sequence[float], n: int, floor: float = 0.0) -> float:
+    """How much the mean of ``n`` consecutive ``values`` varies between windows: the
+    standard deviation of the means of the whole windows ``values`` holds, relative to
+    their mean (or ``floor``, when that is larger). Consecutive, so that runs of long waits
+    in a busy period count as a window of few requests sees them. 0 when ``values`` holds
+    fewer than WINDOWS_FOR_SPREAD windows (a longer window needs no widening) or no mean."""
+    windows = len(values) // n if n > 0 else 0
+    if windows < WINDOWS_FOR_SPREAD:
+        return 0.0
+    means = [math.fsum(values[i * n : (i + 1) * n]) / n for i in range(windows)]
+    mean = math.fsum(means) / windows
+    scale = max(mean, floor)
+    if scale <= 0:
+        return 0.0
+    return math.sqrt(math.fsum((m - mean) ** 2 for m in means) / (windows - 1)) / scale
+
+
+def present_figures(result: SimResult, measured: Measured) -> tuple[Figure, ...]:
+    """A simulated present's average batch, mean queue and executions per second against
+    the measured ones, each with its bound (the queue's widened for a window of few
+    requests: window_spread)."""
     delays = result.queue_delays_s
     executions_per_s = result.executions / result.duration_s if result.duration_s > 0 else 0.0
+    spread = window_spread(delays, measured.requests, QUEUE_FLOOR_S)
+    wide = QUEUE_SPREADS * spread > QUEUE_BOUND
+    widened = f"the spread of means over {measured.requests:,} requests" if wide else ""
     return (
         Figure("average batch", result.mean_batch_size, measured.avg_batch, BATCH_BOUND),
         Figure(
             "mean queue",
             sum(delays) / len(delays) if delays else 0.0,
             measured.mean_queue_s,
-            QUEUE_BOUND,
+            max(QUEUE_BOUND, QUEUE_SPREADS * spread),
             QUEUE_FLOOR_S,
+            widened,
         ),
         Figure("executions per second", executions_per_s, measured.executions_per_s),
     )
@@ -400,11 +509,18 @@ def _shares_of_average(avg_batch: float) -> dict[int, float]:
     return {low: 1 - frac, low + 1: frac} if frac else {low: 1.0}
 
 
-def _help(cpu: CpuModel) -> tuple[str, ...]:
-    """What would make the measured present firmer or the model closer to it."""
-    tips = ["a longer window (--window)"]
-    if not cpu.release_samples and not cpu.dispatch_samples:
-        tips.append("traces of the hand-offs (--traces)")
+def _help(cpu: CpuModel, stored: bool = False) -> tuple[str, ...]:
+    """What would make the measured present firmer or the model closer to it. A stored
+    run's window is what was run: a longer run, or several of one traffic pooled, is."""
+    traced = bool(cpu.release_samples or cpu.dispatch_samples)
+    if stored:
+        tips = ["a longer run, or several of its traffic pooled (--run A,B,...)"]
+        if not traced:
+            tips.append("a run made with --trace")
+    else:
+        tips = ["a longer window (--window)"]
+        if not traced:
+            tips.append("traces of the hand-offs (--traces)")
     if cpu.cores is None:
         tips.append("measured costs (--probe)")
     return tuple(tips)
@@ -414,7 +530,8 @@ def _miss(f: Figure) -> str:
     if f.within:
         return ""
     assert f.bound is not None
-    return f" (off by {f.error:+.0%}, bound ±{f.bound:.0%})"
+    why = f", {f.widened}" if f.widened else ""
+    return f" (off by {f.error:+.0%}, bound ±{f.bound:.0%}{why})"
 
 
 def _ms(simulated: float, measured: float) -> str:

@@ -392,13 +392,12 @@ class _Run:
         else:
             then()
 
-    def after_response(self, then: Callable[[], None]) -> None:
-        """The wait after an execution: half the latency outside Triton, plus a draw of its
-        measured spread around the median."""
+    def after_response(self, shared: float, then: Callable[[], None]) -> None:
+        """The wait after an execution: half the latency outside Triton, plus its measured
+        spread around the median: ``shared``, its execution's draw, and its own."""
         cpu = self.sim.cpu
-        wait = cpu.request_latency_s / 2
-        if cpu.outside_spread:
-            wait = max(wait + self.rng.choice(cpu.outside_spread), 0.0)
+        own = self.rng.choice(cpu.outside_own) if cpu.outside_own else 0.0
+        wait = max(cpu.request_latency_s / 2 + shared + own, 0.0)
         if wait > 0:
             self.at(self.now + wait, then)
         else:
@@ -435,10 +434,15 @@ class _Run:
             return True
         return False
 
-    def enqueue(self, request: _Request) -> None:
-        if self.held(functools.partial(self.enqueue, request)):
+    def enqueue(self, request: _Request, lagged: bool = False) -> None:
+        if self.held(functools.partial(self.enqueue, request, lagged)):
             return
-        request.enqueued = self.now
+        lag = self.sim.cpu.queue_lag_s
+        if not lagged:
+            request.enqueued = self.now
+            if lag > 0:  # counted as queued from now; the batcher sees it after the lag
+                self.at(self.now + lag, functools.partial(self.enqueue, request, True))
+                return
         self.queue.append(request)
         if len(self.payloads) < self.slots and (
             self.saturated
@@ -597,16 +601,24 @@ class _Run:
                 waiting, self.deferred = self.deferred, []
                 for action in waiting:
                     action()
+        spread = self.sim.cpu.outside_spread
+        shared = self.rng.choice(spread) if spread else 0.0
         for request in batch:
             self.cpu_job(
                 self.front_end_work(),
-                functools.partial(self.after_response, functools.partial(self.finish, request)),
+                functools.partial(
+                    self.after_response, shared, functools.partial(self.finish, request)
+                ),
             )
         # The instance's thread goes back for the next payload (after the release) while
         # the execution's callback wakes the batcher thread.
         cpu = self.sim.cpu
         if cpu.release_s > 0 and not cpu.release_samples:
-            self.at(self.now + cpu.release_s, self.released)
+            # Not measured (inferred, or given): its mean, drawn exponential, as the front
+            # end's unmeasured spread is. Every release traces show varies (their p99 several
+            # times the median), and a constant one never lets closed-loop clients that
+            # batch in pairs meet in a batch of four, as they do now and then.
+            self.at(self.now + self.rng.expovariate(1 / cpu.release_s), self.released)
         else:
             self.released()
         self.notify()

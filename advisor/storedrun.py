@@ -34,12 +34,14 @@ from advisor.handoff import (
     outside,
 )
 from advisor.model import ClosedLoop, OpenLoop, ServiceModel, Traffic
+from advisor.present import Measured
 from loadgen.errors import LoadgenError
 from loadgen.inputopts import InputOptions
 from loadgen.results.histogram import Histogram
 from loadgen.results.params import RunParams
 from loadgen.results.summary import LoadRun, ServerSummary
-from observe.storedrun import read
+from observe.storedrun import read, window
+from observe.window import summed
 from runs.errors import StoreError
 from runs.store import RunStore
 
@@ -82,6 +84,8 @@ class StoredRun:
     run_ids: tuple[int, ...] = ()  # the runs pooled (``run_id`` is the first)
     # The runs the service times came from: the untraced ones, when any were pooled.
     service_runs: tuple[int, ...] = ()
+    # What Triton's statistics showed over those runs: the present the advisor checks.
+    present: Measured | None = None
 
     @property
     def whose(self) -> str:
@@ -256,7 +260,8 @@ def load_runs(
         sizes.update(server.executions_by_batch_size)
     executions = sum(s.executions for s in servers)
     sent = sum(r.run.summary.client.sent for r in reads)
-    samples = [sample for r in reads for sample in r.samples]
+    # A batch is its run's: keyed by both when runs are pooled.
+    samples = [(*sample[:3], (r.run_id, sample[3])) for r in reads for sample in r.samples]
     traced = [t for r in reads for t in r.traced]
     measured_outside = outside(samples)
     if measured_outside is not None:
@@ -312,6 +317,9 @@ def load_runs(
         inputs=InputOptions(**{f.name: getattr(params, f.name) for f in fields(InputOptions)}),
         run_ids=tuple(r.run_id for r in reads),
         service_runs=tuple(r.run_id for r in timed),
+        present=Measured.from_window(
+            summed([window(r.run, r.server) for r in timed], "the runs pooled")
+        ),
     )
 
 

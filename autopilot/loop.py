@@ -352,6 +352,15 @@ class Pilot:
         except InputError as exc:
             self.say(f"NO ADVICE {model}: {exc}")
             return
+        self.say(f"{model}: {found.present_line()}")
+        if found.silent:
+            # Nothing is applied from a model that does not reproduce the present; the
+            # baseline stays unset, so the next interval's window is advised again.
+            self.say(
+                f"NO ADVICE {model}: the advisor's simulation does not reproduce this window "
+                "(present off): nothing applied from an uncalibrated model"
+            )
+            return
         self.baseline, self.shifted = traffic, 0
         rec = found.recommendation
         bound = f"p99 <= {rec.p99_bound_s * 1e3:g} ms"

@@ -22,6 +22,7 @@ from advisor.config import BatcherConfig
 from advisor.inputs import (
     UNKNOWN,
     InputError,
+    NotExecuted,
     Options,
     given_costs,
     given_traffic,
@@ -48,6 +49,12 @@ from tritonapi.client import TritonClient, TritonError, TritonHTTPError
 
 class UsageError(Exception):
     """Bad input: one line for the user, exit code 2."""
+
+
+# advise's exit code when it recommends nothing because its simulation of the config being
+# served does not reproduce what the window measured (or nothing executed in it): not a
+# misuse (2), not a change that failed (1). The --help epilog and docs/advisor.md say so.
+PRESENT_OFF = 3
 
 
 # ---- flags to options ----------------------------------------------------------------------
@@ -90,6 +97,9 @@ def options_from(args: argparse.Namespace) -> Options:
         # config is always its own.
         config=flag_config(args) if args.max_batch_size is not None and not args.url else None,
         probe=args.probe,
+        # The p99 bound is the clients': on a live server, what they spend outside Triton is
+        # measured unless asked not to (a stored run carries its own, when traced).
+        probe_outside=bool(args.url) and args.store is None and not args.server_side,
         probe_s=args.probe_s,
         traces=args.traces or "",
         calibrations=args.calibrations,
@@ -143,10 +153,20 @@ def print_recommendation(advice: Advice) -> None:
         print(note)
     print(prepared.costs.line)
     print(prepared.outside_line)
+    print(advice.present_line())
+    if advice.silent:
+        print(
+            f"nothing recommended for {rec.current.config.describe()}: the simulation does "
+            "not reproduce the present it was fitted from, so its other predictions would "
+            f"stand on a wrong base (exit {PRESENT_OFF})"
+        )
+        return
     print(f"current: {rec.current.config.describe()}, under {rec.current.traffic.describe()}")
     print(_line(rec.current))
     print(f"  {rec.noise_line('current')}")
-    bound = f"p99 latency <= {rec.p99_bound_s * 1e3:g} ms"
+    bound = f"p99 latency <= {rec.p99_bound_s * 1e3:g} ms" + (
+        "" if rec.current.client_terms else " (judged server-side: queue + compute)"
+    )
     if rec.best is None:
         print(f"no config of the {rec.considered} tried meets {bound}")
         return
@@ -222,11 +242,16 @@ def advise(args: argparse.Namespace) -> int:
     opts = options_from(args)
     try:
         found = advice.advise(opts, search_options(args))
+    except NotExecuted as exc:
+        # Nothing to stand advice on, and not a misuse: the present's line, exit 3.
+        out = {"present": exc.check.to_json(), "recommended": None}
+        print(json.dumps(out, indent=1) if args.json else exc.check.line())
+        return PRESENT_OFF
     except InputError as exc:
         raise UsageError(str(exc)) from None
     checked = (
         run_verify(args, replay_options(opts, found.prepared.inputs), found)
-        if args.verify
+        if args.verify and not found.silent
         else None
     )
     plan = apply_plan(args, found) if args.url else None
@@ -234,6 +259,8 @@ def advise(args: argparse.Namespace) -> int:
         print_recommendation(found)
         if checked is not None:
             print_verification(found.recommendation, checked)
+        elif args.verify:
+            print("verification: not run (nothing recommended)")
         if plan is not None:
             print_plan(plan, args.apply)
     result = run_apply(args, found, plan) if args.apply and plan is not None else None
@@ -245,6 +272,8 @@ def advise(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
     elif result is not None:
         print(result.line())
+    if found.silent:
+        return PRESENT_OFF
     return 0 if result is None or result.change.outcome == "kept" else 1
 
 
@@ -274,10 +303,15 @@ def apply_plan(args: argparse.Namespace, found: Advice) -> dict[str, Any]:
         "watch_why": why,
         "rule": apply.rollback_rule(seconds),
         "prediction": change,
+        # Why nothing is applied when the model's present is off.
+        "refused": found.present_line() if found.silent else None,
     }
 
 
 def print_plan(plan: dict[str, Any], applying: bool) -> None:
+    if plan["refused"] is not None:
+        print(f"apply: nothing applied to {plan['model']}: the model's present is off")
+        return
     if plan["new"] is None:
         print(f"apply: nothing to apply to {plan['model']} (no change recommended)")
         return
@@ -310,6 +344,8 @@ def run_apply(args: argparse.Namespace, found: Advice, plan: dict[str, Any]) -> 
         return None
     client = live_client(args)
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    if args.json:  # the text output said it above the plan
+        say(found.present_line())
     try:
         old = client.model_config_json(args.model)
         new = apply.override(old, prediction.config, args.model)
@@ -398,6 +434,7 @@ def recommendation_json(found: Advice) -> dict[str, Any]:
         "notes": found.notes,
         "costs": cost.line,
         "time_outside_triton": found.prepared.outside_line,
+        "present": found.present_json(),
         "client_terms": found.prepared.client_terms,
         "calibration": cost.calibration.to_json() if cost.calibration else None,
         "capacity_known": cost.known,
@@ -412,6 +449,9 @@ def recommendation_json(found: Advice) -> dict[str, Any]:
         "gain_ratio": rec.gain_ratio if rec.best else None,
         "gain": rec.gain_line() or None,
         "p99_bound_ms": rec.p99_bound_s * 1e3,
+        # Whose p99 the bound was judged on: the clients' where the time outside Triton was
+        # measured, else Triton's side alone (queue + compute).
+        "p99_bound_judged": "client" if rec.current.client_terms else "server-side",
         "configs_tried": rec.considered,
         "seeds": rec.seeds,
     }

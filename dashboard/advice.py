@@ -48,6 +48,10 @@ class Advice:
     notes: tuple[str, ...] = ()
     inputs: InputOptions | None = None  # what the run's requests held: replayed alike
     shapes: ShapeSplit | None = None  # batches per shape, when the run sent several
+    # The present, simulated against measured, in the advisor's one line; ``silent`` when it
+    # is off its bounds and nothing is recommended (``recommendation.best`` is None then).
+    present: str = ""
+    silent: bool = False
 
 
 def advise(
@@ -92,6 +96,8 @@ def advise(
         notes=tuple(found.notes),
         inputs=run.inputs,
         shapes=found.shapes,
+        present=found.present_line(),
+        silent=found.silent,
     )
 
 

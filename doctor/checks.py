@@ -82,6 +82,9 @@ class Prescription:
     # The proposed config's objective over the search's seeds, (low, high) in its unit (ms
     # for latency): configs whose ranges overlap are equivalent to the search.
     interval: tuple[float, float] | None = None
+    # The search's present, simulated against measured, in one line (advisor.advice.Advice.
+    # present_line): what every verdict stands on.
+    present: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -90,10 +93,12 @@ class Prescription:
             "pbtxt": list(self.pbtxt),
             "text": self.text,
             "interval": list(self.interval) if self.interval else None,
+            "present": self.present,
         }
 
 
-KEEP, CHANGE, NONE = "keep", "change", "none"
+# OFF: the search's simulation does not reproduce the present, so it proposes nothing.
+KEEP, CHANGE, NONE, OFF = "keep", "change", "none", "present off"
 
 
 def us(seconds: float) -> str:

@@ -5,7 +5,8 @@ The checks (:mod:`doctor.checks`) say what is wrong and why; where a finding's f
 batching knob (the delay, the preferred sizes, max_batch_size, batching on), the config comes
 from :func:`advisor.advice.advise` over the same window: the advisor's recommendation, or
 "keep it" with the numbers when no config beats the current one at this load (then no longer
-delay is proposed). Findings about other things (a full queue, failures, a model without a
+delay is proposed), or nothing where the search's simulation does not reproduce the window
+(its present is off). Findings about other things (a full queue, failures, a model without a
 batch dimension) keep the checks' own fix.
 
 The doctor sits above the advisor in the layers: it asks the advisor's search, and the
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from advisor.advice import SearchOptions, advise
+from advisor.advice import Advice, SearchOptions, advise
 from advisor.inputs import InputError, Options
 from advisor.predict import Recommendation
-from doctor.checks import CHANGE, KEEP, NONE, Finding, Prescription
+from doctor.checks import CHANGE, KEEP, NONE, OFF, Finding, Prescription
 from doctor.diagnosis import Diagnosis
 from observe.window import Window
 
@@ -99,10 +100,28 @@ def _fix(finding: Finding, p: Prescription) -> Finding:
     return replace(finding, fix=lines + rest, proposal=p.text)
 
 
-def prescribe(d: Diagnosis, rec: Recommendation) -> Diagnosis:
-    """``d`` with the search's answer, and its batching findings' fix lines from it."""
-    p = prescription(rec)
+def prescribe(d: Diagnosis, rec: Recommendation, present: str = "") -> Diagnosis:
+    """``d`` with the search's answer, and its batching findings' fix lines from it;
+    ``present``: the line the search's present check printed."""
+    p = replace(prescription(rec), present=present)
     findings = [_fix(f, p) if f.code in SEARCHED else f for f in d.findings]
+    return replace(d, findings=findings, prescription=p)
+
+
+def silent(d: Diagnosis, found: Advice) -> Diagnosis:
+    """``d`` when the search's present is off: no config proposed, and the batching
+    findings keep the checks' own rule of thumb, marked as such."""
+    now = found.recommendation.current.config
+    p = Prescription(
+        OFF,
+        now.describe(),
+        (),
+        "no config proposed: the advisor's simulation does not reproduce this window's "
+        "present, so its predictions of other configs would stand on a wrong base",
+        present=found.present_line(),
+    )
+    note = "# the checks' rule of thumb: the advisor's search proposes nothing (present off)"
+    findings = [replace(f, fix=(note, *f.fix)) if f.code in SEARCHED else f for f in d.findings]
     return replace(d, findings=findings, prescription=p)
 
 
@@ -127,4 +146,6 @@ def searched(
         d.notes.append(cut)
     # Which count the search's traffic came from (received or answered), as advise says.
     d.notes.extend(n for n in found.notes if n.startswith("traffic fitted from the window"))
-    return prescribe(d, found.recommendation)
+    if found.silent:
+        return silent(d, found)
+    return prescribe(d, found.recommendation, found.present_line())

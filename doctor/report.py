@@ -65,6 +65,8 @@ def text(diagnoses: list[Diagnosis]) -> str:
         out.extend(f"  {line}" for line in facts(d))
         out.extend(f"  note: {note}" for note in d.notes)
         if d.prescription is not None:
+            if d.prescription.present:
+                out.append(f"  {d.prescription.present}")
             out.append(f"  config ({d.prescription.verdict}): {d.prescription.text}")
             out.extend(f"    {line}" for line in d.prescription.pbtxt)
         if not d.findings:

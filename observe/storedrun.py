@@ -29,7 +29,7 @@ class Read:
     due_s: list[float]
     latencies_s: list[float]  # of the answered requests
     traced: list[TracedRequest]
-    samples: list[tuple[float, float, float]]
+    samples: list[tuple[float, float, float, int]]
 
 
 def window(run: LoadRun, server: ServerSummary, source: str = "") -> Window:

@@ -57,6 +57,9 @@ class Window:
     # The server process's CPU over the window, and its cores, when it runs here.
     cpu: ServerCpu | None = None
     cores: int | None = None
+    # The statistics started over inside the window (the model reloaded, or Triton
+    # restarted): the delta holds only what came after, including requests queued across.
+    reset: bool = False
 
     @property
     def requests(self) -> float:
@@ -159,6 +162,7 @@ def from_statistics(
         pending_note=pending_note,
         cpu=cpu,
         cores=cores,
+        reset=after.is_reset_since(before),
     )
 
 

@@ -78,19 +78,20 @@ def load_traced_requests(conn: sqlite3.Connection, run_id: int, model: str) -> l
 
 def load_traced_latencies(
     conn: sqlite3.Connection, run_id: int
-) -> list[tuple[float, float, float]]:
+) -> list[tuple[float, float, float, int]]:
     """(client latency, traced queue wait, traced execution) in seconds of each answered
-    traced request of a run; empty if the run was not traced."""
+    traced request of a run, and its batch (the requests executed together share it);
+    empty if the run was not traced."""
     try:
         rows = conn.execute(
-            "SELECT r.latency_s, t.queue_wait_s, t.compute_s FROM traced t "
+            "SELECT r.latency_s, t.queue_wait_s, t.compute_s, t.batch FROM traced t "
             "JOIN records r ON r.run_id = t.run_id AND r.seq = t.record "
             "WHERE t.run_id = ? AND r.outcome = 'ok'",
             (run_id,),
         ).fetchall()
     except sqlite3.OperationalError:  # a store from before --trace: no such table
         return []
-    return [(float(a), float(b), float(c)) for a, b, c in rows]
+    return [(float(a), float(b), float(c), int(d)) for a, b, c, d in rows]
 
 
 def load_lateness(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:

@@ -96,7 +96,7 @@ class RunStore:
     def load_traced_requests(self, run_id: int, model: str) -> list[TracedRequest]:
         return reads.load_traced_requests(self.conn, run_id, model)
 
-    def load_traced_latencies(self, run_id: int) -> list[tuple[float, float, float]]:
+    def load_traced_latencies(self, run_id: int) -> list[tuple[float, float, float, int]]:
         return reads.load_traced_latencies(self.conn, run_id)
 
     def window_outcomes(

@@ -14,8 +14,16 @@ from batchscope.base import CommandError
 from loadgen import inputopts
 from stacksettings import from_env_or_default
 
+EPILOG = (
+    "exit codes: 0 advice given (a change, or keep it); 1 --apply's change not kept; "
+    f"2 a usage error; {advising.PRESENT_OFF} nothing recommended: the simulation of the "
+    "config being served does not reproduce the window it was fitted from (the 'present:' "
+    "line says which figure is off and what would help), or nothing executed in it"
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     ao.add_traffic(parser)
     ao.add_search(parser)
     ao.add_config(parser)
@@ -45,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the costs with a short closed-loop load on --url now (a few seconds "
         "of load on the server)",
+    )
+    parser.add_argument(
+        "--server-side",
+        action="store_true",
+        help="judge the p99 bound server-side (queue + compute): send no probe load. By "
+        "default, on --url the time the clients spend outside Triton is measured with "
+        "--probe's load (--probe-s seconds) after the window, so that the bound is the "
+        "clients' p99",
     )
     parser.add_argument(
         "--probe-s",

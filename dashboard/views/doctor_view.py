@@ -38,6 +38,8 @@ def render(cfg: DashboardSettings, model: str, window_s: int) -> None:
         st.caption(note)
     p = d.prescription
     if p is not None:
+        if p.present:
+            st.markdown(f"`{p.present}`")
         st.markdown(f"**Config ({p.verdict})**, the same search as the advisor's: {p.text}.")
         if p.pbtxt:
             st.code("\n".join(p.pbtxt), language="protobuf")

@@ -417,6 +417,15 @@ def render_advice(cfg: DashboardSettings, run: LoadRun, ids: list[int]) -> None:
         hide_index=True,
     )
     rec = a.recommendation
+    st.markdown(f"`{a.present}`")
+    if a.silent:
+        st.warning(
+            "Nothing recommended: the advisor's simulation does not reproduce what this run "
+            "measured for the config it was served with, so its predictions of other configs "
+            "would stand on a wrong base.",
+            icon=":material/warning:",
+        )
+        return
     st.caption(f"Current, over {rec.seeds} simulation seeds: {rec.noise_line('current')}.")
     unreached = rec.current.unreached_preferred()
     if unreached:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
-import tritonclient.http as httpclient
 
 from batchscope.main import main
+from loadgen.engine.runner import RunParams, run
 from stacksettings import Settings, free_ports
-from tests.helpers import add_inputs
 
 DATA = Path(__file__).parent / "data" / "calibration.json"
 
@@ -192,13 +190,19 @@ def test_unknown_model_on_the_real_triton(
 
 
 def _load(settings: Settings, seconds: float) -> None:
-    client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
-    inputs = add_inputs(1.0, 1.0)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        client.infer("batch_add_model", inputs)
-        time.sleep(0.002)
-    client.close()
+    """Open-loop Poisson arrivals: traffic the advisor models, so that its present (the
+    config served, simulated against the window) calibrates and advice is given. A client
+    that waits for each answer is another matter (test_a_window_without_executions...)."""
+    params = RunParams(
+        "rate",
+        model="batch_add_model",
+        url=settings.url("triton_http"),
+        rate=200.0,
+        poisson=True,
+        duration_s=seconds,
+        seed=7,
+    )
+    run(params, db=None)
 
 
 @pytest.mark.integration
@@ -256,3 +260,61 @@ def test_advise_against_the_running_stack(
     best = result["current"] if result["keep"] else result["recommended"]
     assert best["config"].endswith("1 instance(s)"), best
     assert 1.0 <= result["current"]["mean_batch_size"] <= 4.0
+    # The present, simulated against the window, in one line; advice stood on it.
+    assert result["present"]["recommend_ready"] is True
+    assert result["present"]["line"].startswith("present: batch "), result["present"]
+    # A p99 bound on a live server: the time outside Triton measured by default.
+    assert result["client_terms"] is True, result["time_outside_triton"]
+    assert "probe at concurrency" in result["time_outside_triton"]
+    assert result["p99_bound_judged"] == "client"
+
+
+def _advise_json(url: str, extra: list[str], capsys: pytest.CaptureFixture[str]):
+    code, out, err = run_main(
+        ["advise", "--url", url, "--model", "batch_add_model", "--p99-ms", "20", "--json"] + extra,
+        capsys,
+    )
+    return code, json.loads(out) if out else None, err
+
+
+@pytest.mark.integration
+def test_a_window_without_executions_recommends_nothing(
+    running_stack: Settings, triton_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model has executed, but not in the window watched: no present to reproduce, so
+    nothing is recommended, with the present's line and exit 3 (not a misuse's 2)."""
+    run(RunParams("serial", model="batch_add_model", url=triton_url, requests=3), db=None)
+    code, result, err = _advise_json(triton_url, ["--window", "1"], capsys)
+    assert code == 3, err
+    assert result["recommended"] is None
+    assert result["present"]["status"] == "not executed yet"
+    assert result["present"]["line"].startswith("present: not executed yet"), result
+
+
+@pytest.mark.integration
+def test_a_present_the_model_does_not_reproduce_recommends_nothing(
+    running_stack: Settings, triton_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Costs given that the server does not have (4 ms of one core per request, at 200/s):
+    the simulated present batches and queues far more than Triton measured in the same
+    window, and no hidden time can take that back. Nothing is recommended; the line says
+    which figure is off and what would help, and no config is searched."""
+    sender = threading.Thread(target=_load, args=(running_stack, 3.0))
+    sender.start()
+    try:
+        code, result, err = _advise_json(
+            triton_url,
+            ["--window", "2", "--cores", "1", "--request-us", "4000"],
+            capsys,
+        )
+    finally:
+        sender.join()
+    assert code == 3, (err, result and result["present"])
+    present = result["present"]
+    assert present["status"] == "off" and present["recommend_ready"] is False, present
+    assert "average batch" in present["off"], present
+    assert "larger than measured with no hidden time" in present["note"], present
+    assert "nothing recommended: try a longer window (--window)" in present["line"]
+    assert result["recommended"] is None and result["keep"] is False
+    # Costs given: no probe load, so the bound could only have been judged server-side.
+    assert result["p99_bound_judged"] == "server-side"

@@ -244,3 +244,11 @@ def test_the_metrics_url_is_guessed_only_beside_tritons_default_port() -> None:
     # another port: its metrics are elsewhere, and port 8002 may be another Triton's
     assert metrics_url_of("http://gpu-a:9000") == ""
     assert metrics_url_of("http://gpu-a") == ""
+
+
+def test_a_window_across_a_reload_says_its_statistics_started_over() -> None:
+    """Triton starts a model's statistics over when it reloads it: a window whose counts go
+    back is one the present is not checked on (advisor.inputs.RELOADED)."""
+    before, after = ModelStats("m", "1", 200, 103), ModelStats("m", "1", 40, 20)
+    assert from_statistics(before, after, 4.0).reset
+    assert not from_statistics(after, before, 4.0).reset

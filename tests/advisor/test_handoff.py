@@ -27,6 +27,7 @@ from advisor.handoff import (
     SAMPLES,
     TAIL_SAMPLES,
     HandOff,
+    Outside,
     TimerSlack,
     arrival_gaps,
     holds,
@@ -110,16 +111,36 @@ def test_nothing_traced_measures_nothing() -> None:
 
 
 def test_time_outside_triton_is_the_median_of_what_the_client_saw_beyond_it() -> None:
-    samples = [(1.0e-3, 0.5e-3, 0.2e-3), (2.0e-3, 1.2e-3, 0.2e-3), (9.0e-3, 0.1e-3, 0.2e-3)]
+    # The first two executed together (batch 1), the third alone.
+    samples = [
+        (1.0e-3, 0.5e-3, 0.2e-3, 1),
+        (2.0e-3, 1.2e-3, 0.2e-3, 1),
+        (9.0e-3, 0.1e-3, 0.2e-3, 2),
+    ]
     found = outside(samples)  # 0.3, 0.6 and 8.7 ms outside
     assert found is not None
     assert found.median_s == pytest.approx(0.6e-3)
     assert found.spread_s == pytest.approx((-0.3e-3, 0.0, 8.1e-3))
     assert found.quantile_s(0.99) == pytest.approx(8.7e-3)
-    cpu = found.apply(CpuModel(cores=2, request_s=0.2e-3))
+    # Split as drawn: each execution's mean less the median (0.45 and 8.7 ms), and the pair's
+    # deviations from their mean, scaled by sqrt(2 / 1) (two deviations from their own mean).
+    assert found.shared_s == pytest.approx((-0.15e-3, 8.1e-3))
+    assert found.own_s == pytest.approx((-0.15e-3 * 2**0.5, 0.15e-3 * 2**0.5))
+    cpu = found.apply(CpuModel(cores=2, request_s=0.2e-3, request_cv=1.0))
     assert cpu.request_latency_s == pytest.approx(0.4e-3)  # the median less the CPU charged
-    assert cpu.outside_spread == found.spread_s
+    assert (cpu.outside_spread, cpu.outside_own) == (found.shared_s, found.own_s)
+    assert cpu.request_cv == 0  # the measured spread holds the front end's: none drawn on top
     assert outside([]) is None
+
+
+def test_without_their_executions_each_request_draws_its_own_spread() -> None:
+    """A probe's mean gives the time and no spread; requests without a shared execution
+    (each alone) give their spread as each request's own."""
+    mean = Outside(1e-3, (), "a probe").apply(CpuModel(request_s=0.2e-3, request_cv=1.0))
+    assert mean.request_latency_s == pytest.approx(0.8e-3)
+    assert (mean.outside_spread, mean.outside_own, mean.request_cv) == ((0.0,), (), 1.0)
+    alone = Outside(1e-3, (-1e-4, 2e-4)).apply(CpuModel(request_s=0.2e-3, request_cv=1.0))
+    assert (alone.outside_spread, alone.outside_own, alone.request_cv) == ((0.0,), (-1e-4, 2e-4), 0)
 
 
 def test_the_arithmetic_on_a_timeline_with_known_hand_offs() -> None:

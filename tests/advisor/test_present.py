@@ -13,13 +13,18 @@ from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.present import (
     CALIBRATED,
     HIDDEN,
+    LAG,
     NOT_EXECUTED,
     OFF,
+    QUEUE_BOUND,
+    QUEUE_SPREADS,
     Figure,
     Measured,
     PresentCheck,
     ceiling,
     check_present,
+    present_figures,
+    window_spread,
 )
 from advisor.simulator import SimResult, Simulation
 from tritonapi.stats import BatchStat, Duration, ModelStats
@@ -81,6 +86,31 @@ def test_recovers_the_hidden_unavailability(setting: str, hidden_s: float) -> No
     assert check.simulations <= 16  # the quick search, and the thorough one if needed
 
 
+def test_a_queue_longer_than_batching_allows_is_a_lag_inferred_beside_the_release() -> None:
+    # Requests counted as queued 300 us before the batcher sees them, behind a release of
+    # 100 us: no release alone makes batches as small and a queue as long as measured.
+    config, service, traffic, cpu = SETTINGS["shared cores"]
+    truth = replace(cpu, release_s=100e-6, queue_lag_s=300e-6)
+    sim = Simulation(config, service, traffic, truth, WINDOW_REQUESTS, seed=WINDOW_SEED)
+    check = check_present(config, traffic, service, measured_of(sim.run()), cpu)
+    assert check.status == CALIBRATED, check.line()
+    inferred = dict(check.inferred)
+    assert inferred[HIDDEN] == pytest.approx(100e-6, rel=0.10)
+    assert inferred[LAG] == pytest.approx(300e-6, rel=0.10)
+    assert check.cpu is not None and check.cpu.queue_lag_s == inferred[LAG]
+    assert check.line().endswith(f"ms {HIDDEN}, {inferred[LAG] * 1e3:.2f} ms {LAG})")
+    inferred_us = check.to_json()["inferred_us"]
+    assert isinstance(inferred_us, dict)
+    assert inferred_us["queued_before_the_batcher_sees_each_request"] > 0
+
+
+def test_a_queue_the_release_explains_infers_no_lag() -> None:
+    config, service, traffic, cpu = SETTINGS["two instances"]
+    check = check_present(config, traffic, service, window("two instances", 100e-6), cpu)
+    assert [what for what, _ in check.inferred] == [HIDDEN]
+    assert check.cpu is not None and check.cpu.queue_lag_s == 0.0
+
+
 def test_closed_loop_clients_are_calibrated_too() -> None:
     config, service = BatcherConfig(8, (4, 8), 0, 2), ServiceModel(800e-6, 100e-6)
     traffic = ClosedLoop(6, think_s=200e-6)
@@ -106,6 +136,14 @@ def test_a_batch_no_hidden_time_can_make_is_off() -> None:
     line = check.line()
     assert "batch 1.00 vs 1.87 measured (off by -47%, bound ±10%)" in line
     assert "nothing recommended" in line and "--window" in line and "--probe" in line
+    # Stored runs cannot be watched longer: what helps there is a longer or pooled run.
+    stored = check_present(config, ClosedLoop(1), service, measured, stored=True)
+    assert stored.help == (
+        "a longer run, or several of its traffic pooled (--run A,B,...)",
+        "a run made with --trace",
+        "measured costs (--probe)",
+    )
+    assert "--window" not in stored.line()
 
 
 def test_batches_smaller_than_the_model_makes_are_off() -> None:
@@ -221,7 +259,43 @@ def test_measured_from_the_statistics_of_a_window() -> None:
         phases={"queue": Duration(160, 160_000_000)},
         batches={1: BatchStat(1, 60), 2: BatchStat(2, 30), 4: BatchStat(4, 10)},
     )
-    assert Measured.from_stats(delta, 2.0) == Measured(1.6, {1: 0.6, 2: 0.3, 4: 0.1}, 0.001, 50.0)
+    want = Measured(1.6, {1: 0.6, 2: 0.3, 4: 0.1}, 0.001, 50.0, requests=160)
+    assert Measured.from_stats(delta, 2.0) == want
+
+
+def test_the_spread_of_a_windows_mean_counts_runs_of_long_waits() -> None:
+    # Runs of 10 long waits among short ones: windows of 10 requests see a run whole or
+    # not at all, windows of 100 each see the same share.
+    waits = ([1e-3] * 10 + [1e-5] * 90) * 40
+    assert window_spread(waits, 10) > 2.0
+    assert window_spread(waits, 100) == pytest.approx(0.0, abs=1e-9)
+    # Too few windows of that size to say: no spread, as for a window nobody counted.
+    assert window_spread(waits, 1000) == 0.0
+    assert window_spread(waits, 0) == 0.0
+    # Relative to the floor when the mean is below it.
+    assert window_spread([0.0, 2e-6] * 80, 1, floor=20e-6) == pytest.approx(0.05, rel=0.01)
+
+
+def test_a_short_windows_queue_bound_is_its_own_spread_and_says_so() -> None:
+    # A Poisson 200/s on a 2 ms model served one at a time: the waits come in runs. Over 60
+    # requests a mean queue varies between windows by far more than QUEUE_BOUND; over
+    # 6,000 it does not, and the bound is the constant.
+    config = BatcherConfig(1, (), 0)
+    traffic, service = OpenLoop(200.0, 1.0), ServiceModel(0.002, 0.0)
+    result = Simulation(config, service, traffic, CpuModel(), 10_000, seed=3).run()
+    mean = sum(result.queue_delays_s) / len(result.queue_delays_s)
+    shares = {1: 1.0}
+
+    def queue(requests: int) -> Figure:
+        # Measured 60 % above the simulated mean: off for the constant bound.
+        measured = Measured(1.0, shares, 1.6 * mean, 200.0, requests=requests)
+        return present_figures(result, measured)[1]
+
+    short, long = queue(60), queue(6000)
+    assert long.bound == QUEUE_BOUND and not long.within and long.widened == ""
+    assert short.bound is not None and short.bound > 2 * QUEUE_BOUND, short
+    assert short.widened == "the spread of means over 60 requests"
+    assert short.bound == pytest.approx(QUEUE_SPREADS * window_spread(result.queue_delays_s, 60))
 
 
 def test_the_ceiling_is_what_the_executions_leave_of_the_instances() -> None:

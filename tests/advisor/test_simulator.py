@@ -291,6 +291,42 @@ def test_the_spread_outside_triton_reaches_the_latency_but_not_the_queue() -> No
     assert set(round(x * 1e6) for x in after.latencies_s) == {2000, 3000, 6000}
 
 
+def test_a_queue_lag_adds_to_every_queue_wait_and_forms_no_other_batch() -> None:
+    """A lag the same for every request shifts what the batcher sees, not its choices: the
+    same batches, each request's queue wait and latency longer by exactly the lag."""
+    config, traffic = BatcherConfig(8, (), 0), OpenLoop(3000)  # batches of several
+    plain = run(config, ServiceModel(500e-6, 50e-6), traffic, CpuModel(), requests=3000)
+    lagged = run(
+        config, ServiceModel(500e-6, 50e-6), traffic, CpuModel(queue_lag_s=1e-3), requests=3000
+    )
+    # Batches are counted from the warm-up's end on the clock: the lag moves a batch or two
+    # across that edge, and nothing else.
+    moved = (lagged.batch_sizes - plain.batch_sizes) + (plain.batch_sizes - lagged.batch_sizes)
+    assert sum(moved.values()) <= 2 and max(plain.batch_sizes) > 1, moved
+    for before, after in (
+        (plain.queue_delays_s, lagged.queue_delays_s),
+        (plain.latencies_s, lagged.latencies_s),
+    ):
+        longer_ns = {round((b - a) * 1e9) for a, b in zip(before, after, strict=True)}
+        assert longer_ns == {1_000_000}
+
+
+def test_the_answers_of_one_execution_share_its_spread_and_keep_their_clients_together() -> None:
+    """Two closed-loop clients batched in pairs (preferred 2): the spread their execution
+    shares sends them back together, so every batch stays a pair that leaves at once; the
+    same draws per request part them, and a lone request waits for its delay."""
+    config, traffic = BatcherConfig(2, (2,), 1000), ClosedLoop(2)
+    draws = (-0.5e-3, 0.0, 0.5e-3)
+    shared = CpuModel(request_latency_s=1e-3, outside_spread=draws)
+    own = CpuModel(request_latency_s=1e-3, outside_own=draws)
+    together = run(config, FLAT_1MS, traffic, shared, requests=1000)
+    apart = run(config, FLAT_1MS, traffic, own, requests=1000)
+    assert set(together.batch_sizes) == {2} and max(together.queue_delays_s) < 1e-9
+    assert together.throughput_per_s > 1.2 * apart.throughput_per_s
+    assert apart.batch_sizes[1] > 0.2 * apart.executions
+    assert sum(apart.queue_delays_s) / len(apart.queue_delays_s) > 0.2e-3
+
+
 def test_arrivals_are_drawn_as_runs_of_the_measured_gaps_at_the_traffics_rate() -> None:
     """Gaps of 10 and 1,990 us in turn (a pair every 2 ms), drawn at 500/s: they double
     (20 us), still inside a 100 us delay, so nearly every batch is a pair; runs of them

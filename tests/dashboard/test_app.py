@@ -204,6 +204,8 @@ def test_why_isnt_batching_working_panel(make_app: MakeApp, loaded_stack: Settin
     # The search's answer (the window may be too short for it: then a note says why).
     notes = " ".join(c.value for c in at.caption)
     assert config or "the advisor's search did not run" in notes, notes
+    if config:  # above the verdict, the search's present in the advisor's one line
+        assert any(m.value.startswith("`present: ") for m in at.markdown), config
 
 
 def test_batch_timeline_draws_batches_waits_and_reasons(

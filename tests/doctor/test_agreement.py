@@ -5,10 +5,11 @@ client, no delay under spread-out traffic, a full queue) and the issue's two cas
 ``mlp_model`` under 150/s Poisson, and the spec's add model without delay at about 409/s
 Poisson (0.1 to 0.3 ms of compute per request here). For each, a load run is stored, and
 ``batchscope doctor --store DB --run 1`` and ``batchscope advise --store DB --run
-1`` run as a user runs them (subprocesses): both keep, both find none that meets the bound, or
-both change to the same config. A stored run gives both the same inputs; two live windows of
-one load do not (their fits differ a little, and a decision near a threshold can flip, as it
-does between two runs of ``advise`` itself: see the README).
+1`` run as a user runs them (subprocesses): both keep, both find none that meets the bound,
+both change to the same config, or both propose nothing when the search's present is off. A
+stored run gives both the same inputs; two live windows of one load do not (their fits differ
+a little, and a decision near a threshold can flip, as it does between two runs of ``advise``
+itself: see the README).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def doctor_config(out: str) -> tuple[str, str]:
 
 def advisor_config(out: str) -> tuple[str, str]:
     data: dict[str, Any] = json.loads(out)
+    if not data["present"]["recommend_ready"]:
+        return "present off", data["current"]["config"]
     if data["keep"]:
         return "keep", data["current"]["config"]
     if data["recommended"] is None:
@@ -98,8 +101,13 @@ def test_doctor_and_advisor_propose_the_same_config(
     code, doctor_out, doctor_err = answer(["batchscope", "doctor", *stored], env)
     assert code in (0, 1), doctor_err
     code, advisor_out, advisor_err = answer(["batchscope", "advise", *stored], env)
-    assert code == 0, advisor_err
+    # Exit 3 exactly when the search's present is off (nothing recommended, by both).
+    silent = not json.loads(advisor_out)["present"]["recommend_ready"]
+    assert code == (3 if silent else 0), advisor_err
     verdict, config = doctor_config(doctor_out)
+    # The doctor shows the search's present in the advisor's own line.
+    [said] = json.loads(doctor_out)
+    assert said["prescription"]["present"] == json.loads(advisor_out)["present"]["line"]
     assert (verdict, config) == advisor_config(advisor_out), (doctor_out, advisor_out)
     # Where the search keeps the config, no finding proposes a longer delay.
     [diagnosis] = json.loads(doctor_out)
