@@ -130,7 +130,7 @@ def traced_requests(
     ``since_ns`` is this process's monotonic clock, which is Triton's steady clock on the
     same Linux host (the exporter's clock offset rests on it, docs/traces.md). The exporter
     keeps 120 s of traces across Triton's restarts: a test rerun after an upstream crash
-    would otherwise count its first try's requests too (480 of 240 in a CI run).
+    would otherwise count its first try's requests too (docs/validation/suite-time.md).
     """
     url = f"{settings.url('exporter')}/api/traces"
     deadline = time.monotonic() + 10
