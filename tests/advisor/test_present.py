@@ -18,6 +18,7 @@ from advisor.present import (
     OFF,
     QUEUE_BOUND,
     QUEUE_SPREADS,
+    QUEUE_WIDEST,
     Figure,
     Measured,
     PresentCheck,
@@ -296,6 +297,22 @@ def test_a_short_windows_queue_bound_is_its_own_spread_and_says_so() -> None:
     assert short.bound is not None and short.bound > 2 * QUEUE_BOUND, short
     assert short.widened == "the spread of means over 60 requests"
     assert short.bound == pytest.approx(QUEUE_SPREADS * window_spread(result.queue_delays_s, 60))
+    assert short.bound <= QUEUE_WIDEST
+
+
+def test_a_queue_widened_by_its_own_long_runs_is_capped() -> None:
+    # A present that queues far more than measured (one core nearly full): its own waits
+    # come in long runs, and their spread over a short window would widen the bound past
+    # any miss. Capped, a simulated mean three times the measured one stays off.
+    config = BatcherConfig(1, (), 0)
+    traffic, service = OpenLoop(475.0, 1.0), ServiceModel(0.002, 0.0)
+    result = Simulation(config, service, traffic, CpuModel(), 10_000, seed=3).run()
+    mean = sum(result.queue_delays_s) / len(result.queue_delays_s)
+    measured = Measured(1.0, {1: 1.0}, mean / 3, 475.0, requests=400)
+    spread = window_spread(result.queue_delays_s, 400, 20e-6)
+    assert QUEUE_SPREADS * spread > QUEUE_WIDEST  # uncapped, the bound would pass it
+    queue = present_figures(result, measured)[1]
+    assert queue.bound == QUEUE_WIDEST and not queue.within, queue
 
 
 def test_the_ceiling_is_what_the_executions_leave_of_the_instances() -> None:
