@@ -379,7 +379,8 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
 ) -> None:
     """40/s, then 240/s (low rates: the load and Triton share 2 cores), one dry-run step at
     a time: the first step advises, a steady one does not, the shift is advised on at its
-    second interval, and the config is then taken as chosen for the new rate."""
+    second interval, and the config is then taken as chosen for the new rate (or, where the
+    advisor does not reproduce the shifted window, nothing is applied and it is not)."""
     db = tmp_path / "runs.sqlite3"
     opts = pilot_options(supervisor, db)
     lines: list[str] = []
@@ -404,8 +405,18 @@ def test_a_sustained_shift_re_advises_and_a_steady_rate_does_not(
     # One advice on the shift, and never at its first shifted interval.
     assert len(advised) == 1 and lines[advised[0] - 1].endswith("interval 1 of 2"), said
     assert lines[advised[0] + 1].startswith(f"{MODEL}: present: batch "), said
-    assert lines[advised[0] + 2].startswith(("DRY RUN", "KEEP", "WAIT")), said
-    assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
+    decision = lines[advised[0] + 2]
+    if decision.startswith("NO ADVICE"):
+        # The advisor's other answer: the shifted window not reproduced. In whole runs of
+        # the suite the other workers' load made Triton's queue at 240/s several times what
+        # any simulation of its batches gives (docs/validation/suite-time.md). Then nothing
+        # is applied and the config is not taken as chosen for the new rate, so that the
+        # next interval advises again.
+        assert "(present off): nothing applied" in decision, said
+        assert 30 < steps.baseline.rate_per_s < 50, said
+    else:
+        assert decision.startswith(("DRY RUN", "KEEP", "WAIT")), said
+        assert 180 < steps.baseline.rate_per_s < 300  # chosen for the new rate now
     assert from_model_config(client.model_config_json(MODEL)).describe() == SPEC  # dry run
 
 
