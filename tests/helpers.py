@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -501,3 +503,11 @@ def load_stalling_copy(
         (repository / name / "1" / "model.py").write_bytes(model_py)
         admin.load_model(name, body)
     return admin.model_config_json(name)
+
+
+def write_capture(db: Path, out: Path) -> None:
+    """Write the load-run store ``db`` to ``out``, compacted and gzipped, as the committed
+    captures are (a store read by the tests after ``gzip.decompress``)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("VACUUM")
+    out.write_bytes(gzip.compress(db.read_bytes(), 9))

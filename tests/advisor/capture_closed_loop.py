@@ -15,9 +15,7 @@ present was reproduced.
 
 from __future__ import annotations
 
-import gzip
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,7 @@ from pathlib import Path
 from bench.common import stack
 from loadgen.engine.runner import RunParams, run
 from stacksettings import PORTS
+from tests.helpers import write_capture
 
 OUT = Path(__file__).parent / "data" / "closed_loop_c4.sqlite3.gz"
 HOGS = 2
@@ -57,9 +56,7 @@ def main() -> None:
         finally:
             for hog in hogs:
                 hog.kill()
-        with sqlite3.connect(db) as conn:
-            conn.execute("VACUUM")
-        OUT.write_bytes(gzip.compress(db.read_bytes(), 9))
+        write_capture(db, OUT)
     print(f"wrote {OUT}")
 
 

@@ -13,8 +13,6 @@ otherwise quiet (its load averages are in the commit that added it).
 
 from __future__ import annotations
 
-import gzip
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from autopilot import apply
 from bench.common import private_triton
 from loadgen.engine.runner import RunParams, run
 from tests.dashboard.test_apply import MODEL, SLOW
+from tests.helpers import write_capture
 from tritonapi.client import TritonClient
 
 OUT = Path(__file__).parent / "data" / "slowed_150.sqlite3.gz"
@@ -40,9 +39,7 @@ def main() -> None:
             "rate", model=MODEL, url=url, rate=150.0, poisson=True, duration_s=SECONDS, seed=3
         )
         print(run(params, db=str(db)).run_id)
-        with sqlite3.connect(db) as conn:
-            conn.execute("VACUUM")
-        OUT.write_bytes(gzip.compress(db.read_bytes(), 9))
+        write_capture(db, OUT)
     print(f"wrote {OUT}")
 
 
