@@ -138,6 +138,12 @@ class CpuModel:
     # to the traffic's rate. Requests sent on a Poisson schedule reach the front end
     # clustered, which a short queue delay batches.
     arrival_gaps: tuple[float, ...] = ()
+    # The share of open-loop arrivals that reach Triton with the one before (a gap of
+    # nothing), the other gaps stretched to keep the rate. Requests sent on a Poisson
+    # schedule reach the front end clustered, which a traffic law fitted over 200 ms bins
+    # cannot see, and a short queue delay batches them. Used only where traces gave no
+    # arrival_gaps; inferred from the window (advisor.present).
+    arrival_cluster_share: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -158,6 +164,10 @@ class CpuModel:
             raise ValueError(f"request_s must be >= 0, got {self.request_s}")
         if not 0 <= self.hold_share <= 1:
             raise ValueError(f"hold_share must be in 0..1, got {self.hold_share}")
+        if not 0 <= self.arrival_cluster_share < 1:
+            raise ValueError(
+                f"arrival_cluster_share must be in [0, 1), got {self.arrival_cluster_share}"
+            )
         if self.hold_share > 0 and not self.hold_onsets:
             raise ValueError("hold_share needs hold_onsets")
         for name in (

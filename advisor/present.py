@@ -2,14 +2,16 @@
 
 Every prediction starts from the config being served, so the simulation must reproduce it
 first. Triton's compute counters miss the time an instance stays unavailable between
-executions (backend IPC, response sending, the batcher's dispatch); where the model's own CPU
-work shares the cores, that time batches requests the simulation would serve alone.
-:func:`check_present` simulates the served config under the fitted traffic and costs, infers
-that hidden time (:attr:`~advisor.model.CpuModel.release_s`, the instance's release after an
-execution; where that cannot, with :attr:`~advisor.model.CpuModel.queue_lag_s` beside it) so
-that the simulated average batch and mean queue match the measured ones, and
-returns a :class:`PresentCheck`: each figure simulated against measured, what was inferred,
-and a verdict against stated bounds. A present still off is never a base for advice.
+executions (backend IPC, response sending, the batcher's dispatch): where the model's own CPU
+work shares the cores, that time batches requests the simulation would serve alone. And
+open-loop requests reach the batcher clustered, which a traffic law fitted over 200 ms bins
+cannot see. :func:`check_present` simulates the served config under the fitted traffic and
+costs, infers what the counters miss (:attr:`~advisor.model.CpuModel.release_s`; where that
+alone cannot, :attr:`~advisor.model.CpuModel.queue_lag_s` or
+:attr:`~advisor.model.CpuModel.arrival_cluster_share` beside it) so that the simulated average
+batch and mean queue match the measured ones, and returns a :class:`PresentCheck`: each figure
+simulated against measured, what was inferred, and a verdict against stated bounds. A present
+still off is never a base for advice.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from advisor.config import BatcherConfig
-from advisor.model import CpuModel, ServiceModel, Traffic
+from advisor.model import CpuModel, OpenLoop, ServiceModel, Traffic
 from advisor.simulator import SimResult, Simulation
 from observe.window import Window
 from tritonapi.stats import ModelStats
@@ -72,6 +74,26 @@ LAG = "queued before the batcher sees each request"
 # measured, the lag is fitted at the unavailability that matches the batch: this many
 # corrections of it by the queue still missing (each one simulation).
 LAG_STEPS = 3
+# Clustered arrivals (CpuModel.arrival_cluster_share). Their signature, at the release the
+# search ended on: a batch shorter and a queue longer than measured, each by more than
+# CLUSTER_TRIGGER in units of its bound. A release grows both, so none brings both in,
+# while arrivals that come together batch more and queue less. The share is fitted only
+# where the release alone leaves a figure off: errors within the bounds are within a
+# window's own noise, and a share fitted to them would be fitted to that noise.
+CLUSTER_TRIGGER = 0.5
+# The fit (Broyden's method on the two errors over the release and the share) starts from
+# one simulation a step away in each coordinate: these steps, in the fit's normalized
+# coordinates (the release over the ceiling, the share over CLUSTER_MOST), long enough that
+# the draws' own noise does not swamp the slopes they measure.
+CLUSTER_PROBE = (0.25, 0.1)
+# Then at most this many steps (one simulation each) ...
+CLUSTER_STEPS = 4
+# ... stopping where both errors are within this, in units of their bounds.
+CLUSTER_TOLERANCE = 0.1
+# The most share inferred: half the arrivals with the one before is more clustering than
+# traces of sends on a schedule show, so a present that needs more misses for another reason.
+CLUSTER_MOST = 0.5
+CLUSTERED = "of requests reaching Triton with the one before"
 # The figures' names in --json, with their units, and the scale to those units.
 JSON_KEYS = {
     "average batch": "average_batch",
@@ -177,6 +199,8 @@ class PresentCheck:
     shares: tuple[tuple[int, float, float], ...] = ()  # (size, simulated, measured)
     inferred: tuple[tuple[str, float], ...] = ()  # (what, seconds)
     cpu: CpuModel | None = None
+    # The inferred share of arrivals that come with the one before (cpu carries it too).
+    clustered: float = 0.0
     help: tuple[str, ...] = ()
     simulations: int = 0
     # Set when traces measured the release: nothing is inferred over them.
@@ -211,8 +235,10 @@ class PresentCheck:
         if self.traced:
             text += " (unavailability after executions from traces)"
         elif self.inferred:
-            parts = ", ".join(f"{v * 1e3:.2f} ms {what}" for what, v in self.inferred)
-            text += f" (inferred: {parts})"
+            parts = [f"{v * 1e3:.2f} ms {what}" for what, v in self.inferred]
+            if self.clustered:
+                parts.append(f"{self.clustered:.0%} {CLUSTERED}")
+            text += f" (inferred: {', '.join(parts)})"
         if self.status == OFF:
             why = f" ({self.note})" if self.note else ""
             text += f"; off{why}, nothing recommended: try {', '.join(self.help)}"
@@ -239,6 +265,7 @@ class PresentCheck:
                 for s, sim, meas in self.shares
             },
             "inferred_us": {what.replace(" ", "_"): round(v * 1e6, 1) for what, v in self.inferred},
+            "inferred_clustered_share": round(self.clustered, 3),
             "from_traces": self.traced,
             "note": self.note,
             "off": list(self.off),
@@ -262,7 +289,11 @@ def check_present(
     an instance stays unavailable after each execution so that the simulated present
     matches ``measured``, and judge the match. Where no such time matches both the batch and
     the queue, and the queue is short, a queue lag is fitted at the time that matches the
-    batch (:func:`_fit_lag`) and kept if it brings both within their bounds.
+    batch (:func:`_fit_lag`) and kept if it brings both within their bounds. Where the
+    batch is short and the queue long (:func:`clustered_signature`: open-loop arrivals with
+    no measured gaps, which reach Triton clustered), the release is fitted again beside a
+    share of arrivals that come with the one before (:func:`_fit_clustering`), kept if its
+    larger error is smaller.
 
     The hidden time is searched between 0 and what the measured executions per second leave
     of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
@@ -276,38 +307,54 @@ def check_present(
     if not measured.executed:
         return not_executed(cpu)
     traced = bool(cpu.release_samples)
-    runs: dict[tuple[float, float], SimResult] = {}
+    runs: dict[tuple[float, float, float], SimResult] = {}
 
-    def simulate(hidden_s: float, lag_s: float = 0.0) -> SimResult:
-        if (hidden_s, lag_s) not in runs:
-            trial = cpu if traced else replace(cpu, release_s=hidden_s, queue_lag_s=lag_s)
-            runs[hidden_s, lag_s] = Simulation(
-                config, service, traffic, trial, requests, seed=seed
-            ).run()
-        return runs[hidden_s, lag_s]
+    def trial(hidden_s: float, lag_s: float, share: float) -> CpuModel:
+        if traced:
+            return cpu
+        return replace(cpu, release_s=hidden_s, queue_lag_s=lag_s, arrival_cluster_share=share)
 
-    def errors(hidden_s: float, lag_s: float = 0.0) -> tuple[float, float]:
+    def simulate(hidden_s: float, lag_s: float = 0.0, share: float = 0.0) -> SimResult:
+        key = (hidden_s, lag_s, share)
+        if key not in runs:
+            model = trial(*key)
+            runs[key] = Simulation(config, service, traffic, model, requests, seed=seed).run()
+        return runs[key]
+
+    def errors(hidden_s: float, lag_s: float = 0.0, share: float = 0.0) -> tuple[float, float]:
         """The batch's and the queue's errors, each in units of its bound."""
-        batch, queue = present_figures(simulate(hidden_s, lag_s), measured)[:2]
+        batch, queue = present_figures(simulate(hidden_s, lag_s, share), measured)[:2]
         assert batch.bound is not None and queue.bound is not None
         return batch.error / batch.bound, queue.error / queue.bound
 
-    note, lag = "", 0.0
+    def settled(at: tuple[float, float]) -> bool:
+        """The quick root is final: within the bounds, or clustering will be fitted from it."""
+        return _worst(at) <= 1 or clustered_signature(traffic, cpu, *at)
+
+    note, lag, share = "", 0.0, 0.0
     if traced:
         hidden = cpu.release_s
         simulate(hidden)
     else:
         high = ceiling(config, service, measured)
-        hidden = _search(errors, high)
-        batch_error, queue_error = errors(hidden)
-        if max(abs(batch_error), abs(queue_error)) > 1 and queue_error < 0:
+        hidden = _search(errors, high, settled)
+        batch_error, queue_error = at = errors(hidden)
+        if (
+            high > 0
+            and _worst(at) > 1
+            and clustered_signature(traffic, cpu, batch_error, queue_error)
+        ):
+            release, fitted = _fit_clustering(errors, hidden, high)
+            if _worst(errors(release, 0.0, fitted)) < _worst(at):
+                hidden, share = release, fitted
+        elif _worst(at) > 1 and queue_error < 0:
             lagged = _fit_lag(errors, simulate, measured, high)
-            if lagged is not None and max(map(abs, errors(*lagged))) <= 1:
+            if lagged is not None and _worst(errors(*lagged)) <= 1:
                 hidden, lag = lagged
-        if not lag:
+        if not lag and not share:
             note = _why_off(errors, hidden, high)
-    result = runs[hidden, lag]
-    calibrated = cpu if traced else replace(cpu, release_s=hidden, queue_lag_s=lag)
+    result = runs[hidden, lag, share]
+    calibrated = trial(hidden, lag, share)
     figures = present_figures(result, measured)
     off = tuple(f.name for f in figures if not f.within)
     inferred = ((HIDDEN, hidden),) + (((LAG, lag),) if lag else ())
@@ -317,6 +364,7 @@ def check_present(
         shares=_shares(result, measured),
         inferred=() if traced else inferred,
         cpu=calibrated,
+        clustered=share,
         help=_help(cpu, stored) if off else (),
         simulations=len(runs),
         traced=traced,
@@ -392,19 +440,118 @@ def ceiling(config: BatcherConfig, service: ServiceModel, measured: Measured) ->
     return max(cycle - compute, 0.0) * CEILING_MARGIN
 
 
-def _search(errors: Callable[[float], tuple[float, float]], high: float) -> float:
+def _search(
+    errors: Callable[[float], tuple[float, float]],
+    high: float,
+    settled: Callable[[tuple[float, float]], bool] = lambda at: _worst(at) <= 1,
+) -> float:
     """The hidden time in [0, high] whose larger error (in units of its bound) is smallest.
 
     Where both figures grow with the hidden time, that is the root of their sum, which false
     position finds in a few simulations (:func:`_quick`). Where that root leaves a figure
     off, or there is none, the figures may not move together: :func:`_thorough` looks over
-    the whole range before a present is called off."""
+    the whole range before a present is called off. Unless ``settled`` takes the root's
+    errors as final (the clustering fit follows from it, and a wider search would only
+    spend its simulations)."""
     if high <= 0:
         return 0.0
     quick = _quick(lambda u: sum(errors(u)), high)
-    if quick is not None and max(abs(e) for e in errors(quick)) <= 1:
+    if quick is not None and settled(errors(quick)):
         return quick
-    return _thorough(lambda u: max(abs(e) for e in errors(u)), high)
+    return _thorough(lambda u: _worst(errors(u)), high)
+
+
+def _worst(at: tuple[float, float]) -> float:
+    """The larger of two errors, in units of their bounds."""
+    return max(abs(e) for e in at)
+
+
+def clustered_signature(
+    traffic: Traffic, cpu: CpuModel, batch_error: float, queue_error: float
+) -> bool:
+    """Whether a present misses as arrivals that reach Triton clustered make it miss: a
+    batch shorter and a queue longer than measured beyond :data:`CLUSTER_TRIGGER` (errors
+    in units of their bounds), under open-loop traffic whose arrivals no trace measured
+    (closed-loop clients send as they are answered, and measured gaps carry the clustering
+    already) and with releases not traced (nothing is inferred over them)."""
+    return (
+        isinstance(traffic, OpenLoop)
+        and not cpu.arrival_gaps
+        and not cpu.release_samples
+        and batch_error < -CLUSTER_TRIGGER
+        and queue_error > CLUSTER_TRIGGER
+    )
+
+
+def _fit_clustering(
+    errors: Callable[[float, float, float], tuple[float, float]],
+    start_release: float,
+    high: float,
+) -> tuple[float, float]:
+    """The release in [0, high] and the share of arrivals with the one before in [0,
+    :data:`CLUSTER_MOST`] that bring the batch's and the queue's errors to 0 together:
+    ``(release, share)``, the best point tried.
+
+    The two move both figures, the release both up and the share the batch up and the queue
+    down, so they are fitted together, by Broyden's method from ``(start_release, 0)``, its
+    steps taken in coordinates scaled to the two ranges: a probe a step away in each
+    (:data:`CLUSTER_PROBE`) gives the first Jacobian, then each step solves it and updates
+    it by the errors it met, one simulation a step, :data:`CLUSTER_STEPS` at most."""
+    scale = (high, CLUSTER_MOST)
+    tried: dict[tuple[float, float], tuple[float, float]] = {}
+
+    def at(x: tuple[float, float]) -> tuple[float, float]:
+        if x not in tried:
+            tried[x] = errors(x[0], 0.0, x[1])
+        return tried[x]
+
+    x = (start_release, 0.0)
+    f = at(x)
+    # One probe a step away in each coordinate (a release near the ceiling steps down),
+    # and the Jacobian in the scaled coordinates from them: slopes[figure][coordinate].
+    up = CLUSTER_PROBE[0] * high
+    release = start_release + up if start_release + up <= high else start_release - up
+    probes = ((release, 0.0), (start_release, CLUSTER_PROBE[1] * CLUSTER_MOST))
+    slopes = [
+        [(at(p)[i] - f[i]) * scale[k] / (p[k] - x[k]) for k, p in enumerate(probes)] for i in (0, 1)
+    ]
+    for _ in range(CLUSTER_STEPS):
+        if _worst(f) <= CLUSTER_TOLERANCE:
+            break
+        step = _solve(slopes, (-f[0], -f[1]))
+        if step is None:
+            break
+        moved = (
+            _clamp(x[0] + step[0] * high, high),
+            _clamp(x[1] + step[1] * CLUSTER_MOST, CLUSTER_MOST),
+        )
+        dx = ((moved[0] - x[0]) / high, (moved[1] - x[1]) / CLUSTER_MOST)
+        norm = dx[0] ** 2 + dx[1] ** 2
+        if norm == 0:
+            break
+        f_moved = at(moved)
+        # Broyden's update: the least change of the Jacobian that meets the errors just seen.
+        miss = [f_moved[i] - f[i] - slopes[i][0] * dx[0] - slopes[i][1] * dx[1] for i in (0, 1)]
+        slopes = [[slopes[i][k] + miss[i] * dx[k] / norm for k in (0, 1)] for i in (0, 1)]
+        x, f = moved, f_moved
+    return min(tried, key=lambda p: _worst(tried[p]))
+
+
+def _solve(a: Sequence[Sequence[float]], b: tuple[float, float]) -> tuple[float, float] | None:
+    """The ``x`` with ``a x = b`` for a 2x2 ``a`` (Cramer's rule); None when ``a`` is
+    singular (the probes moved the errors in one direction only)."""
+    det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
+    scale = max(abs(v) for row in a for v in row)
+    if scale == 0 or abs(det) <= 1e-12 * scale * scale:
+        return None
+    return (
+        (b[0] * a[1][1] - a[0][1] * b[1]) / det,
+        (a[0][0] * b[1] - b[0] * a[1][0]) / det,
+    )
+
+
+def _clamp(v: float, high: float) -> float:
+    return min(max(v, 0.0), high)
 
 
 def _quick(error: Callable[[float], float], high: float) -> float | None:

@@ -11,7 +11,8 @@ front-end CPU cost of every request and the execution time of every batch (sprea
 its size's mean), on a shared pool of cores (see :mod:`advisor.model`), executions that
 hold up the front end (arrivals and the batcher wait for them to end, as measured from
 traces), and open- or closed-loop clients (open-loop arrivals drawn as runs of the gaps
-measured at Triton, when there are some: :data:`GAP_RUN`).
+measured at Triton, when there are some: :data:`GAP_RUN`; else from the traffic's law, a
+share of them with the one before where the present check inferred that clustering).
 """
 
 from __future__ import annotations
@@ -370,6 +371,11 @@ class _Run:
             gap = gaps[self.gap_at % len(gaps)]
             self.gap_at, self.gap_run = self.gap_at + 1, self.gap_run - 1
             return gap * mean * self.gap_scale
+        share = self.sim.cpu.arrival_cluster_share
+        if share > 0:  # a share comes with the one before; the others keep the rate
+            if self.rng.random() < share:
+                return 0.0
+            mean /= 1 - share
         if traffic.cv == 0:
             return mean
         shape = 1.0 / (traffic.cv * traffic.cv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import re
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from advisor.config import BatcherConfig
 from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel
 from advisor.present import (
     CALIBRATED,
+    CLUSTERED,
     HIDDEN,
     LAG,
     NOT_EXECUTED,
@@ -24,6 +26,7 @@ from advisor.present import (
     PresentCheck,
     ceiling,
     check_present,
+    clustered_signature,
     present_figures,
     window_spread,
 )
@@ -45,6 +48,29 @@ SETTINGS = {
         ServiceModel(200e-6, 60e-6),
         OpenLoop(5000, cv=0.5),
         CpuModel(dispatch_s=20e-6),
+    ),
+}
+# Settings whose arrivals reach Triton clustered, none the search was written on, each with
+# the release and the share of arrivals with the one before that its window is simulated
+# with: a CPU-bound model on two cores with a short delay, and a sleep-bound one (a GPU
+# kernel's wait) with a longer delay, at other rates and service times. In both the release
+# alone leaves the present off (the share is fitted only there).
+CLUSTERED_SETTINGS = {
+    "cpu-bound, a short delay": (
+        BatcherConfig(32, (), 50, 1),
+        ServiceModel(150e-6, 30e-6),
+        OpenLoop(3000),
+        CpuModel(cores=2, request_s=40e-6, request_cv=1.0, execution_cv=0.2),
+        300e-6,
+        0.40,
+    ),
+    "sleep-bound, a delay": (
+        BatcherConfig(16, (), 100, 1),
+        ServiceModel(0.6e-3, 40e-6),
+        OpenLoop(1500),
+        CpuModel(dispatch_s=20e-6),
+        400e-6,
+        0.35,
     ),
 }
 # The window a real measurement would see (tens of thousands of requests), on a seed the
@@ -85,6 +111,77 @@ def test_recovers_the_hidden_unavailability(setting: str, hidden_s: float) -> No
     assert check.off == ()
     assert check.cpu is not None and check.cpu.release_s == inferred
     assert check.simulations <= 16  # the quick search, and the thorough one if needed
+    # The release alone explains these windows: no clustering is inferred beside it.
+    assert check.clustered == 0 and check.cpu.arrival_cluster_share == 0
+    assert check.to_json()["inferred_clustered_share"] == 0
+
+
+def clustered_window(setting: str) -> Measured:
+    config, service, traffic, cpu, release_s, share = CLUSTERED_SETTINGS[setting]
+    truth = replace(cpu, release_s=release_s, arrival_cluster_share=share)
+    sim = Simulation(config, service, traffic, truth, WINDOW_REQUESTS, seed=WINDOW_SEED)
+    return measured_of(sim.run())
+
+
+@pytest.mark.parametrize("setting", sorted(CLUSTERED_SETTINGS))
+def test_clustered_arrivals_are_inferred_beside_the_release(setting: str) -> None:
+    # A release alone batches less and queues longer than these windows: the share of
+    # arrivals with the one before is fitted beside it.
+    config, service, traffic, cpu, release_s, share = CLUSTERED_SETTINGS[setting]
+    check = check_present(config, traffic, service, clustered_window(setting), cpu)
+    assert check.status == CALIBRATED and check.recommend_ready, check.line()
+    inferred = dict(check.inferred)
+    assert list(inferred) == [HIDDEN]
+    assert inferred[HIDDEN] == pytest.approx(release_s, rel=0.10)
+    assert check.clustered == pytest.approx(share, rel=0.10)
+    # Every prediction made from the check draws its arrivals clustered too.
+    assert check.cpu is not None and check.cpu.arrival_cluster_share == check.clustered
+    assert check.cpu.release_s == inferred[HIDDEN]
+    assert check.line().endswith(f"ms {HIDDEN}, {check.clustered:.0%} {CLUSTERED})")
+    assert check.to_json()["inferred_clustered_share"] == round(check.clustered, 3)
+    assert check.simulations <= 16  # the quick search, two probes and the fit's steps
+
+
+def test_a_present_the_release_alone_brings_within_its_bounds_infers_no_share() -> None:
+    # Clustered as the sleep-bound setting, but with twice its compute: the release alone
+    # brings both figures within their bounds (their misses are in the signature's
+    # direction), and nothing more is inferred from errors within a window's own noise.
+    config, service, traffic, cpu, release_s, share = CLUSTERED_SETTINGS["sleep-bound, a delay"]
+    slower = ServiceModel(2 * service.base_s, service.per_item_s)
+    truth = replace(cpu, release_s=release_s, arrival_cluster_share=share)
+    window = Simulation(config, slower, traffic, truth, WINDOW_REQUESTS, seed=WINDOW_SEED).run()
+    check = check_present(config, traffic, slower, measured_of(window), cpu)
+    assert check.status == CALIBRATED, check.line()
+    batch, queue = check.figure("average batch"), check.figure("mean queue")
+    assert batch.error < 0 < queue.error  # the signature's direction, within the bounds
+    assert check.clustered == 0 and CLUSTERED not in check.line()
+
+
+def test_measured_arrival_gaps_leave_no_clustering_to_infer() -> None:
+    # Gaps measured at Triton carry the clustering (a third of them nothing, the others
+    # exponential): drawn from them, the simulation needs no share, and none is inferred.
+    setting = "cpu-bound, a short delay"
+    config, service, traffic, cpu, release_s, share = CLUSTERED_SETTINGS[setting]
+    draws = random.Random(5)
+    mean = 1 / traffic.rate_per_s
+    gaps = tuple(
+        0.0 if draws.random() < share else draws.expovariate((1 - share) / mean)
+        for _ in range(4000)
+    )
+    traced = replace(cpu, arrival_gaps=gaps)
+    check = check_present(config, traffic, service, clustered_window(setting), traced)
+    assert check.status == CALIBRATED, check.line()
+    assert dict(check.inferred)[HIDDEN] == pytest.approx(release_s, rel=0.10)
+    assert check.clustered == 0.0
+    assert check.cpu is not None and check.cpu.arrival_cluster_share == 0.0
+    assert CLUSTERED not in check.line()
+    assert check.to_json()["inferred_clustered_share"] == 0.0
+    # The signature is only of arrivals nothing measured, under open-loop traffic.
+    assert clustered_signature(traffic, cpu, -0.6, 0.6)
+    assert not clustered_signature(traffic, traced, -0.6, 0.6)
+    assert not clustered_signature(ClosedLoop(4), cpu, -0.6, 0.6)
+    assert not clustered_signature(traffic, cpu, -0.4, 0.6)
+    assert not clustered_signature(traffic, cpu, -0.6, 0.4)
 
 
 def test_a_queue_longer_than_batching_allows_is_a_lag_inferred_beside_the_release() -> None:
@@ -216,7 +313,14 @@ def test_the_line_reads_at_a_glance() -> None:
         "within": True,
     }
     assert data["inferred_us"] == {"unavailable_after_each_execution": 140.0}
+    assert data["inferred_clustered_share"] == 0.0
     assert data["recommend_ready"] is True
+    clustered = replace(check, inferred=((HIDDEN, 0.3e-3),), clustered=0.2237)
+    assert clustered.line().endswith(
+        "(inferred: 0.30 ms unavailable after each execution, "
+        "22% of requests reaching Triton with the one before)"
+    )
+    assert clustered.to_json()["inferred_clustered_share"] == 0.224
 
 
 def test_a_check_line_from_a_search() -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+from dataclasses import replace
+
 import pytest
 
 from advisor import simulator
@@ -342,6 +346,54 @@ def test_arrivals_are_drawn_as_runs_of_the_measured_gaps_at_the_traffics_rate() 
     assert set(clustered.batch_sizes) <= {1, 2, 3}
     assert poisson.mean_batch_size < 1.1
     assert clustered.throughput_per_s == pytest.approx(500, rel=0.05)
+
+
+def test_a_share_of_arrivals_comes_with_the_one_before_at_the_traffics_rate() -> None:
+    """A share of 0.3, no measured gaps: 40,000 sends at 2,000/s. The zero gaps are a
+    binomial count, whose share has a standard deviation of sqrt(0.3 * 0.7 / 40,000) =
+    0.0023: 0.01 is over 4 of them. The mean gap, of a mix of zeros and exponential gaps
+    stretched by 1 / 0.7, has one of sqrt(2 / 0.7 - 1) / sqrt(40,000) = 0.7 % of its mean:
+    3 % is over 4 of them."""
+    config, traffic = BatcherConfig(8, (), 100), OpenLoop(2000)
+    cpu = CpuModel(arrival_cluster_share=0.3)
+    sim = Simulation(config, ServiceModel(100e-6, 10e-6), traffic, cpu, 40_000)
+    clustered = simulator._Run(sim)
+    result = clustered.run()
+    sends = sorted(r.sent for r in clustered.finished)
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    assert len(gaps) > 39_000
+    assert sum(g == 0 for g in gaps) / len(gaps) == pytest.approx(0.3, abs=0.01)
+    assert len(gaps) / (sends[-1] - sends[0]) == pytest.approx(2000, rel=0.03)
+    assert result.offered_per_s == pytest.approx(2000, rel=0.03)
+    # Arrivals that come together batch: the same traffic unclustered batches less.
+    plain = Simulation(config, ServiceModel(100e-6, 10e-6), traffic, CpuModel(), 40_000).run()
+    assert result.mean_batch_size > plain.mean_batch_size + 0.2
+
+
+def test_no_share_of_clustered_arrivals_draws_as_before() -> None:
+    """With no share, no random number is drawn for it: constant arrivals and no other
+    spread leave the generator untouched, and a share of 0 given explicitly changes no
+    figure."""
+    config, traffic = BatcherConfig(8, (), 100), OpenLoop(2000, cv=0)
+    sim = Simulation(config, FLAT_1MS, traffic, CpuModel(arrival_cluster_share=0.0), 2000)
+    untouched = simulator._Run(sim)
+    untouched.run()
+    assert untouched.rng.getstate() == random.Random(sim.seed).getstate()
+    clustered = simulator._Run(replace(sim, cpu=CpuModel(arrival_cluster_share=0.3)))
+    clustered.run()
+    assert clustered.rng.getstate() != random.Random(sim.seed).getstate()
+    poisson = OpenLoop(3000, cv=1.5)
+    given = run(config, FLAT_1MS, poisson, CpuModel(arrival_cluster_share=0.0, request_cv=1))
+    default = run(config, FLAT_1MS, poisson, CpuModel(request_cv=1))
+    assert given.batch_sizes == default.batch_sizes
+    assert given.queue_delays_s == default.queue_delays_s
+    assert given.latencies_s == default.latencies_s
+
+
+def test_a_share_of_clustered_arrivals_is_in_0_to_1() -> None:
+    for share in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"arrival_cluster_share must be in \[0, 1\)"):
+            CpuModel(arrival_cluster_share=share)
 
 
 def test_a_run_past_its_event_budget_is_cut_and_called_saturated(
