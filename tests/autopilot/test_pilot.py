@@ -158,6 +158,12 @@ def test_ctrl_c_during_a_change_is_held_until_the_change_is_done() -> None:
 
 SLOW = BatcherConfig(4, (), 20_000, 1)  # Triton reads no preferred sizes as [4]
 QUICK = ["--requests", "800", "--seeds", "2", "--cores", "2", "--request-us", "100"]
+# The tests that ask for a decision on SLOW watch 6 s, not 3: in a whole run's load a stall
+# of the machine in a 3 s window (450 requests) left Triton's queue long enough that the
+# present was calibrated with milliseconds unavailable after each execution, and then no
+# config beat SLOW by x1.2 (KEEP, in a CI run and a new clone's): the advisor's right answer
+# to that window, not what these tests are about. In 6 s a stall weighs half as much.
+DECIDING = ["--interval-s", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +236,8 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     served_for_a_moment(client, SLOW)
-    code, out, err = autopilot(capsys, supervisor, traffic, "--once")
+    code, out, err = autopilot(capsys, supervisor, traffic, "--once", *DECIDING)
+    said = "\n".join(out)  # every line whole in a failure's message (a list's repr is cut)
     assert code == 0, err
     assert out[0].startswith(f"autopilot {MODEL} at {client.url}: dry run (--apply changes")
     assert out[0].endswith(
@@ -239,9 +246,9 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     ), out[0]
     assert out[1].startswith(f"{MODEL}: traffic 1") and out[1].endswith("no advice yet: advising")
     # The advisor's present, simulated against the interval, before any decision.
-    assert out[2].startswith(f"{MODEL}: present: batch "), out
+    assert out[2].startswith(f"{MODEL}: present: batch "), said
     decision = out[3]
-    assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), out
+    assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), said
     assert decision.endswith("; --apply does it") and len(out) == 4
     assert from_model_config(client.model_config_json(MODEL)) == SLOW  # nothing changed
     with RunStore(traffic) as store:
@@ -261,11 +268,12 @@ def test_apply_keeps_within_the_policy(
     policy.write_text(
         "max_queue_delay_microseconds: {min: 100, max: 300}\nmax_batch_size: {max: 2}\n"
     )
-    argv = ["--once", "--apply", "--watch-s", "3", "--policy", str(policy)]
+    argv = ["--once", "--apply", "--watch-s", "3", "--policy", str(policy), *DECIDING]
     code, out, err = autopilot(capsys, supervisor, traffic, *argv)
+    said = "\n".join(["the autopilot said:", *out, err])  # every line whole
     with RunStore(traffic) as store:
         changes = store.list_changes(MODEL)
-    assert len(changes) == 1, ("the autopilot said:", out, err)
+    assert len(changes) == 1, said
     (change,) = changes
     applied = from_model_config(change.new_config)
     assert load(policy).outside(applied) == [], applied.describe()
