@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -79,6 +79,8 @@ FULL = Plan(probe_s=3.0, warm_s=1.0, window_s=10.0, seconds=6.0, requests=10_000
 QUICK = Plan(probe_s=1.5, warm_s=0.5, window_s=4.0, seconds=3.0, requests=5_000)
 # The present's load runs this long on each side of the watched window.
 EDGE_S = 0.5
+# How long past the load's end the watching process may take to hand its window back.
+WATCH_GRACE_S = 30.0
 
 
 @dataclass
@@ -280,6 +282,15 @@ class Predicted:
     p99_s: float | None
 
 
+def _watch(url: str, model: str, window_s: float, metrics_url: str) -> Window | InputError:
+    """The advisor's window from ``EDGE_S`` after the load starts (in the watching process)."""
+    time.sleep(EDGE_S)
+    try:
+        return watch(url, model, window_s, metrics_url)
+    except InputError as exc:
+        return exc
+
+
 def present(
     s: Settings,
     model: str,
@@ -296,20 +307,14 @@ def present(
     metrics_url = s.url("triton_metrics") + "/metrics"
     params = load.apply(load_params(model, url, rate, plan.window_s + 2 * EDGE_S, seed))
     checked(run(replace(params, duration_s=plan.warm_s, seed=seed + 1000)))
-    watched: list[Window | InputError] = []
-
-    def watcher() -> None:
-        time.sleep(EDGE_S)
-        try:
-            watched.append(watch(url, model, plan.window_s, metrics_url))
-        except InputError as exc:
-            watched.append(exc)
-
-    thread = threading.Thread(target=watcher, daemon=True)
-    thread.start()
-    result = checked(run(params))
-    thread.join()
-    window = watched[0]
+    # The window is watched from a process of its own, forked before the load starts: a
+    # thread beside the load generator's waited for the interpreter at the highest rates,
+    # and read its two snapshots late (a window's traffic then read as bursts that were not
+    # sent).
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        pending = pool.apply_async(_watch, (url, model, plan.window_s, metrics_url))
+        result = checked(run(params))
+        window = pending.get(timeout=plan.window_s + 2 * EDGE_S + WATCH_GRACE_S)
     if isinstance(window, InputError):
         raise ModelFault(f"the window: {window}")
     opts = Options(
