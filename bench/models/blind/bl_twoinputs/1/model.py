@@ -12,7 +12,7 @@ class TritonPythonModel:
             slots = pb_utils.get_input_tensor_by_name(request, "SLOTS").as_numpy()
             values = pb_utils.get_input_tensor_by_name(request, "VALUES").as_numpy()
             scores = []
-            for row_slots, row_values in zip(slots.tolist(), values.tolist()):
+            for row_slots, row_values in zip(slots.tolist(), values.tolist(), strict=True):
                 total = 0.0
                 for slot in row_slots:
                     for k in range(16):
