@@ -77,11 +77,10 @@ LAG_STEPS = 3
 # Clustered arrivals (CpuModel.arrival_cluster_share). Their signature, at the release the
 # search ended on: a batch shorter and a queue longer than measured, each by more than
 # CLUSTER_TRIGGER in units of its bound. A release grows both, so none brings both in,
-# while arrivals that come together batch more and queue less. A quarter of the bounds,
-# not their whole: a present the release alone brings just within them still predicts a
-# longer delay's batches short where arrivals are clustered (the blind bench:
-# docs/validation/advisor-blind.md).
-CLUSTER_TRIGGER = 0.25
+# while arrivals that come together batch more and queue less. The share is fitted only
+# where the release alone leaves a figure off: errors within the bounds are within a
+# window's own noise, and a share fitted to them would be fitted to that noise.
+CLUSTER_TRIGGER = 0.5
 # The fit (Broyden's method on the two errors over the release and the share) starts from
 # one simulation a step away in each coordinate: these steps, in the fit's normalized
 # coordinates (the release over the ceiling, the share over CLUSTER_MOST), long enough that
@@ -340,7 +339,11 @@ def check_present(
         high = ceiling(config, service, measured)
         hidden = _search(errors, high, settled)
         batch_error, queue_error = at = errors(hidden)
-        if high > 0 and clustered_signature(traffic, cpu, batch_error, queue_error):
+        if (
+            high > 0
+            and _worst(at) > 1
+            and clustered_signature(traffic, cpu, batch_error, queue_error)
+        ):
             release, fitted = _fit_clustering(errors, hidden, high)
             if _worst(errors(release, 0.0, fitted)) < _worst(at):
                 hidden, share = release, fitted
