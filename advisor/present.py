@@ -78,8 +78,9 @@ LAG_STEPS = 3
 # search ended on: a batch shorter and a queue longer than measured, each by more than
 # CLUSTER_TRIGGER in units of its bound. A release grows both, so none brings both in,
 # while arrivals that come together batch more and queue less. The share is fitted only
-# where the release alone leaves a figure off: errors within the bounds are within a
-# window's own noise, and a share fitted to them would be fitted to that noise.
+# where the release alone leaves a figure off: fitted wherever the signature shows, it
+# predicts a longer delay's batches better, but costs its simulations on most open-loop
+# windows (docs/validation/advisor-blind.md has both, and the test suite's time with each).
 CLUSTER_TRIGGER = 0.5
 # The fit (Broyden's method on the two errors over the release and the share) starts from
 # one simulation a step away in each coordinate: these steps, in the fit's normalized
