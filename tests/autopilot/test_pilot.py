@@ -10,6 +10,7 @@ and searches small to bound the tests' time.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -164,6 +165,20 @@ QUICK = ["--requests", "800", "--seeds", "2", "--cores", "2", "--request-us", "1
 # config beat SLOW by x1.2 (KEEP, in a CI run and a new clone's): the advisor's right answer
 # to that window, not what these tests are about. In 6 s a stall weighs half as much.
 DECIDING = ["--interval-s", "6"]
+# Where SLOW's 20 ms delay forms the batches, the window tells little of the time an instance
+# stays unavailable after an execution: any release up to several ms reproduces it. On a
+# quiet machine the present is calibrated with none and a config without the delay wins by
+# far; in a new clone's whole run (2026-12-07, the machine slow enough that the suite took
+# 805 s) Triton's queue was longer, the present calibrated with 7 and 11 ms, and with that
+# no config beat SLOW by x1.2: KEEP, the advisor's answer to that window. The two tests
+# then check that this is the answer's reason, and that nothing changed.
+LOADED_RELEASE_MS = 2.0
+
+
+def inferred_release_ms(present: str) -> float:
+    """The release a present line says was inferred, in ms (0 when none is said)."""
+    found = re.search(r"inferred: ([0-9.]+) ms unavailable after each execution", present)
+    return float(found.group(1)) if found else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +263,12 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     # The advisor's present, simulated against the interval, before any decision.
     assert out[2].startswith(f"{MODEL}: present: batch "), said
     decision = out[3]
-    assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), said
-    assert decision.endswith("; --apply does it") and len(out) == 4
+    if decision.startswith(f"KEEP {MODEL}: {SLOW.describe()}; "):
+        assert inferred_release_ms(out[2]) >= LOADED_RELEASE_MS, said  # LOADED_RELEASE_MS
+    else:
+        assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), said
+        assert decision.endswith("; --apply does it"), said
+    assert len(out) == 4, said
     assert from_model_config(client.model_config_json(MODEL)) == SLOW  # nothing changed
     with RunStore(traffic) as store:
         assert store.list_changes() == []
@@ -273,6 +292,13 @@ def test_apply_keeps_within_the_policy(
     said = "\n".join(["the autopilot said:", *out, err])  # every line whole
     with RunStore(traffic) as store:
         changes = store.list_changes(MODEL)
+    if not changes:  # KEEP, from a present calibrated under load (LOADED_RELEASE_MS)
+        (present,) = [line for line in out if line.startswith(f"{MODEL}: present: ")]
+        assert inferred_release_ms(present) >= LOADED_RELEASE_MS, said
+        assert out[-1].startswith(f"KEEP {MODEL}: {SLOW.describe()}; "), said
+        assert out[-1].endswith("over the maximum 2)"), said  # itself outside the policy
+        assert code == 0 and from_model_config(client.model_config_json(MODEL)) == SLOW, said
+        return
     assert len(changes) == 1, said
     (change,) = changes
     applied = from_model_config(change.new_config)
