@@ -291,10 +291,10 @@ def check_present(
     matches ``measured``, and judge the match. Where no such time matches both the batch and
     the queue, and the queue is short, a queue lag is fitted at the time that matches the
     batch (:func:`_fit_lag`) and kept if it brings both within their bounds. Where the
-    batch is short and the queue long (:func:`clustered_signature`: open-loop arrivals with
-    no measured gaps, which reach Triton clustered), the release is fitted again beside a
-    share of arrivals that come with the one before (:func:`_fit_clustering`), kept if its
-    larger error is smaller.
+    release alone leaves a figure off with the batch short and the queue long
+    (:func:`clustered_signature`: open-loop arrivals with no measured gaps, which reach
+    Triton clustered), the release is fitted again beside a share of arrivals that come
+    with the one before (:func:`_fit_clustering`), kept if its larger error is smaller.
 
     The hidden time is searched between 0 and what the measured executions per second leave
     of each instance's time (:func:`ceiling`), for the value whose larger error, the batch's
