@@ -159,11 +159,9 @@ def test_ctrl_c_during_a_change_is_held_until_the_change_is_done() -> None:
 
 SLOW = BatcherConfig(4, (), 20_000, 1)  # Triton reads no preferred sizes as [4]
 QUICK = ["--requests", "800", "--seeds", "2", "--cores", "2", "--request-us", "100"]
-# The tests that ask for a decision on SLOW watch 6 s, not 3: in a whole run's load a stall
-# of the machine in a 3 s window (450 requests) left Triton's queue long enough that the
-# present was calibrated with milliseconds unavailable after each execution, and then no
-# config beat SLOW by x1.2 (KEEP, in a CI run and a new clone's): the advisor's right answer
-# to that window, not what these tests are about. In 6 s a stall weighs half as much.
+# The tests that ask for a decision on SLOW watch 6 s, not 3: a stall of the machine in a
+# 3 s window (450 requests) weighs twice as much on Triton's queue, and so on the release
+# the present calibrates to (LOADED_RELEASE_MS).
 DECIDING = ["--interval-s", "6"]
 # Where SLOW's 20 ms delay forms the batches, the window tells little of the time an instance
 # stays unavailable after an execution: any release up to several ms reproduces it. On a
@@ -264,7 +262,7 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     assert out[2].startswith(f"{MODEL}: present: batch "), said
     decision = out[3]
     if decision.startswith(f"KEEP {MODEL}: {SLOW.describe()}; "):
-        assert inferred_release_ms(out[2]) >= LOADED_RELEASE_MS, said  # LOADED_RELEASE_MS
+        assert inferred_release_ms(out[2]) >= LOADED_RELEASE_MS, said
     else:
         assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), said
         assert decision.endswith("; --apply does it"), said
