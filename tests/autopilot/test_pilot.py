@@ -168,9 +168,13 @@ DECIDING = ["--interval-s", "6"]
 # quiet machine the present is calibrated with none and a config without the delay wins by
 # far; in a new clone's whole run (2026-12-07, the machine slow enough that the suite took
 # 805 s) Triton's queue was longer, the present calibrated with 7 and 11 ms, and with that
-# no config beat SLOW by x1.2: KEEP, the advisor's answer to that window. The two tests
-# then check that this is the answer's reason, and that nothing changed.
+# no config beat SLOW by x1.2: KEEP, the advisor's answer to that window. In CI's run of
+# that code the present calibrated with 13.55 ms, and with that no config met the bound at
+# all: NO CHANGE. The two tests then check that this is the answer's reason, and that
+# nothing changed.
 LOADED_RELEASE_MS = 2.0
+# What the loop says where the loaded present leaves no config meeting the bound.
+NONE_MEETS = f"NO CHANGE {MODEL}: no config within the policy meets p99 <= "
 
 
 def inferred_release_ms(present: str) -> float:
@@ -261,7 +265,7 @@ def test_the_dry_run_prints_the_decision_and_changes_nothing(
     # The advisor's present, simulated against the interval, before any decision.
     assert out[2].startswith(f"{MODEL}: present: batch "), said
     decision = out[3]
-    if decision.startswith(f"KEEP {MODEL}: {SLOW.describe()}; "):
+    if decision.startswith((f"KEEP {MODEL}: {SLOW.describe()}; ", NONE_MEETS)):
         assert inferred_release_ms(out[2]) >= LOADED_RELEASE_MS, said
     else:
         assert decision.startswith(f"DRY RUN {MODEL}: would apply {SLOW.describe()} -> "), said
@@ -290,11 +294,12 @@ def test_apply_keeps_within_the_policy(
     said = "\n".join(["the autopilot said:", *out, err])  # every line whole
     with RunStore(traffic) as store:
         changes = store.list_changes(MODEL)
-    if not changes:  # KEEP, from a present calibrated under load (LOADED_RELEASE_MS)
+    if not changes:  # KEEP or NO CHANGE, from a present calibrated under load
         (present,) = [line for line in out if line.startswith(f"{MODEL}: present: ")]
         assert inferred_release_ms(present) >= LOADED_RELEASE_MS, said
-        assert out[-1].startswith(f"KEEP {MODEL}: {SLOW.describe()}; "), said
-        assert out[-1].endswith("over the maximum 2)"), said  # itself outside the policy
+        if not out[-1].startswith(NONE_MEETS):
+            assert out[-1].startswith(f"KEEP {MODEL}: {SLOW.describe()}; "), said
+            assert out[-1].endswith("over the maximum 2)"), said  # itself outside the policy
         assert code == 0 and from_model_config(client.model_config_json(MODEL)) == SLOW, said
         return
     assert len(changes) == 1, said
