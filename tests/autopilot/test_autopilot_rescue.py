@@ -17,6 +17,7 @@ docs/validation/autopilot-rescue.md).
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -55,6 +56,9 @@ RESCUE = BatcherConfig(8, (), 500, 1)  # up to 8 per execution
 RATE = 300.0
 WATCH_S = 6.0
 # The clients: Poisson, with the load generator's default 10 s timeout.
+LOW_RATE, HIGH_RATE = 50.0, 500.0
+# After the change, steps until one serves at most DRAINED times the rate sent (or this many).
+DRAIN_STEPS, DRAINED = 15, 1.1
 PARAMS = RunParams("rate", model=MODEL, rate=RATE, poisson=True, duration_s=120.0)
 
 
@@ -177,44 +181,45 @@ def test_a_shift_into_saturation_leads_to_one_kept_change_and_no_oscillation(
     assert delta.phase("queue").ns / delta.phase("queue").count < 50e6, delta
 
 
-@pytest.mark.alone  # 2,000/s of clients and Triton's front end need these 2 cores whole
-def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillation(
+@pytest.mark.alone  # 500/s of clients and Triton's front end need these 2 cores whole
+def test_a_shift_from_50_to_500_per_s_leads_to_one_kept_change_and_no_oscillation(
     triton: Settings, tmp_path: Path
 ) -> None:
-    """Issue 27's shift at its own rates: 200/s, then 2,000/s, with ``batchscope autopilot
-    --apply``'s loop in 2 s steps and a policy that allows a change at any time. Steps and
-    the change's windows (2.5 s) are shorter than the other tests' because this test holds
-    both cores alone: at 2,000/s they still hold 4,000 and 5,000 requests, past the 2,000
-    over which a p99 is steady (``autopilot.apply.WATCH_REQUESTS``).
+    """Issue 27's tenfold shift: 50/s, then 500/s, with ``batchscope autopilot --apply``'s
+    loop in 2 s steps and a policy that allows a change at any time. Steps and the change's
+    windows (2.5 s) are shorter than the other tests' because this test holds both cores
+    alone.
 
-    Batches of up to 10 without a delay are kept at 200/s (batches of 1 to 3 form there; no
-    config is worth x2). At 2,000/s, ten requests arrive per 5 ms execution, so up to 10 is
-    past the model's capacity (each execution takes its sleep and some more): requests wait
-    behind one another, and the queue grows. The shift is advised on at its second interval,
-    or saturation read from Triton's queue, one change to bigger batches is applied and kept,
-    and the steps after it change nothing. The model's cost is its sleep, not these two cores'
-    CPU, so the start config is past capacity at 2,000/s on a quiet minute as on a busy one
-    (on the CPU-bound add model it overloaded on busy minutes and the clients timed out:
-    docs/validation/autopilot-rate-shift.md).
+    Batches of up to 3 without a delay are kept at 50/s (batches of 1 form there; no config
+    is worth x2). At 500/s an execution takes its 5 ms sleep and its hand-offs, over which
+    more than 3 requests arrive, so up to 3 is past the model's capacity: requests wait behind
+    one another, and the queue grows. The shift is advised on at its second interval, or
+    saturation read from Triton's queue, one change to bigger batches is applied and kept, and
+    the steps after it change nothing; once the backlog the start config left has drained,
+    the rate sent is served from a short queue.
 
-    The start was up to 12, near capacity: at the edge of the saturation rule, so on a fast
-    minute no config beat it by x2 and it never read saturated (no change in 24 steps of a
-    new-clone run, 2026-12-06), and on others the change came by turns as late as the 11th
-    step after the shift. Up to 10 is past the edge whatever the minute; 14 steps are still
-    allowed (the 150 s of traffic hold them and the 5 after)."""
+    Issue 27 wrote the shift as 200/s then 2,000/s. On these two cores the Python backend's
+    work for each request, beside the clients' and Triton's front end, sets a capacity of its
+    own: at 2,000/s batches of up to 32, the most the policy allows, serve the rate only with
+    full batches and a backlog, and at 1,000/s an instance is busy without pause whatever its
+    batches, its queue at this test's bound (``python -m bench.sleep_capacity``; the figures
+    are on docs/validation/autopilot-rate-shift.md). At 500/s the start serves about two
+    thirds of the rate sent, so the advice for twice the rate it answered (saturated) asks
+    for more than is sent, and the configs the policy allows serve it from a queue of a few
+    executions."""
     client = TritonClient(triton.url("triton_http"), headers=triton.admin_headers())
     served = client.model_config_json(MODEL)
-    start = BatcherConfig(10, (), 0, 1)
+    start = BatcherConfig(3, (), 0, 1)
     client.load_model(MODEL, apply.override(served, start, MODEL))
     db = tmp_path / "runs.sqlite3"
     url = triton.url("triton_http")
-    # x2: at 200/s no config is worth it (in 1 of 12 runs at x1.5 a change was applied there,
-    # and gained nothing: 11.84 -> 12.31 ms; that was the served config's short simulated run
-    # read as saturated, which needs no gain, since fixed in advisor.predict); at 2,000/s the
-    # gain on offer is far more.
+    # x2: at the low rate no config is worth it (in 1 of 12 runs at x1.5 a change was applied
+    # there, and gained nothing: 11.84 -> 12.31 ms; that was the served config's short
+    # simulated run read as saturated, which needs no gain, since fixed in advisor.predict); at
+    # the high rate the gain on offer is far more.
     policy = Policy(max_batch_size=32, max_instances=1, min_minutes_between_changes=0)
     opts = pilot_options(triton, db, policy, 2.0, watch_s=2.5, interval_s=2.0)
-    low = replace(PARAMS, url=url, rate=200.0, duration_s=30.0, seed=13)
+    low = replace(PARAMS, url=url, rate=LOW_RATE, duration_s=30.0, seed=13)
     steps, lines = two_steps(opts, low)
     said = "\n".join(["the autopilot said:", *lines, *recorded(db)])
     assert lines[0].endswith("no advice yet: advising"), said
@@ -222,7 +227,7 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
     assert lines[2].startswith(f"KEEP {MODEL}: {start.describe()}"), said
     assert from_model_config(client.model_config_json(MODEL)) == start
     before_shift = len(lines)
-    high = replace(PARAMS, url=url, rate=2000.0, duration_s=150.0, seed=14)
+    high = replace(PARAMS, url=url, rate=HIGH_RATE, duration_s=150.0, seed=14)
     with poisson_traffic(high, db):
         # Two intervals to call it a shift or saturation, then the advice; or a kept config
         # at the shift, then saturation, read by turns at the edge (11 steps in one CI run).
@@ -239,13 +244,21 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
         changed_at = len(lines)
         for _ in range(4):  # the traffic goes on: nothing more to change
             steps.step()
-        first = client.model_stats(MODEL)
-        steps.step()
-        last = client.model_stats(MODEL)
+        # Then until an interval serves no more than the rate sent: the backlog the start
+        # config left (Triton's queue and the clients') drained, or none drains. Served
+        # faster, Triton still catches up, at full batches and with the backlog's waits.
+        for _ in range(DRAIN_STEPS):
+            first = client.model_stats(MODEL)
+            began = time.monotonic()
+            steps.step()
+            last = client.model_stats(MODEL)
+            served_per_s = last.minus(first).phase("success").count / (time.monotonic() - began)
+            if served_per_s <= DRAINED * HIGH_RATE:
+                break
     shifted = lines[before_shift:]
     said = "\n".join(["the autopilot said:", *lines, *recorded(db)])
     advised = [i for i, line in enumerate(shifted) if "for 2 intervals: advising" in line]
-    # Called a rate shift, or saturation read from Triton's queue (up to 10 is past the
+    # Called a rate shift, or saturation read from Triton's queue (up to 3 is past the
     # model's capacity).
     assert advised, said
     assert any(w in shifted[advised[0]] for w in ("shifted (rate x", "saturated (")), said
@@ -287,13 +300,13 @@ def test_a_shift_from_200_to_2000_per_s_leads_to_one_kept_change_and_no_oscillat
         line.startswith(("DRY RUN", "WAIT", "APPLY", "KEPT", "ROLLED", "NOT APPLIED"))
         for line in later
     ), said
-    # Triton's own statistics: batches past 10 formed once the change was in (over the last
-    # interval), none before (over the first at 2,000/s); over the last interval the offered
-    # rate was served from a queue that is no backlog.
+    # Triton's own statistics: batches past 3 formed once the change was in (over the last
+    # interval), none before (over the first at the high rate); over the last interval, the
+    # backlog drained, the offered rate was served from a queue that is no backlog.
     delta = last.minus(first)
     assert max(executed_before) <= start.max_batch_size < max(sizes(delta)), said
     print(said)  # the lines, for `pytest -s` (docs/validation/autopilot-rate-shift.md quotes them)
-    assert delta.phase("success").count > 0.8 * 2000 * opts.interval_s, delta
+    assert delta.phase("success").count > 0.8 * HIGH_RATE * opts.interval_s, delta
     assert delta.phase("queue").ns / delta.phase("queue").count < 20e6, delta
 
 
