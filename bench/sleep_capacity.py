@@ -4,17 +4,15 @@
 
 ``add_sleep`` (bench/models) sleeps 5 ms per execution whatever the batch, so its capacity
 would be set by its batching alone, were it not for the CPU its Python backend spends on each
-request: on two cores shared with the clients and Triton's front end, that CPU sets a ceiling
-of its own. The autopilot's rate-shift test (tests/autopilot/test_autopilot_rescue.py) needs
-its start config past capacity at the high rate and the configs its policy allows well within
-it; this bench tells at which rates that holds on the machine it runs on.
+request beside the clients and Triton's front end. The autopilot's rate-shift test
+(tests/autopilot/test_autopilot_rescue.py) needs its start config past capacity at the high
+rate and the policy's configs well within it; this bench tells where that holds.
 
-A Triton of its own serves the model without a delay and one instance; for each max batch
-size the load generator's CLI (its own process, as a user runs it) sends ``--rate`` Poisson,
-and after ``--settle-s`` Triton's statistics over ``--measure-s`` give the rate served, the
-executions, the average batch and the mean queue wait: Triton's own counts, not the load
-generator's. A mean queue far past an execution's time with full batches is a backlog: the
-config (or the machine) is short of the rate. The load average is printed at start and end.
+A Triton of its own serves the model without a delay; for each max batch size the load
+generator's CLI (its own process) sends ``--rate`` Poisson, and after ``--settle-s`` Triton's
+statistics over ``--measure-s`` give the rate served, the executions, the average batch and
+the mean queue wait. A mean queue far past an execution's time with full batches is a
+backlog: the config (or the machine) is short of the rate.
 """
 
 from __future__ import annotations

@@ -54,6 +54,13 @@ def samples(url: str) -> list[Any]:
     return [s for f in text_string_to_metric_families(text) for s in f.samples]
 
 
+def scraped(url: str) -> list[Any]:
+    """The exporter's samples once it has scraped its targets (it marks each endpoint up or
+    down), else none."""
+    found = samples(url)
+    return found if any(s.name == "triton_batching_endpoint_up" for s in found) else []
+
+
 def distribution(found: list[Any], target: str) -> dict[str, float]:
     return {
         s.labels["batch_size"]: s.value
@@ -157,7 +164,9 @@ def _one_alert_for_the_metrics_endpoint(
     settings: Settings, url: str, webhook: Webhook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     exporter = settings.url("exporter")
-    found = samples(exporter)
+    # The exporter answers before its first scrape of the target has ended (on a loaded
+    # machine, a whole-suite run's, that scrape came after this test's first read).
+    found = wait_for("the exporter's first scrape of the target", lambda: scraped(exporter))
     up = {s.labels["endpoint"]: s.value for s in found if s.name == "triton_batching_endpoint_up"}
     assert up == {"metrics": 0.0, "statistics": 1.0, "repository": 1.0, "config": 1.0}
     assert [s.value for s in found if s.name == "triton_batching_target_up"] == [1.0]
