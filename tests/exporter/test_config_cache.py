@@ -28,7 +28,7 @@ from exporter.targets import Target
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
 from tests.exporter.replay import standin_capture
-from tests.helpers import infer_add
+from tests.helpers import infer_add, wait_for
 from tritonapi.client import TritonClient
 
 METRICS = '# TYPE nv_inference_count counter\nnv_inference_count{model="m0",version="1"} 3\n'
@@ -171,6 +171,12 @@ def config_gauges(settings: Settings, model: str) -> tuple[float, set[float]]:
     return delay, preferred
 
 
+def read(settings: Settings, model: str) -> tuple[float, set[float]] | None:
+    """:func:`config_gauges` once the exporter exports the model's config, else None."""
+    gauges = config_gauges(settings, model)
+    return gauges if gauges[1] else None
+
+
 @pytest.mark.integration
 def test_a_real_reload_with_another_config_reaches_the_next_scrape(tmp_path: Path) -> None:
     """A real Triton (explicit model control) and the exporter as the launcher runs them:
@@ -185,7 +191,11 @@ def test_a_real_reload_with_another_config_reaches_the_next_scrape(tmp_path: Pat
         client = httpclient.InferenceServerClient(f"{settings.host}:{settings.port('triton_http')}")
         for i in range(3):  # counters a reload visibly resets
             assert infer_add(client, model, i, 1) == i + 1
-        assert config_gauges(settings, model) == (0.0005, {2.0, 4.0})
+        # The exporter's first finished read: a scrape waits for its reader at most one and a
+        # half fetch timeouts, and on a loaded machine (a whole-suite run's) the first one
+        # answered before any read had finished, with no model's series at all.
+        first = wait_for("the exporter's first read of the model", lambda: read(settings, model))
+        assert first == (0.0005, {2.0, 4.0})
         config = triton.model_config_json(model)
         config["dynamic_batching"].update(
             max_queue_delay_microseconds=2000, preferred_batch_size=[3]

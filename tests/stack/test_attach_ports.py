@@ -55,8 +55,8 @@ def samples(url: str) -> list[Any]:
 
 
 def scraped(url: str) -> list[Any]:
-    """The exporter's samples once it has scraped its targets (it marks each endpoint up or
-    down), else none."""
+    """The exporter's samples once a read of its targets has finished (each endpoint marked
+    up or down), else none."""
     found = samples(url)
     return found if any(s.name == "triton_batching_endpoint_up" for s in found) else []
 
@@ -164,8 +164,9 @@ def _one_alert_for_the_metrics_endpoint(
     settings: Settings, url: str, webhook: Webhook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     exporter = settings.url("exporter")
-    # The exporter answers before its first scrape of the target has ended (on a loaded
-    # machine, a whole-suite run's, that scrape came after this test's first read).
+    # A scrape waits for the exporter's reader at most one and a half fetch timeouts, then
+    # answers every target down; on a loaded machine (a whole-suite run's) its first read
+    # took longer, and this test's first scrape held no endpoint series at all.
     found = wait_for("the exporter's first scrape of the target", lambda: scraped(exporter))
     up = {s.labels["endpoint"]: s.value for s in found if s.name == "triton_batching_endpoint_up"}
     assert up == {"metrics": 0.0, "statistics": 1.0, "repository": 1.0, "config": 1.0}
