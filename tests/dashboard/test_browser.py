@@ -312,7 +312,9 @@ def open_form(page: Page, s: Settings, model: str) -> None:
     """The Load runs view with ``model`` picked in the form."""
     page.goto(f"{s.url('dashboard')}/?view=Load+runs")
     page.get_by_role("heading", name="Load runs").wait_for(timeout=60_000)
-    page.locator(".st-key-form_model input").click()
+    # The page's first run, as long as the heading's: in two whole-suite runs on a loaded
+    # machine the picker was not yet stable when Playwright's default 30 s ran out.
+    page.locator(".st-key-form_model input").click(timeout=60_000)
     page.get_by_role("option", name=model, exact=True).click()
     shows(page, f"Inputs of {model}")
 
