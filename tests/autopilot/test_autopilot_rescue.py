@@ -55,10 +55,11 @@ OVERLOADED = BatcherConfig(1, (), 0, 1)  # one request per 5 ms execution
 RESCUE = BatcherConfig(8, (), 500, 1)  # up to 8 per execution
 RATE = 300.0
 WATCH_S = 6.0
-# The clients: Poisson, with the load generator's default 10 s timeout.
+# The tenfold shift's two rates (test_a_shift_from_50_to_500_per_s...).
 LOW_RATE, HIGH_RATE = 50.0, 500.0
 # After the change, steps until one serves at most DRAINED times the rate sent (or this many).
 DRAIN_STEPS, DRAINED = 15, 1.1
+# The clients: Poisson, with the load generator's default 10 s timeout.
 PARAMS = RunParams("rate", model=MODEL, rate=RATE, poisson=True, duration_s=120.0)
 
 
