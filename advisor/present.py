@@ -53,6 +53,12 @@ CEILING_MARGIN = 1.25
 # Requests per simulated present: enough that the average batch moves by well under 1 %
 # between seeds, few enough that a check costs a small part of the search.
 PRESENT_REQUESTS = 10_000
+# Requests per simulation while the inferred parts are searched for (0: as many as the
+# verdict's). The search compares points of one seed, whose figures move together with
+# what is inferred, so half the requests find the same point at about half the cost (a
+# quarter found worse ones: bench/present_replay.py); the point found is then simulated
+# again with PRESENT_REQUESTS, and that is what is judged and shown.
+SEARCH_REQUESTS = 5_000
 # The quick search (false position on the two errors' sum) stops when that sum, in units
 # of the bounds, is this close to 0, or after QUICK_STEPS simulations past the two ends.
 QUICK_TOLERANCE = 0.05
@@ -77,11 +83,14 @@ LAG_STEPS = 3
 # Clustered arrivals (CpuModel.arrival_cluster_share). Their signature, at the release the
 # search ended on: a batch shorter and a queue longer than measured, each by more than
 # CLUSTER_TRIGGER in units of its bound. A release grows both, so none brings both in,
-# while arrivals that come together batch more and queue less. The share is fitted only
-# where the release alone leaves a figure off: fitted wherever the signature shows, it
-# predicts a longer delay's batches better, but costs its simulations on most open-loop
-# windows (docs/validation/advisor-blind.md has both, and the test suite's time with each).
-CLUSTER_TRIGGER = 0.5
+# while arrivals that come together batch more and queue less. The share is fitted wherever
+# the signature shows, the present within its bounds or not (CLUSTER_ONLY_WHERE_OFF False):
+# a present the release alone brings just within them still predicts a longer delay's
+# batches short where arrivals are clustered. Fitted only where the present is off, the
+# check costs fewer simulations and predicts other configs worse
+# (docs/validation/advisor-blind.md has both; bench/present_replay.py compares them).
+CLUSTER_TRIGGER = 0.25
+CLUSTER_ONLY_WHERE_OFF = False
 # The fit (Broyden's method on the two errors over the release and the share) starts from
 # one simulation a step away in each coordinate: these steps, in the fit's normalized
 # coordinates (the release over the ceiling, the share over CLUSTER_MOST), long enough that
@@ -285,6 +294,7 @@ def check_present(
     requests: int = PRESENT_REQUESTS,
     seed: int = 1,
     stored: bool = False,
+    search_requests: int | None = None,
 ) -> PresentCheck:
     """Simulate the served ``config`` under the fitted ``traffic`` and costs, infer the time
     an instance stays unavailable after each execution so that the simulated present
@@ -303,23 +313,79 @@ def check_present(
     Where traces measured the release (``cpu.release_samples``), nothing is inferred over
     them: the present is checked as it is. ``stored``: the measurement is of stored load
     runs, which cannot be watched longer (what would help is said for them).
+    ``search_requests``: the requests each simulation of the search runs (default
+    :data:`SEARCH_REQUESTS`); the point it ends on is judged on ``requests``.
     """
     cpu = cpu or CpuModel()
     if not measured.executed:
         return not_executed(cpu)
     traced = bool(cpu.release_samples)
-    runs: dict[tuple[float, float, float], SimResult] = {}
+    searched = SEARCH_REQUESTS if search_requests is None else search_requests
+    searched = min(searched, requests) if searched > 0 and not traced else requests
 
     def trial(hidden_s: float, lag_s: float, share: float) -> CpuModel:
         if traced:
             return cpu
         return replace(cpu, release_s=hidden_s, queue_lag_s=lag_s, arrival_cluster_share=share)
 
+    def simulated(key: tuple[float, float, float], n: int) -> SimResult:
+        return Simulation(config, service, traffic, trial(*key), n, seed=seed).run()
+
+    def within(result: SimResult) -> bool:
+        return all(f.within for f in present_figures(result, measured))
+
+    key, note, runs = _infer(
+        traced, cpu, config, service, traffic, measured, lambda k: simulated(k, searched)
+    )
+    result, simulations = runs[key], len(runs)
+    if searched < requests:
+        # The search's point judged on the verdict's requests. Where it is off, the search
+        # is done again on the verdict's requests: the cheaper search never turns a present
+        # off, and an off present's inferred parts and why are the full search's.
+        result = simulated(key, requests)
+        simulations += 1
+        if not within(result):
+            key, note, runs = _infer(
+                traced, cpu, config, service, traffic, measured, lambda k: simulated(k, requests)
+            )
+            result, simulations = runs[key], simulations + len(runs)
+    hidden, lag, share = key
+    calibrated = trial(hidden, lag, share)
+    figures = present_figures(result, measured)
+    off = tuple(f.name for f in figures if not f.within)
+    inferred = ((HIDDEN, hidden),) + (((LAG, lag),) if lag else ())
+    return PresentCheck(
+        status=OFF if off else CALIBRATED,
+        figures=figures,
+        shares=_shares(result, measured),
+        inferred=() if traced else inferred,
+        cpu=calibrated,
+        clustered=share,
+        help=_help(cpu, stored) if off else (),
+        simulations=simulations,
+        traced=traced,
+        note=note if off else "",
+    )
+
+
+def _infer(
+    traced: bool,
+    cpu: CpuModel,
+    config: BatcherConfig,
+    service: ServiceModel,
+    traffic: Traffic,
+    measured: Measured,
+    run: Callable[[tuple[float, float, float]], SimResult],
+) -> tuple[tuple[float, float, float], str, dict[tuple[float, float, float], SimResult]]:
+    """The search of :func:`check_present`, each point simulated by ``run``: the point
+    ``(release, lag, share)`` it ends on, why the present stays off where nothing brings it
+    in (or ""), and every point it simulated."""
+    runs: dict[tuple[float, float, float], SimResult] = {}
+
     def simulate(hidden_s: float, lag_s: float = 0.0, share: float = 0.0) -> SimResult:
         key = (hidden_s, lag_s, share)
         if key not in runs:
-            model = trial(*key)
-            runs[key] = Simulation(config, service, traffic, model, requests, seed=seed).run()
+            runs[key] = run(key)
         return runs[key]
 
     def errors(hidden_s: float, lag_s: float = 0.0, share: float = 0.0) -> tuple[float, float]:
@@ -342,7 +408,7 @@ def check_present(
         batch_error, queue_error = at = errors(hidden)
         if (
             high > 0
-            and _worst(at) > 1
+            and (_worst(at) > 1 or not CLUSTER_ONLY_WHERE_OFF)
             and clustered_signature(traffic, cpu, batch_error, queue_error)
         ):
             release, fitted = _fit_clustering(errors, hidden, high)
@@ -354,23 +420,7 @@ def check_present(
                 hidden, lag = lagged
         if not lag and not share:
             note = _why_off(errors, hidden, high)
-    result = runs[hidden, lag, share]
-    calibrated = trial(hidden, lag, share)
-    figures = present_figures(result, measured)
-    off = tuple(f.name for f in figures if not f.within)
-    inferred = ((HIDDEN, hidden),) + (((LAG, lag),) if lag else ())
-    return PresentCheck(
-        status=OFF if off else CALIBRATED,
-        figures=figures,
-        shares=_shares(result, measured),
-        inferred=() if traced else inferred,
-        cpu=calibrated,
-        clustered=share,
-        help=_help(cpu, stored) if off else (),
-        simulations=len(runs),
-        traced=traced,
-        note=note if off else "",
-    )
+    return (hidden, lag, share), note, runs
 
 
 def not_executed(cpu: CpuModel | None = None, note: str = "") -> PresentCheck:

@@ -35,7 +35,7 @@ from google.protobuf import json_format, text_format
 from advisor.config import BatcherConfig, from_model_config
 from advisor.fit import batch_times, fit_service_times, saturation
 from advisor.inputs import InputError, Options, fit_window, gather, probed, watch
-from advisor.model import Traffic
+from advisor.model import ClosedLoop, CpuModel, OpenLoop, ServiceModel, Traffic
 from advisor.predict import predict
 from advisor.present import (
     BATCH_BOUND,
@@ -99,6 +99,8 @@ class Row:
     inferred_s: float | None = None  # present: the time inferred after each execution
     note: str = ""  # present: the check's line
     fit: str = ""  # present: what the advisor fitted from the window (service, traffic, costs)
+    # present: what its check was given, for bench.present_replay
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     def figures(self) -> tuple[Figure, Figure]:
         """Average batch and mean queue as the present check judges them."""
@@ -151,6 +153,64 @@ class Capture:
             wall_s=float(data["wall_s"]),
             rows=rows,
             skipped=list(data.get("skipped", [])),
+        )
+
+
+# ---- what a check was given, as JSON (for bench.present_replay) -----------------------------
+
+
+def encode(
+    config: BatcherConfig,
+    traffic: Traffic,
+    service: ServiceModel,
+    measured: Measured,
+    cpu: CpuModel,
+    seed: int,
+    requests: int,
+) -> dict[str, Any]:
+    """A present check's inputs and the predictions' settings, as plain JSON."""
+    kind = "open" if isinstance(traffic, OpenLoop) else "closed"
+    return {
+        "config": asdict(config),
+        "traffic": {"kind": kind, **asdict(traffic)},
+        "service": asdict(service),
+        "measured": {**asdict(measured), "size_shares": list(measured.size_shares.items())},
+        "cpu": asdict(cpu),
+        "seed": seed,
+        "requests": requests,
+    }
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """One point's check inputs, read back."""
+
+    config: BatcherConfig
+    traffic: Traffic
+    service: ServiceModel
+    measured: Measured
+    cpu: CpuModel
+    seed: int
+    requests: int
+
+    @classmethod
+    def decode(cls, data: dict[str, Any]) -> Inputs:
+        traffic = dict(data["traffic"])
+        kind = traffic.pop("kind")
+        measured = dict(data["measured"])
+        measured["size_shares"] = {int(k): float(v) for k, v in measured["size_shares"]}
+        return cls(
+            config=BatcherConfig(**{k: _tuples(v) for k, v in data["config"].items()}),
+            traffic=OpenLoop(**traffic) if kind == "open" else ClosedLoop(**traffic),
+            service=ServiceModel(**{k: _tuples(v) for k, v in data["service"].items()}),
+            measured=Measured(**measured),
+            cpu=CpuModel(**{k: _tuples(v) for k, v in data["cpu"].items()}),
+            seed=int(data["seed"]),
+            requests=int(data["requests"]),
         )
 
 
@@ -364,6 +424,9 @@ def present(
             f"{inputs.service.per_item_s * 1e6:.1f} us/item; traffic "
             f"{traffic.describe()}; {prepared.costs.line}"
             + (f"; saturated by advise's rule ({saturated})" if saturated else "")
+        ),
+        inputs=encode(
+            inputs.config, traffic, inputs.service, measured, prepared.cpu, seed, plan.requests
         ),
     )
     others = [Predicted(AGAIN, inputs.config, batch, queue, now.client_latency_p99_s)]
