@@ -1,6 +1,6 @@
 """A saved blind run's present checks and predictions, done again offline with other settings.
 
-    .venv/bin/python -m bench.present_replay FILE [--trigger X ...] [--search-requests N ...]
+    .venv/bin/python -m bench.present_replay FILE [--setting TRIGGER:WHERE:N ...]
 
 ``bench.advisor_blind --save`` keeps what each point's present check was given. This bench
 checks each present again under every combination of the settings given (the clustering
@@ -17,7 +17,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,42 +54,67 @@ class Tally:
     check_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Point:
+    """One saved point done again: its check, and the average batch predicted for each other
+    config the run measured."""
+
+    inputs: Inputs
+    check: PresentCheck
+    predicted: dict[str, float]
+    check_s: float
+
+
+@contextmanager
+def setting(trigger: float, wide: bool) -> Iterator[None]:
+    """The clustering fit's setting for the block (``wide``: it runs wherever its signature
+    shows, not only where the present is off)."""
+    saved = present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF
+    present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF = trigger, not wide
+    try:
+        yield
+    finally:
+        present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF = saved
+
+
+def replay_point(row: dict[str, Any], search_requests: int) -> Point:
+    """A present row's check and predictions, done again under the setting in force."""
+    i = Inputs.decode(row["inputs"])
+    began = time.process_time()
+    check = check_present(
+        i.config, i.traffic, i.service, i.measured, i.cpu, search_requests=search_requests
+    )
+    spent = time.process_time() - began
+    cpu = check.cpu or i.cpu
+    predicted = {
+        which: predict(config, i.traffic, i.service, cpu, i.requests, seed=i.seed).mean_batch_size
+        for which, config in alternatives(i.config)
+    }
+    return Point(i, check, predicted, spent)
+
+
 def replay(
     rows: Sequence[dict[str, Any]], trigger: float, search_requests: int, wide: bool
 ) -> Tally:
-    """Every saved point's check and predictions under one setting (``wide``: the
-    clustering fit runs wherever its signature shows, not only where the present is off)."""
+    """Every saved point's check and predictions under one setting."""
     tally = Tally(trigger, search_requests, wide)
     measured_of = {
         (r["model"], r["rate"], r["which"]): r["batch"][1] for r in rows if r["which"] in OTHERS
     }
-    saved = present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF
-    present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF = trigger, not wide
-    try:
+    with setting(trigger, wide):
         for r in rows:
             if r["which"] != PRESENT or not r.get("inputs"):
                 continue
-            i = Inputs.decode(r["inputs"])
-            began = time.process_time()
-            check = check_present(
-                i.config, i.traffic, i.service, i.measured, i.cpu, search_requests=search_requests
-            )
-            tally.check_s += time.process_time() - began
-            tally.simulations += check.simulations
+            point = replay_point(r, search_requests)
+            tally.check_s += point.check_s
+            tally.simulations += point.check.simulations
             tally.points += 1
-            tally.present_met += judged(check, i.measured)
-            cpu = check.cpu or i.cpu
-            for which, config in alternatives(i.config):
+            tally.present_met += judged(point.check, point.inputs.measured)
+            for which, batch in point.predicted.items():
                 measured = measured_of.get((r["model"], r["rate"], which))
-                if not measured:
-                    continue
-                p = predict(config, i.traffic, i.service, cpu, i.requests, seed=i.seed)
-                tally.others += 1
-                tally.others_met += Figure(
-                    "average batch", p.mean_batch_size, measured, BATCH_BOUND
-                ).within
-    finally:
-        present_mod.CLUSTER_TRIGGER, present_mod.CLUSTER_ONLY_WHERE_OFF = saved
+                if measured:
+                    tally.others += 1
+                    tally.others_met += Figure("average batch", batch, measured, BATCH_BOUND).within
     return tally
 
 
@@ -124,6 +150,22 @@ def table(tallies: Sequence[Tally]) -> str:
     return "\n".join(lines)
 
 
+def own_where() -> str:
+    return "off" if present_mod.CLUSTER_ONLY_WHERE_OFF else "always"
+
+
+def parse_setting(text: str) -> tuple[float, bool, int]:
+    """``--setting TRIGGER:WHERE:N`` as (trigger, wide, search requests)."""
+    try:
+        trigger, where, n = text.split(":")
+        parsed = (float(trigger), where == "always", int(n))
+    except ValueError:
+        parsed = None
+    if parsed is None or where not in ("off", "always") or parsed[0] < 0 or parsed[2] < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: use TRIGGER:WHERE:N, e.g. 0.25:always:5000")
+    return parsed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.present_replay",
@@ -131,25 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("file", type=Path, help="a run saved by bench.advisor_blind --save")
     p.add_argument(
-        "--trigger",
-        type=float,
-        nargs="+",
-        default=[present_mod.CLUSTER_TRIGGER],
-        help="the clustering fit's trigger, in units of the bounds (default: the advisor's)",
-    )
-    p.add_argument(
-        "--search-requests",
-        type=int,
-        nargs="+",
-        default=[present_mod.SEARCH_REQUESTS],
-        help="requests per simulation of the search (0: as many as the verdict's)",
-    )
-    p.add_argument(
-        "--where",
-        nargs="+",
-        choices=("off", "always"),
-        default=["always" if not present_mod.CLUSTER_ONLY_WHERE_OFF else "off"],
-        help="fit clustering only where the present is off, or wherever its signature shows",
+        "--setting",
+        action="append",
+        type=parse_setting,
+        metavar="TRIGGER:WHERE:N",
+        help="a setting to replay under, repeated for several: the clustering fit's trigger "
+        "(units of the bounds), where it runs (off: only where the present is off; always: "
+        "wherever its signature shows) and the requests per simulation of the search (0: as "
+        "many as the verdict's); default the advisor's own, "
+        f"{present_mod.CLUSTER_TRIGGER:g}:{own_where()}:{present_mod.SEARCH_REQUESTS}",
     )
     args = p.parse_args(argv)
     try:
@@ -158,12 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"{args.file}: not a saved blind run ({exc}); make one with --save")
     if not any(r.get("inputs") for r in rows):
         p.error(f"{args.file}: its points carry no check inputs; save a run made since they do")
-    tallies = [
-        replay(rows, trigger, n, where == "always")
-        for trigger in args.trigger
-        for where in args.where
-        for n in args.search_requests
+    settings = args.setting or [
+        (present_mod.CLUSTER_TRIGGER, own_where() == "always", present_mod.SEARCH_REQUESTS)
     ]
+    tallies = [replay(rows, trigger, n, wide) for trigger, wide, n in settings]
     print(table(tallies))
     return 0
 
