@@ -189,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         p.error(f"{args.file}: not a saved blind run ({exc}); make one with --save")
     if not any(r.get("inputs") for r in rows):
-        p.error(f"{args.file}: its points carry no check inputs; make a new run with bench.advisor_blind --save")
+        p.error(
+            f"{args.file}: its points carry no check inputs; "
+            "make a new run with bench.advisor_blind --save"
+        )
     settings = args.setting or [
         (present_mod.CLUSTER_TRIGGER, own_where() == "always", present_mod.SEARCH_REQUESTS)
     ]
