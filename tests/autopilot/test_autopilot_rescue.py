@@ -225,7 +225,19 @@ def test_a_shift_from_50_to_500_per_s_leads_to_one_kept_change_and_no_oscillatio
     said = "\n".join(["the autopilot said:", *lines, *recorded(db)])
     assert lines[0].endswith("no advice yet: advising"), said
     assert lines[1].startswith(f"{MODEL}: present: batch "), said  # before the decision
-    assert lines[2].startswith(f"KEEP {MODEL}: {start.describe()}"), said
+    # The start is kept at the low rate. A first window whose present is off may come
+    # before the KEEP, and nothing else: at 50/s a window holds about 100 requests, and in
+    # a new clone's whole run here (2026-12-07) its mean queue missed the bound its own
+    # spread widened (1.22 simulated against 0.86 ms measured, bound +-36 %); the second
+    # step's window was calibrated and kept the start.
+    keeps = [i for i, line in enumerate(lines) if line.startswith(f"KEEP {MODEL}: ")]
+    assert keeps and lines[keeps[0]].startswith(f"KEEP {MODEL}: {start.describe()}"), said
+    for line in lines[: keeps[0]]:
+        assert (
+            line.endswith("no advice yet: advising")
+            or line.startswith(f"{MODEL}: present: ")
+            or line.startswith(f"NO ADVICE {MODEL}: the advisor's simulation does not reproduce")
+        ), said
     assert from_model_config(client.model_config_json(MODEL)) == start
     before_shift = len(lines)
     high = replace(PARAMS, url=url, rate=HIGH_RATE, duration_s=150.0, seed=14)
