@@ -70,6 +70,9 @@ QUICK_STEPS = 6
 GRID_STEPS = 4
 SEARCH_WIDTH = 0.02
 
+# A point of the search: (release, queue lag, clustered share).
+Key = tuple[float, float, float]
+
 CALIBRATED = "calibrated"
 OFF = "off"
 NOT_EXECUTED = "not executed yet"
@@ -328,15 +331,16 @@ def check_present(
             return cpu
         return replace(cpu, release_s=hidden_s, queue_lag_s=lag_s, arrival_cluster_share=share)
 
-    def simulated(key: tuple[float, float, float], n: int) -> SimResult:
+    def simulated(key: Key, n: int) -> SimResult:
         return Simulation(config, service, traffic, trial(*key), n, seed=seed).run()
 
     def within(result: SimResult) -> bool:
         return all(f.within for f in present_figures(result, measured))
 
-    key, note, runs = _infer(
-        traced, cpu, config, service, traffic, measured, lambda k: simulated(k, searched)
-    )
+    def search(n: int) -> tuple[Key, str, dict[Key, SimResult]]:
+        return _infer(traced, cpu, config, service, traffic, measured, lambda k: simulated(k, n))
+
+    key, note, runs = search(searched)
     result, simulations = runs[key], len(runs)
     if searched < requests:
         # The search's point judged on the verdict's requests. Where it is off, the search
@@ -345,9 +349,7 @@ def check_present(
         result = simulated(key, requests)
         simulations += 1
         if not within(result):
-            key, note, runs = _infer(
-                traced, cpu, config, service, traffic, measured, lambda k: simulated(k, requests)
-            )
+            key, note, runs = search(requests)
             result, simulations = runs[key], simulations + len(runs)
     hidden, lag, share = key
     calibrated = trial(hidden, lag, share)
@@ -375,12 +377,12 @@ def _infer(
     service: ServiceModel,
     traffic: Traffic,
     measured: Measured,
-    run: Callable[[tuple[float, float, float]], SimResult],
-) -> tuple[tuple[float, float, float], str, dict[tuple[float, float, float], SimResult]]:
+    run: Callable[[Key], SimResult],
+) -> tuple[Key, str, dict[Key, SimResult]]:
     """The search of :func:`check_present`, each point simulated by ``run``: the point
     ``(release, lag, share)`` it ends on, why the present stays off where nothing brings it
     in (or ""), and every point it simulated."""
-    runs: dict[tuple[float, float, float], SimResult] = {}
+    runs: dict[Key, SimResult] = {}
 
     def simulate(hidden_s: float, lag_s: float = 0.0, share: float = 0.0) -> SimResult:
         key = (hidden_s, lag_s, share)

@@ -159,35 +159,13 @@ class Capture:
 # ---- what a check was given, as JSON (for bench.present_replay) -----------------------------
 
 
-def encode(
-    config: BatcherConfig,
-    traffic: Traffic,
-    service: ServiceModel,
-    measured: Measured,
-    cpu: CpuModel,
-    seed: int,
-    requests: int,
-) -> dict[str, Any]:
-    """A present check's inputs and the predictions' settings, as plain JSON."""
-    kind = "open" if isinstance(traffic, OpenLoop) else "closed"
-    return {
-        "config": asdict(config),
-        "traffic": {"kind": kind, **asdict(traffic)},
-        "service": asdict(service),
-        "measured": {**asdict(measured), "size_shares": list(measured.size_shares.items())},
-        "cpu": asdict(cpu),
-        "seed": seed,
-        "requests": requests,
-    }
-
-
 def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """One point's check inputs, read back."""
+    """What one point's present check was given, and the predictions' seed and requests."""
 
     config: BatcherConfig
     traffic: Traffic
@@ -196,6 +174,20 @@ class Inputs:
     cpu: CpuModel
     seed: int
     requests: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As plain JSON: the traffic's kind named, the batch-size shares as pairs."""
+        kind = "open" if isinstance(self.traffic, OpenLoop) else "closed"
+        shares = list(self.measured.size_shares.items())
+        return {
+            "config": asdict(self.config),
+            "traffic": {"kind": kind, **asdict(self.traffic)},
+            "service": asdict(self.service),
+            "measured": {**asdict(self.measured), "size_shares": shares},
+            "cpu": asdict(self.cpu),
+            "seed": self.seed,
+            "requests": self.requests,
+        }
 
     @classmethod
     def decode(cls, data: dict[str, Any]) -> Inputs:
@@ -425,9 +417,9 @@ def present(
             f"{traffic.describe()}; {prepared.costs.line}"
             + (f"; saturated by advise's rule ({saturated})" if saturated else "")
         ),
-        inputs=encode(
+        inputs=Inputs(
             inputs.config, traffic, inputs.service, measured, prepared.cpu, seed, plan.requests
-        ),
+        ).to_json(),
     )
     others = [Predicted(AGAIN, inputs.config, batch, queue, now.client_latency_p99_s)]
     for which, config in alternatives(inputs.config):

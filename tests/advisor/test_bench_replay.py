@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.advisor_blind import PRESENT, Inputs, encode
+from bench.advisor_blind import PRESENT, Inputs
 from bench.present_replay import main, replay, replay_point, setting
 
 DATA = Path(__file__).parent / "data"
@@ -29,8 +29,7 @@ def test_a_checks_inputs_read_back_as_they_were_saved() -> None:
     assert len(presents) == 3
     for r in presents:
         i = Inputs.decode(r["inputs"])
-        again = encode(i.config, i.traffic, i.service, i.measured, i.cpu, i.seed, i.requests)
-        assert Inputs.decode(json.loads(json.dumps(again))) == i
+        assert Inputs.decode(json.loads(json.dumps(i.to_json()))) == i
         assert i.measured.avg_batch == pytest.approx(r["batch"][1])
 
 
