@@ -63,19 +63,19 @@ def wait_for(what: str, check: Callable[[], T], timeout_s: float = 30.0) -> T:
 
 def stats_counting(url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
     """The model's statistics once they count the ``answered`` requests answered since
-    ``before`` (success and failure), waited for up to 5 s (:func:`wait_for`); the test
+    ``before`` (success and failure) and the executions that served them
+    (:meth:`ModelStats.accounts_for`), waited for up to 5 s (:func:`wait_for`); the test
     then asserts its exact counts on them.
 
-    Triton updates a model's statistics just after it sends the answers of an execution: a
-    read right after the last answer missed that execution once in CI (the unbatched
-    twin's burst of three read 2 executions, 2026-12-05). The load generator waits the same
-    way (``loadgen.engine.serverside.settled_after``); the tests read with their own code."""
+    Triton updates a model's statistics just after it sends the answers of an execution,
+    requests before the batch: a read right after the last answer missed that execution in
+    CI (the unbatched twin's burst of three read 2 executions, 2026-12-05; the serial three
+    read 3 requests and 2 executions, 2026-12-07). The load generator waits the same way
+    (``loadgen.engine.serverside.settled_after``)."""
 
     def counting() -> ModelStats | None:
         after = model_stats(url, model)
-        delta = after.minus(before)
-        counted = delta.phase("success").count + delta.phase("fail").count
-        return after if counted >= answered else None
+        return after if after.minus(before).accounts_for(answered) else None
 
     counted = wait_for(f"{model}'s statistics to count {answered} answered requests", counting, 5.0)
     assert counted is not None  # wait_for returns a truthy value

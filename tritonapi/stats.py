@@ -59,6 +59,22 @@ class ModelStats:
     def phase(self, name: str) -> Duration:
         return self.phases.get(name, Duration())
 
+    def accounts_for(self, answered: int) -> bool:
+        """Whether this delta (one window's) counts ``answered`` requests and the executions
+        that served them.
+
+        A backend reports each request's statistics and then its batch's (Triton's backends
+        do it in that order once the answers are sent, and skip the batch's when every
+        request of it failed), so a read right after the last answer can count every request
+        and miss the last execution. A request that succeeded without a cache hit was in a
+        batch of at least its one row, so ``inference_count`` reaches the successes less the
+        hits once every execution is in. (An ensemble's statistics count one inference and
+        one execution per request.)"""
+        success = self.phase("success").count
+        if success + self.phase("fail").count < answered:
+            return False
+        return self.inference_count >= success - self.phase("cache_hit").count
+
     def executions_by_size(self) -> dict[int, int]:
         return {size: b.executions for size, b in sorted(self.batches.items())}
 

@@ -24,17 +24,17 @@ def snapshot(base_url: str, model: str) -> ModelStats:
 
 
 def settled_after(base_url: str, model: str, before: ModelStats, answered: int) -> ModelStats:
-    """Statistics once the server has counted every request it answered.
+    """Statistics once the server has counted every request it answered and the
+    executions that served them (:meth:`ModelStats.accounts_for`).
 
-    Triton updates statistics just after it sends a response, so a read right after the
-    last answer can miss a few; wait (briefly) until the answered requests are in.
+    Triton updates statistics just after it sends the answers, requests before batches, so
+    a read right after the last answer can miss an execution; wait (briefly) until they are
+    in.
     """
     deadline = time.monotonic() + 2.0
     while True:
         after = snapshot(base_url, model)
-        delta = after.minus(before)
-        counted = delta.phase("success").count + delta.phase("fail").count
-        if counted >= answered or time.monotonic() > deadline:
+        if after.minus(before).accounts_for(answered) or time.monotonic() > deadline:
             return after
         time.sleep(0.02)
 
