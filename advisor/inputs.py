@@ -174,6 +174,9 @@ class Inputs:
     model: str = ""
     triton_version: str = ""
     measured: costs.Calibration | None = None  # costs measured while reading the inputs
+    # ``measured`` is a probe's (the first probe of a model that had never executed measures
+    # the costs too): --probe does not probe again.
+    probed: bool = False
     # The time outside Triton's queue and execution (a traced stored run, or a probe), and
     # the batcher's hand-offs measured from traces (with the line that says so).
     outside: handoff.Outside | None = None
@@ -445,16 +448,17 @@ def first_probe(
 ) -> Inputs:
     """``--probe`` on a model that has never executed: a first probe load, so that there
     are executions to fit the service times from (no window to wait for: nothing runs yet,
-    so the traffic must be given)."""
+    so the traffic must be given). The same load measures the costs and the time outside
+    Triton (:func:`probe_costs`), so that ``--probe`` does not load the model twice."""
     if traffic is None:
         raise InputError(
             f"model {opts.model!r} has never executed, so it has no traffic to watch: "
             "give the traffic with --rate or --concurrency"
         )
-    params = probe_params(
-        opts, opts.model, opts.url, probe_concurrency(config), "advisor first probe"
-    )
-    result, window = probed(client, opts.model, params)
+    cpu_meter = costs_meter(opts, opts.url)
+    concurrency = probe_concurrency(config)
+    params = probe_params(opts, opts.model, opts.url, concurrency, "advisor first probe")
+    result, window = probed(client, opts.model, params, cpu_meter)
     delta = window.delta
     assert delta is not None  # a window of the statistics API
     if delta.execution_count == 0:
@@ -474,6 +478,8 @@ def first_probe(
     )
     inputs.shapes = result.summary.client.shapes
     inputs.present_why = "no window of the traffic watched (the model had never executed)"
+    measured = probe_costs(opts, inputs, concurrency, result, window, cpu_meter)
+    inputs.measured, inputs.outside, inputs.probed = measured.calibration, measured.outside, True
     return inputs
 
 
@@ -637,22 +643,43 @@ class Probe:
     outside: handoff.Outside | None
 
 
-def probe(opts: Options, inputs: Inputs) -> Probe:
-    """Measure the costs and the time outside Triton with a short closed-loop load."""
-    url = opts.url or inputs.server
-    if not url:
-        raise InputError("--probe needs --url (the Triton to probe)")
-    config = inputs.config
-    concurrency = probe_concurrency(config)
+def costs_meter(opts: Options, url: str) -> CpuMeter | None:
+    """The CPU meter of the server a probe loads (None: not on this machine, and then
+    ``--cores`` must say its cores); InputError (one line) when neither is there."""
     cpu_meter = meter(url)
     if cpu_meter is None and not opts.cores:
         raise InputError(
             f"--probe on {url}, whose CPU cannot be read from here, needs --cores N "
             "(the server's CPU cores)"
         )
+    return cpu_meter
+
+
+def probe(opts: Options, inputs: Inputs) -> Probe:
+    """Measure the costs and the time outside Triton with a short closed-loop load."""
+    url = opts.url or inputs.server
+    if not url:
+        raise InputError("--probe needs --url (the Triton to probe)")
+    concurrency = probe_concurrency(inputs.config)
+    cpu_meter = costs_meter(opts, url)
     client = TritonClient(url)
     params = probe_params(opts, inputs.model, url, concurrency, "advisor probe")
     result, window = probed(client, inputs.model, params, cpu_meter)
+    return probe_costs(opts, inputs, concurrency, result, window, cpu_meter)
+
+
+def probe_costs(
+    opts: Options,
+    inputs: Inputs,
+    concurrency: int,
+    result: RunResult,
+    window: Window,
+    cpu_meter: CpuMeter | None,
+) -> Probe:
+    """The costs and the time outside Triton that one probe's load measured: the local
+    server's CPU over it where ``cpu_meter`` read it, else the per-request cost that makes
+    the simulator serve its throughput on ``--cores``."""
+    config = inputs.config
     cpu, delta = window.cpu, window.delta
     assert delta is not None  # a window of the statistics API
     inputs.shapes = result.summary.client.shapes or inputs.shapes
@@ -727,7 +754,7 @@ def resolve_costs(opts: Options, given: Costs | None, inputs: Inputs) -> Costs:
         return given
     cache = costs.CalibrationCache(opts.calibrations)
     measured = inputs.measured
-    if opts.probe:
+    if opts.probe and not inputs.probed:
         probed = probe(opts, inputs)
         measured = probed.calibration
         if inputs.outside is None and probed.outside is not None:

@@ -241,11 +241,17 @@ def test_advise_probe_on_a_model_that_never_executed(inputs_triton: Settings) ->
     assert len(advice["by_shape"]["shapes"]) > 5
     assert advice["by_shape"]["method"].startswith("arrivals split by each shape's share")
     after = model_stats(url, "bounded_ids_fresh")
-    # Two probe loads (the first for service times, the second for costs), every request
-    # of them answered: the ids stayed under the bound and every length was accepted.
+    # Every request of the probe answered: the ids stayed under the bound and every
+    # length was accepted.
     assert after.execution_count > 0
     assert after.phase("fail").count == 0
     assert after.phase("success").count == after.inference_count > 0
+    # One probe load: the one that fitted the service times measured the costs too, over
+    # every request the model has ever served (Triton's count).
+    cached = json.loads((inputs_triton.state_dir / "calibrations.json").read_text())
+    [calibration] = [c for c in cached.values() if c["model"] == "bounded_ids_fresh"]
+    assert calibration["requests"] == after.inference_count
+    assert calibration["source"].startswith("a 1 s probe at concurrency ")
 
 
 @pytest.mark.parametrize("where", ["live", "stored"])
