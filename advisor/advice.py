@@ -12,6 +12,7 @@ probe's), the batches each shape forms alone come with it (:func:`advisor.shapes
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -57,6 +58,17 @@ class SearchOptions:
     # The autopilot's policy (autopilot.policy.Policy): its bounds cut the search space
     # before the search.
     policy: Bounds | None = None
+    # Processes the search's simulations run in (advisor.predict.recommend): the answer is
+    # the same for any count. The command line uses the cores it may run on
+    # (search_workers); the dashboard and the autopilot, which run it in a thread of a
+    # long-lived process, one.
+    workers: int = 1
+
+
+def search_workers() -> int:
+    """The cores this process may run on (its CPU set), at most 8: a search has about 60
+    configs to simulate, each one process's work."""
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
 
 
 @dataclass
@@ -149,6 +161,7 @@ def search(prepared: Prepared, options: SearchOptions) -> Advice:
                 seeds=options.seeds,
                 min_gain=options.min_gain,
                 budget_s=options.budget_s,
+                workers=options.workers,
             )
         except ValueError as exc:
             raise InputError(str(exc)) from None

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from advisor.config import BatcherConfig
@@ -448,6 +450,65 @@ def _ratio(now: float, best: float) -> float:
     return best / now if best > 0 else now / best
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One simulation of the search, as plain values, so that a worker process can run it.
+
+    ``bound_s`` set: a candidate, first simulated without its throughput limit, and again
+    with it where it meets the bound and ``with_limit`` is asked. ``deadline``: the
+    search's end (time.monotonic(), one clock for every process); a job that starts past
+    it is skipped (None), and a run still going then is cut."""
+
+    config: BatcherConfig
+    traffic: Traffic
+    service: ServiceModel
+    cpu: CpuModel | None
+    requests: int
+    seed: int
+    with_limit: bool
+    deadline: float | None
+    bound_s: float | None = None
+
+    def __call__(self) -> Prediction | None:
+        if self.bound_s is not None and self.deadline is not None:
+            if time.monotonic() > self.deadline:
+                return None
+        token = DEADLINE.set(self.deadline)
+        try:
+            args = (self.config, self.traffic, self.service, self.cpu, self.requests, self.seed)
+            if self.bound_s is None:
+                return predict(*args, with_limit=self.with_limit)
+            quick = predict(*args, with_limit=False)
+            if meets(quick, self.bound_s) and self.with_limit:
+                return predict(*args)
+            return quick
+        finally:
+            DEADLINE.reset(token)
+
+
+def _run(job: _Job) -> Prediction | None:
+    return job()
+
+
+def _run_all(jobs: Sequence[_Job], pool: ProcessPoolExecutor | None) -> list[Prediction | None]:
+    """Every job's prediction, in the jobs' order, in ``pool`` when there is one: each job's
+    simulations are seeded, so the answers are the same in any process."""
+    if pool is None:
+        return [job() for job in jobs]
+    return list(pool.map(_run, jobs))
+
+
+def _pool(workers: int) -> ProcessPoolExecutor | None:
+    """Worker processes for the search, or None for one (run in this process). Forked from
+    a fresh server process (``forkserver``), never from the caller, which may hold threads
+    (the dashboard's, the autopilot's) whose locks a fork would copy held."""
+    if workers <= 1:
+        return None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["advisor.predict"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
 def recommend(
     current: BatcherConfig,
     traffic: Traffic,
@@ -462,15 +523,18 @@ def recommend(
     finalists: int = 6,
     min_gain: float = MIN_GAIN,
     budget_s: float | None = None,
+    workers: int = 1,
 ) -> Recommendation:
     """The config of ``space`` best for ``objective`` with p99 latency <= the bound, when
     it beats the current config beyond the simulation's noise (see the module doc).
 
     ``budget_s``: wall time after which no further config is simulated and a run still going
     is cut (:data:`advisor.simulator.DEADLINE`); the recommendation says so
-    (:meth:`Recommendation.cut_note`)."""
+    (:meth:`Recommendation.cut_note`). ``workers``: processes the simulations run in (the
+    recommendation is the same for any count; 1 runs them here)."""
     deadline = None if budget_s is None else time.monotonic() + budget_s
     token = DEADLINE.set(deadline)
+    pool = _pool(workers)
     try:
         return _recommend(
             current,
@@ -487,9 +551,12 @@ def recommend(
             min_gain,
             deadline,
             budget_s,
+            pool,
         )
     finally:
         DEADLINE.reset(token)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
 
 
 def _recommend(
@@ -507,6 +574,7 @@ def _recommend(
     min_gain: float,
     deadline: float | None,
     budget_s: float | None,
+    pool: ProcessPoolExecutor | None = None,
 ) -> Recommendation:
     objective = resolve_objective(objective, traffic, cpu)
     if p99_bound_s <= 0:
@@ -514,31 +582,39 @@ def _recommend(
     space = space or SearchSpace()
     limit = objective == "headroom"
 
-    def over_seeds(config: BatcherConfig) -> Interval:
+    def job(config: BatcherConfig, seed: int, with_limit: bool, bound: float | None = None) -> _Job:
+        return _Job(config, traffic, service, cpu, requests, seed, with_limit, deadline, bound)
+
+    def seeded(config: BatcherConfig) -> list[_Job]:
         # Seeds other than the search's: the finalists won the search on its seed, partly by
         # its luck (the best of many noisy p99s is low by chance); judged again on that
         # seed, the winner's gain would be too high.
-        runs = [
-            predict(config, traffic, service, cpu, requests, seed + i, with_limit=limit)
-            for i in range(1, seeds + 1)
-        ]
-        return Interval(tuple(runs), objective)
+        return [job(config, seed + i, limit) for i in range(1, seeds + 1)]
 
-    now = predict(current, traffic, service, cpu, requests, seed)
-    now_interval = over_seeds(current)
+    def intervals_of(runs: Sequence[Prediction | None]) -> list[Interval]:
+        found = [p for p in runs if p is not None]  # only candidates are ever skipped
+        return [
+            Interval(tuple(found[k : k + seeds]), objective) for k in range(0, len(found), seeds)
+        ]
+
+    # The current config, its seeds and every candidate are independent: one batch.
+    others = [c for c in space.configs(current) if not _same(c, current)]
+    first = _run_all(
+        [job(current, seed, True), *seeded(current)]
+        + [job(c, seed, limit, p99_bound_s) for c in others],
+        pool,
+    )
+    now = first[0]
+    assert now is not None  # the current config's jobs are never skipped
+    [now_interval] = intervals_of(first[1 : 1 + seeds])
+    quick_runs = first[1 + seeds :]
     candidates, unreachable = [now], 0
     fitting = []
-    skipped, out_of_time = 0, False
-    for config in space.configs(current):
-        if _same(config, current):
+    skipped = sum(p is None for p in quick_runs)
+    out_of_time = skipped > 0
+    for quick in quick_runs:
+        if quick is None:
             continue
-        if out_of_time or (deadline is not None and time.monotonic() > deadline):
-            out_of_time = True
-            skipped += 1
-            continue
-        quick = predict(config, traffic, service, cpu, requests, seed, with_limit=False)
-        if meets(quick, p99_bound_s) and limit:
-            quick = predict(config, traffic, service, cpu, requests, seed)
         candidates.append(quick)
         if not meets(quick, p99_bound_s):
             continue
@@ -549,7 +625,8 @@ def _recommend(
     fitting.sort(key=lambda p: objective_value(p, objective), reverse=True)
     # A finalist with a run cut by the deadline has figures of part of a run (a throughput
     # of 0 divided the gain by zero): never recommended.
-    intervals = [over_seeds(p.config) for p in fitting[:finalists]]
+    finals = [j for p in fitting[:finalists] for j in seeded(p.config)]
+    intervals = intervals_of(_run_all(finals, pool))
     intervals = [i for i in intervals if not any(p.cut for p in i.runs)]
     now_meets = meets(now, p99_bound_s)
     better = (

@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from advisor import advice
-from advisor.advice import Advice, SearchOptions
+from advisor.advice import Advice, SearchOptions, search_workers
 from advisor.config import BatcherConfig
 from advisor.inputs import (
     UNKNOWN,
@@ -116,6 +116,7 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
         max_batch_limit=args.max_batch_limit,
         min_gain=args.min_gain,
         try_instances=args.try_instances,
+        workers=search_workers(),
     )
 
 

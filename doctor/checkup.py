@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from advisor.advice import SearchOptions
+from advisor.advice import SearchOptions, search_workers
 from advisor.inputs import Options, metrics_url_of
 from advisor.storedrun import check_poolable
 from doctor import report
@@ -220,7 +220,12 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
         )
     if args.seeds < 1 or args.requests < 100:
         raise UsageError("--seeds must be 1 or more and --requests 100 or more")
-    return SearchOptions(p99_bound_s=args.p99_ms / 1e3, seeds=args.seeds, requests=args.requests)
+    return SearchOptions(
+        p99_bound_s=args.p99_ms / 1e3,
+        seeds=args.seeds,
+        requests=args.requests,
+        workers=search_workers(),
+    )
 
 
 def prescribed(

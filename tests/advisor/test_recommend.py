@@ -201,3 +201,21 @@ def test_a_search_cut_anywhere_recommends_no_cut_run(budget_s: float) -> None:
     assert rec.best is None or not rec.best.cut
     if rec.best_interval is not None:
         assert not any(p.cut for p in rec.best_interval.runs)
+
+
+@pytest.mark.parametrize(
+    ("objective", "traffic"),
+    [("throughput", ClosedLoop(32)), ("headroom", OpenLoop(1500))],
+)
+def test_the_search_in_worker_processes_gives_the_same_recommendation(
+    objective: str, traffic: ClosedLoop | OpenLoop
+) -> None:
+    """Every simulation is seeded: the configs, their figures and the pick are those of the
+    search run in this process, whichever process ran each (headroom: each candidate that
+    meets the bound simulated again for its throughput limit, in the worker)."""
+    run, service, cpu = recorded()
+    args = (run.config, traffic, service, 0.050, cpu, objective, SPACE)
+    here = recommend(*args, requests=1500, seeds=2)
+    pooled = recommend(*args, requests=1500, seeds=2, workers=2)
+    assert pooled == here
+    assert pooled.best is not None and pooled.considered == here.considered > 10
