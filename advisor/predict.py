@@ -501,12 +501,17 @@ def _run_all(jobs: Sequence[_Job], pool: ProcessPoolExecutor | None) -> list[Pre
 def _pool(workers: int) -> ProcessPoolExecutor | None:
     """Worker processes for the search, or None for one (run in this process). Forked from
     a fresh server process (``forkserver``), never from the caller, which may hold threads
-    (the dashboard's, the autopilot's) whose locks a fork would copy held."""
+    (the dashboard's, the autopilot's) whose locks a fork would copy held. Also None where
+    the system gives no process pool (no POSIX semaphores in a sandbox): the same search,
+    in this process."""
     if workers <= 1:
         return None
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["advisor.predict"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["advisor.predict"])
+        return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    except (OSError, ImportError, NotImplementedError, ValueError):
+        return None
 
 
 def recommend(
