@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from stack.supervisor import running
 from stacksettings import ROOT, Settings, isolated
-from tests.helpers import UNPARSABLE, TritonCrashes, served_whole, wire_seen
+from tests.helpers import UNPARSABLE, TritonCrashes, served_whole, stats_counting, wire_seen
 from tritonapi.client import TritonClient
 from tritonapi.stats import ModelStats
 from tritonapi.traces import TracedRequest, group_batches, start_window, stop_window, window_left
@@ -168,7 +168,10 @@ def test_batches_from_traces_equal_batch_stats(
         left = window_left(triton, model)
         stop_window(triton, model)
     assert left == 0  # the window is complete: Triton has written it
-    delta = triton.model_stats(model).minus(before)
+    # Every request answered (load() fails the test otherwise); their executions are
+    # counted just after the answers.
+    url = traced_stack.url("triton_http")
+    delta = stats_counting(url, model, before, clients * 40).minus(before)
     traced = traced_requests(traced_stack, model, delta.inference_count, since_ns)
     assert len(traced) == delta.inference_count == clients * 40
     batches = group_batches(traced)
@@ -211,7 +214,7 @@ def traced_window(settings: Settings, model: str, clients: int, each: int) -> Mo
         left = window_left(triton, model)
         stop_window(triton, model)
     assert left == 0
-    return triton.model_stats(model).minus(before)
+    return stats_counting(settings.url("triton_http"), model, before, clients * each).minus(before)
 
 
 def test_the_exporter_counts_traced_waits_and_batches(traced_stack: Settings) -> None:
